@@ -1,0 +1,26 @@
+"""Model programs by name. A name maps to a builder `(checkpoint) -> ModelProgram`, imported lazily so
+that listing the models imports no torch."""
+
+from __future__ import annotations
+
+import importlib
+
+from voxrt.engine.errors import UnknownModelError
+
+# name -> "module:function"
+MODELS: dict[str, str] = {
+    "tiny": "voxrt.models.tiny.program:build_tiny",
+}
+
+
+def available_models() -> list[str]:
+    return sorted(MODELS)
+
+
+def build_program(name: str, checkpoint: str | None = None):
+    try:
+        target = MODELS[name]
+    except KeyError:
+        raise UnknownModelError(f"unknown model {name!r}; available: {', '.join(available_models())}") from None
+    module_name, func = target.split(":")
+    return getattr(importlib.import_module(module_name), func)(checkpoint)

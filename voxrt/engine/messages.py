@@ -1,0 +1,162 @@
+"""Every record that crosses the boundary between the gateway (or any client) and the engine process.
+
+They travel pickled over a `multiprocessing` pipe, so they are plain frozen dataclasses of builtins and
+numpy-free bytes. No torch here: the gateway imports this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from voxrt.engine.params import SamplingParams
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to build an engine. Validated when the engine starts (unknown model -> UnknownModelError)."""
+
+    model: str = "tiny"
+    checkpoint: str | None = None  # a local directory or a hub repo id resolved in the local cache
+    device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda", "cuda:N"
+    dtype: str = "auto"  # "auto" (bfloat16 on cuda, float32 on cpu), "float32", "bfloat16", "float16"
+    attention_backend: str = "auto"  # "auto" (flashinfer on cuda when installed), "torch", "flashinfer"
+    use_cuda_graphs: bool = True  # only on cuda
+    scheduler_type: str = "base"
+    page_size: int = 16  # tokens per KV page
+    num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)
+    max_batch_size: int = 64  # requests decoded in one step
+    max_seq_len: int = 4096  # tokens of KV per request (prompt + frames)
+    max_prefill_tokens: int = 4096  # prompt tokens admitted in one step
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a client needs to know about the served model: sent once the engine is ready."""
+
+    name: str
+    sample_rate: int
+    frame_rate_hz: float
+    samples_per_frame: int
+    num_codebooks: int
+    chunk_frames: int
+    first_chunk_frames: int
+    voices: tuple[str, ...]
+    default_voice: str
+    consumes_text_incrementally: bool
+    device: str
+    attention_backend: str
+    use_cuda_graphs: bool
+
+
+# ---- client -> engine -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    request_id: str
+    voice: str
+    params: SamplingParams = field(default_factory=SamplingParams)
+    text: str = ""
+    is_text_final: bool = False
+    arrival_ns: int = 0  # time.monotonic_ns() at the client; the engine stamps its own when 0
+
+
+@dataclass(frozen=True)
+class AppendText:
+    request_id: str
+    text: str
+    is_final: bool = False
+
+
+@dataclass(frozen=True)
+class SetPlayback:
+    """The playback anchor: at monotonic time `anchor_ns` the listener had played `played_samples` of the
+    request's audio (at the model's rate). Stored now; the deadline scheduler turns it into chunk deadlines."""
+
+    request_id: str
+    played_samples: int
+    anchor_ns: int
+    is_stalled: bool = False
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class GetStats:
+    token: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# ---- engine -> client -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineReady:
+    info: ModelInfo
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """`pcm` is float32 little-endian mono at `sample_rate`. `text_span` is the (char_start, char_end) of
+    the request's text consumed while this chunk's frames were generated, when the program knows it."""
+
+    request_id: str
+    chunk_index: int
+    pcm: bytes
+    sample_rate: int
+    first_frame: int
+    num_frames: int
+    is_last: bool
+    text_span: tuple[int, int] | None = None
+    finish_reason: str | None = None  # set on the last chunk: "stop", "length", "pinned", "max_frames", "empty"
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.pcm) // 4
+
+
+@dataclass(frozen=True)
+class RequestFailed:
+    request_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RequestCancelled:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    token: int
+    num_waiting: int
+    num_running: int
+    num_requests: int
+    num_pages_total: int
+    num_pages_free: int
+    num_slots_total: int
+    num_slots_free: int
+    num_steps: int
+    num_failed_steps: int
+    pool_ok: bool
+
+
+@dataclass(frozen=True)
+class EngineFatal:
+    """The engine could not start or died; every request is gone."""
+
+    code: str
+    message: str
+
+
+ClientMessage = SubmitRequest | AppendText | SetPlayback | CancelRequest | GetStats | Shutdown
+EngineMessage = EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | EngineFatal

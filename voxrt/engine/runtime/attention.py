@@ -1,0 +1,214 @@
+"""Paged attention: the KV cache, and two backends chosen automatically.
+
+- `torch`: a reference in plain torch ops (CPU and GPU), used by tests and as the fallback. Vectorized and
+  shape-static, so it can also be captured in CUDA graphs.
+- `flashinfer`: FlashInfer's batch decode / prefill kernels over the same cache (GPU).
+
+Both use FlashInfer's single-tensor NHD layout per layer, `[num_pages + 1, 2, page_size, kv_heads, head_dim]`
+(dim 1: K then V); the extra last page is scratch that padding rows of a graph bucket write into, so padding
+never touches a real request's KV.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class SeqSlice:
+    """One sequence of an attention batch (host side): its pages, and how many of its tokens are new
+    (their K/V are written this step) out of the total after the step."""
+
+    pages: Sequence[int]
+    num_new: int
+    num_total: int
+
+
+class KVCache:
+    def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int, head_dim: int,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.scratch_page = num_pages
+        self.layers = [torch.zeros(num_pages + 1, 2, page_size, num_kv_heads, head_dim, device=device, dtype=dtype)
+                       for _ in range(num_layers)]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.layers)
+
+
+def bytes_per_page(num_layers: int, page_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    return num_layers * 2 * page_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+class AttentionContext(abc.ABC):
+    """Per-forward attention state. Models call `forward(layer, q, k, v)` once per layer.
+
+    Built with a fixed capacity (`max_seqs`, `max_tokens`) so that a graph can own it; `fill()` copies a
+    step's host-side description into its tensors in place (padded rows point at the scratch page)."""
+
+    def __init__(self, kv: KVCache, max_seqs: int, max_tokens: int, device: torch.device) -> None:
+        self.kv = kv
+        self.max_seqs = max_seqs
+        self.max_tokens = max_tokens
+        self.device = device
+        self.page_idx = torch.full((max_tokens,), kv.scratch_page, dtype=torch.int64, device=device)
+        self.page_off = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+
+    def fill(self, seqs: Sequence[SeqSlice]) -> None:
+        ps = self.kv.page_size
+        assert len(seqs) <= self.max_seqs, (len(seqs), self.max_seqs)
+        page_idx, page_off, positions = [], [], []
+        for seq in seqs:
+            for pos in range(seq.num_total - seq.num_new, seq.num_total):
+                page_idx.append(seq.pages[pos // ps])
+                page_off.append(pos % ps)
+                positions.append(pos)
+        assert len(positions) <= self.max_tokens, (len(positions), self.max_tokens)
+        pad = self.max_tokens - len(positions)
+        page_idx += [self.kv.scratch_page] * pad
+        page_off += [0] * pad
+        positions += [0] * pad
+        host = torch.tensor([page_idx, page_off, positions], dtype=torch.int64)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        self.page_idx.copy_(host[0], non_blocking=True)
+        self.page_off.copy_(host[1], non_blocking=True)
+        self.positions.copy_(host[2], non_blocking=True)
+        self._fill(seqs)
+
+    @abc.abstractmethod
+    def _fill(self, seqs: Sequence[SeqSlice]) -> None: ...
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [N, Hq, D], k/v [N, Hkv, D] of the new tokens -> [N, Hq, D]. Writes k/v into the cache first."""
+        cache = self.kv.layers[layer]
+        n = k.shape[0]
+        page_idx, page_off = self.page_idx[:n], self.page_off[:n]
+        cache[page_idx, 0, page_off] = k.to(cache.dtype)
+        cache[page_idx, 1, page_off] = v.to(cache.dtype)
+        return self._attend(layer, q)
+
+    @abc.abstractmethod
+    def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor: ...
+
+
+class TorchAttention(AttentionContext):
+    """Reference: gathers each token's sequence from the page table and masks causally by position.
+
+    Every key at a position <= the query's position is valid: this step's K/V were written first, and
+    earlier positions were written by earlier steps. Keys past the sequence lie at larger positions."""
+
+    def __init__(self, kv: KVCache, max_seqs: int, max_tokens: int, max_pages_per_seq: int | None,
+                 device: torch.device) -> None:
+        """`max_pages_per_seq=None`: eager use, the page table is sized to each step's longest sequence."""
+        super().__init__(kv, max_seqs, max_tokens, device)
+        self.is_static = max_pages_per_seq is not None
+        self.max_pages_per_seq = max_pages_per_seq or 1
+        self.page_table = torch.full((max_seqs + 1, self.max_pages_per_seq), kv.scratch_page, dtype=torch.int64, device=device)
+        self.seq_ids = torch.full((max_tokens,), max_seqs, dtype=torch.int64, device=device)  # row max_seqs: padding
+
+    def _fill(self, seqs: Sequence[SeqSlice]) -> None:
+        if not self.is_static:
+            self.max_pages_per_seq = max([-(-s.num_total // self.kv.page_size) for s in seqs] + [1])
+            self.page_table = torch.empty(self.max_seqs + 1, self.max_pages_per_seq, dtype=torch.int64, device=self.device)
+        table = torch.full((self.max_seqs + 1, self.max_pages_per_seq), self.kv.scratch_page, dtype=torch.int64)
+        seq_ids = torch.full((self.max_tokens,), self.max_seqs, dtype=torch.int64)
+        n = 0
+        for i, seq in enumerate(seqs):
+            pages = list(seq.pages)[: -(-seq.num_total // self.kv.page_size)]
+            assert len(pages) <= self.max_pages_per_seq, (len(pages), self.max_pages_per_seq)
+            table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
+            seq_ids[n : n + seq.num_new] = i
+            n += seq.num_new
+        self.page_table.copy_(table.to(self.device, non_blocking=True))
+        self.seq_ids.copy_(seq_ids.to(self.device, non_blocking=True))
+
+    def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        cache = self.kv.layers[layer]
+        num_tokens, num_q_heads, head_dim = q.shape
+        kv = cache[self.page_table]  # [S+1, P, 2, ps, Hkv, D]
+        s1, p, _, ps, num_kv_heads, _ = kv.shape
+        kv = kv.permute(0, 2, 1, 3, 4, 5).reshape(s1, 2, p * ps, num_kv_heads, head_dim)
+        seq_ids = self.seq_ids[:num_tokens]
+        keys = kv[seq_ids, 0].float()  # [N, L, Hkv, D]
+        values = kv[seq_ids, 1].float()
+        group = num_q_heads // num_kv_heads
+        qf = q.float().view(num_tokens, num_kv_heads, group, head_dim)
+        scores = torch.einsum("nhgd,nlhd->nhgl", qf, keys) / math.sqrt(head_dim)
+        key_pos = torch.arange(p * ps, device=q.device)
+        mask = key_pos[None, :] <= self.positions[:num_tokens, None]  # [N, L]
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out = torch.einsum("nhgl,nlhd->nhgd", probs, values)
+        return out.reshape(num_tokens, num_q_heads, head_dim).to(q.dtype)
+
+
+class FlashInferAttention(AttentionContext):
+    """FlashInfer paged kernels. Decode (one new token per sequence) uses the decode wrapper; anything else
+    the prefill wrapper. `plan()` runs on the host from CPU index tensors, so it never syncs the device
+    (pitfalls in ../shared/gpu/README.md); graph mode keeps per-bucket wrappers with their own buffers."""
+
+    def __init__(self, kv: KVCache, max_seqs: int, max_tokens: int, max_pages_per_seq: int, device: torch.device,
+                 num_q_heads: int, num_kv_heads: int, head_dim: int, is_decode: bool, use_cuda_graph: bool,
+                 workspace: torch.Tensor) -> None:
+        super().__init__(kv, max_seqs, max_tokens, device)
+        import flashinfer  # noqa: PLC0415 (GPU-only dependency)
+
+        self.is_decode = is_decode
+        self.pad_rows = use_cuda_graph  # a graph bucket always runs max_seqs rows
+        self.num_q_heads, self.num_kv_heads, self.head_dim = num_q_heads, num_kv_heads, head_dim
+        self.dtype = kv.layers[0].dtype
+        if is_decode:
+            buffers = {}
+            if use_cuda_graph:
+                buffers = dict(
+                    paged_kv_indptr_buffer=torch.zeros(max_seqs + 1, dtype=torch.int32, device=device),
+                    paged_kv_indices_buffer=torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
+                    paged_kv_last_page_len_buffer=torch.zeros(max_seqs, dtype=torch.int32, device=device),
+                )
+            self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                workspace, "NHD", use_cuda_graph=use_cuda_graph, **buffers)
+        else:
+            assert not use_cuda_graph, "prefill runs eagerly"
+            self.wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+
+    def _fill(self, seqs: Sequence[SeqSlice]) -> None:
+        ps = self.kv.page_size
+        rows = list(seqs)
+        if self.pad_rows:  # graph buckets: padding sequences of one token on the scratch page
+            rows += [SeqSlice([self.kv.scratch_page], 1, 1)] * (self.max_seqs - len(rows))
+        indptr, indices, last_len, qo_indptr = [0], [], [], [0]
+        for seq in rows:
+            num_pages = -(-seq.num_total // ps)
+            indices.extend(seq.pages[:num_pages])
+            indptr.append(len(indices))
+            last_len.append(seq.num_total - (num_pages - 1) * ps)
+            qo_indptr.append(qo_indptr[-1] + seq.num_new)
+        i32 = dict(dtype=torch.int32)
+        if self.is_decode:
+            self.wrapper.plan(torch.tensor(indptr, **i32), torch.tensor(indices, **i32), torch.tensor(last_len, **i32),
+                              self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
+                              q_data_type=self.dtype, kv_data_type=self.dtype)
+        else:
+            self.wrapper.plan(torch.tensor(qo_indptr, **i32), torch.tensor(indptr, **i32), torch.tensor(indices, **i32),
+                              torch.tensor(last_len, **i32), self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
+                              causal=True, q_data_type=self.dtype, kv_data_type=self.dtype)
+
+    def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        return self.wrapper.run(q.to(self.dtype).contiguous(), self.kv.layers[layer])
+
+
+def flashinfer_available() -> bool:
+    try:
+        import flashinfer  # noqa: F401, PLC0415
+    except Exception:  # noqa: BLE001 (any import failure means: not usable)
+        return False
+    return True

@@ -1,0 +1,193 @@
+"""The in-process engine: scheduler + runner + the step loop body, and the commands that feed it.
+
+The loop body is three verbs: `plan = scheduler.schedule(now)`; run it; `scheduler.update(...)`. An
+exception in a step fails the requests of that step (their pages and slots return) and the engine goes on.
+`voxrt.engine.process` runs this in its own process; tests and benchmarks may drive it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
+from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
+                                   SubmitRequest)
+from voxrt.engine.runtime.attention import bytes_per_page
+from voxrt.engine.runtime.program import ModelProgram
+from voxrt.engine.runtime.runner import ModelRunner, RunnerConfig, resolve_backend
+from voxrt.engine.sched.pages import PagePool, SlotPool
+from voxrt.engine.sched.plan import CodecJob
+from voxrt.engine.sched.policies import policy_class
+from voxrt.engine.sched.request import PlaybackAnchor, Request
+from voxrt.engine.sched.scheduler import SchedulerConfig
+from voxrt.models.registry import build_program
+
+log = logging.getLogger("voxrt.engine")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CPU_KV_BUDGET_BYTES = 256 << 20
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidParamsError("device 'cuda' requested but no CUDA device is available")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in _DTYPES:
+        raise InvalidParamsError(f"unknown dtype {name!r}; choose auto or one of {sorted(_DTYPES)}")
+    return _DTYPES[name]
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, program: ModelProgram | None = None) -> None:
+        self.config = config
+        device = resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device)
+        program = program if program is not None else build_program(config.model, config.checkpoint)
+        backend = resolve_backend(config.attention_backend, device)
+        geom = program.lm_geometry
+        page_bytes = bytes_per_page(geom.num_layers, config.page_size, geom.num_kv_heads, geom.head_dim, dtype)
+        num_pages = config.num_pages or self._default_num_pages(config, device, page_bytes, program)
+        num_slots = 2 * config.max_batch_size  # draining requests keep their codec slot
+        self.runner = ModelRunner(program, RunnerConfig(
+            device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
+            num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
+            max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len))
+        self.program = self.runner.program
+        self.scheduler = policy_class(config.scheduler_type)(
+            program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
+            program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens))
+        self.info = ModelInfo(
+            name=program.name, sample_rate=program.sample_rate, frame_rate_hz=program.frame_rate_hz,
+            samples_per_frame=program.samples_per_frame, num_codebooks=program.num_codebooks,
+            chunk_frames=program.chunk_frames, first_chunk_frames=program.first_chunk_frames,
+            voices=tuple(program.voices), default_voice=program.default_voice,
+            consumes_text_incrementally=program.consumes_text_incrementally, device=str(device),
+            attention_backend=backend, use_cuda_graphs=self.runner.use_graphs)
+        self.num_steps = 0
+        self.num_failed_steps = 0
+        log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens",
+                 program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
+                 num_pages, config.page_size)
+
+    @staticmethod
+    def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, program: ModelProgram) -> int:
+        wanted = config.max_batch_size * -(-config.max_seq_len // config.page_size)
+        if device.type == "cuda":
+            free_bytes, _ = torch.cuda.mem_get_info(device)
+            budget = int(free_bytes * 0.5)
+        else:
+            budget = _CPU_KV_BUDGET_BYTES
+        return max(16, min(wanted, budget // page_bytes))
+
+    def warmup(self) -> None:
+        self.runner.capture_graphs()
+
+    # ---- commands -------------------------------------------------------------------------------------------
+
+    def submit(self, msg: SubmitRequest, now_ns: int | None = None) -> Request:
+        if msg.voice not in self.info.voices:
+            raise UnknownVoiceError(f"unknown voice {msg.voice!r}; available: {', '.join(self.info.voices)}")
+        request = self.scheduler.add(msg.request_id, msg.voice, msg.params, msg.arrival_ns or now_ns or time.monotonic_ns())
+        if msg.text or msg.is_text_final:
+            self.scheduler.append_text(msg.request_id, msg.text, msg.is_text_final)
+        return request
+
+    def append_text(self, request_id: str, text: str, is_final: bool) -> bool:
+        """False when the request is no longer live (finished, cancelled or failed): text is dropped."""
+        request = self.scheduler.requests.get(request_id)
+        if request is None or request.feed.is_final:
+            return False
+        self.scheduler.append_text(request_id, text, is_final)
+        return True
+
+    def set_playback(self, request_id: str, played_samples: int, anchor_ns: int, is_stalled: bool = False) -> bool:
+        request = self.scheduler.requests.get(request_id)
+        if request is None:
+            return False
+        request.playback = PlaybackAnchor(played_samples, anchor_ns, is_stalled)
+        return True
+
+    def cancel(self, request_id: str) -> bool:
+        return self.scheduler.cancel(request_id) is not None
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    # ---- the loop body -----------------------------------------------------------------------------------------
+
+    def step(self, now_ns: int | None = None) -> list[EngineMessage]:
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        plan = self.scheduler.schedule(now_ns)
+        events: list[EngineMessage] = []
+        if plan.prefill or plan.decode:
+            try:
+                codes = self.runner.run_lm(plan)
+            except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
+                log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
+                self.num_failed_steps += 1
+                for request in plan.lm_requests:
+                    self.scheduler.fail(request, "request_failed", "the engine step generating this request failed")
+            else:
+                self.scheduler.update_lm(plan, codes)
+        jobs = [job for job in plan.codec if not job.request.is_terminal]
+        if jobs:
+            try:
+                audio = self.runner.run_codec(jobs)
+            except Exception:  # noqa: BLE001
+                log.exception("codec step failed; failing its %d requests", len(jobs))
+                self.num_failed_steps += 1
+                for job in jobs:
+                    self.scheduler.fail(job.request, "request_failed", "the codec step decoding this request failed")
+            else:
+                done_ns = time.monotonic_ns()
+                for job, pcm in zip(jobs, audio):
+                    events.append(self._chunk_event(job, pcm))
+                    self.scheduler.complete_codec(job, done_ns)
+        for failure in self.scheduler.pop_failures():
+            events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
+        self.num_steps += 1
+        return events
+
+    def _chunk_event(self, job: CodecJob, pcm) -> AudioChunk:
+        request = job.request
+        return AudioChunk(request_id=request.request_id, chunk_index=job.chunk_index, pcm=pcm.astype("<f4").tobytes(),
+                          sample_rate=self.info.sample_rate, first_frame=job.first_frame, num_frames=job.num_frames,
+                          is_last=job.is_last, text_span=_text_span(request, job),
+                          finish_reason=request.finish_reason if job.is_last else None)
+
+    def stats(self, token: int = 0) -> EngineStats:
+        sched = self.scheduler
+        try:
+            sched.check_integrity()
+            pool_ok = True
+        except AssertionError:
+            log.exception("pool integrity check failed")
+            pool_ok = False
+        return EngineStats(token=token, num_waiting=len(sched.waiting()), num_running=len(sched.running()),
+                           num_requests=len(sched.requests), num_pages_total=sched.pages.num_pages,
+                           num_pages_free=sched.pages.num_free, num_slots_total=sched.slots.num_slots,
+                           num_slots_free=sched.slots.num_free, num_steps=self.num_steps,
+                           num_failed_steps=self.num_failed_steps, pool_ok=pool_ok)
+
+
+def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:
+    """Characters of the text consumed by the LM while the chunk's frames were generated."""
+    if job.num_frames == 0:
+        return None
+    first = request.frame_text_index[job.first_frame - 1] if job.first_frame > 0 else 0
+    last = request.frame_text_index[job.first_frame + job.num_frames - 1]
+    spans = request.feed.token_spans
+    if last <= first or last > len(spans):
+        return None
+    return spans[first][0], spans[last - 1][1]

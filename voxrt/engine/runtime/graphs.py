@@ -1,0 +1,77 @@
+"""CUDA graphs per batch-size bucket, with padding for the sizes in between.
+
+A stage is a function over a set of static buffers (inputs and outputs). With graphs on, each bucket has its
+own buffers and a graph captured over them; a call picks the smallest bucket that fits, fills its inputs
+(padding rows included) and replays. With graphs off (CPU, or `use_cuda_graphs=False`) the same function
+runs eagerly on buffers of the exact size, so both paths share one body.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from typing import Any, Callable, Generic, TypeVar
+
+import torch
+
+log = logging.getLogger("voxrt.engine.graphs")
+
+B = TypeVar("B")
+
+
+def batch_buckets(max_batch_size: int) -> list[int]:
+    """1, 2, 4, 8, then every 8 up to max_batch_size (which is always a bucket)."""
+    sizes = [s for s in (1, 2, 4) if s < max_batch_size] + list(range(8, max_batch_size, 8)) + [max_batch_size]
+    return sorted(set(sizes))
+
+
+class GraphedStage(Generic[B]):
+    def __init__(self, name: str, buckets: list[int], make_buffers: Callable[[int, bool], B], body: Callable[[B], None],
+                 use_graphs: bool, pool: Any = None) -> None:
+        self.name = name
+        self.buckets = sorted(buckets)
+        self.make_buffers = make_buffers
+        self.body = body
+        self.use_graphs = use_graphs
+        self.pool = pool
+        self.buffers: dict[int, B] = {}
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+
+    def capture(self, prepare: Callable[[B], None]) -> None:
+        """Captures every bucket, largest first (smaller ones reuse its pool memory). `prepare` fills
+        buffers with a valid dummy batch (e.g. all rows padding) before the warm-up runs."""
+        if not self.use_graphs:
+            return
+        for size in reversed(self.buckets):
+            bufs = self.make_buffers(size, True)
+            prepare(bufs)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm-up: lazy inits, cuBLAS handles, autotuning happen outside capture
+                    self.body(bufs)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                self.body(bufs)
+            self.buffers[size] = bufs
+            self.graphs[size] = graph
+        log.info("captured %s graphs for batch sizes %s", self.name, self.buckets)
+
+    def bucket_for(self, n: int) -> int | None:
+        i = bisect.bisect_left(self.buckets, n)
+        return self.buckets[i] if i < len(self.buckets) else None
+
+    def run(self, n: int, fill: Callable[[B, int], None]) -> B:
+        """Runs the stage for `n` real rows; `fill(buffers, size)` writes all `size` rows (n real + padding)."""
+        size = self.bucket_for(n) if self.graphs else None
+        if size is None:  # eager: exact size
+            bufs = self.make_buffers(n, False)
+            fill(bufs, n)
+            self.body(bufs)
+            return bufs
+        bufs = self.buffers[size]
+        fill(bufs, size)
+        self.graphs[size].replay()
+        return bufs
+

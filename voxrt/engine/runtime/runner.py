@@ -1,0 +1,276 @@
+"""The model runner: turns a `StepPlan` into tensors, runs the program's stages, returns host results.
+
+Stages: prefill (eager: variable lengths), decode (LM step + code 0 sampling), depth (code predictor) and
+codec (streaming decode of chunks). Decode, depth and codec are `GraphedStage`s: CUDA graphs per
+batch-size bucket on the GPU, the same bodies eagerly on the CPU. Per-request device state (codec caches,
+the repetition history of code 0) lives in rows indexed by the request's slot; the last row is scratch
+for padding rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from voxrt.engine.runtime.attention import (AttentionContext, FlashInferAttention, KVCache, SeqSlice,
+                                            TorchAttention, flashinfer_available)
+from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
+from voxrt.engine.runtime.program import ModelProgram
+from voxrt.engine.runtime.sampling import SamplingTensors
+from voxrt.engine.sched.plan import CodecJob, StepPlan
+
+log = logging.getLogger("voxrt.engine.runner")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    device: torch.device
+    dtype: torch.dtype
+    attention_backend: str  # "torch" or "flashinfer" (resolved)
+    use_cuda_graphs: bool
+    num_pages: int
+    page_size: int
+    num_slots: int
+    max_batch_size: int
+    max_seq_len: int
+
+
+def resolve_backend(requested: str, device: torch.device) -> str:
+    if requested not in ("auto", "torch", "flashinfer"):
+        raise ValueError(f"unknown attention backend {requested!r}; choose auto, torch or flashinfer")
+    if requested == "auto":
+        return "flashinfer" if device.type == "cuda" and flashinfer_available() else "torch"
+    if requested == "flashinfer" and (device.type != "cuda" or not flashinfer_available()):
+        raise ValueError("attention backend 'flashinfer' needs a CUDA device and the flashinfer package")
+    return requested
+
+
+@dataclass
+class DecodeBuffers:
+    text_ids: torch.Tensor  # [b]
+    prev_codes: torch.Tensor  # [b, K]
+    slots: torch.Tensor  # [b]
+    sampling: SamplingTensors
+    attn: AttentionContext
+    hidden: torch.Tensor  # [b, H] out
+    code0: torch.Tensor  # [b] out
+
+
+@dataclass
+class DepthBuffers:
+    hidden: torch.Tensor  # [b, H]
+    code0: torch.Tensor  # [b]
+    sampling: SamplingTensors
+    codes: torch.Tensor  # [b, K] out
+
+
+@dataclass
+class CodecBuffers:
+    codes: torch.Tensor  # [b, F, K]
+    slots: torch.Tensor  # [b]
+    audio: torch.Tensor = field(default=None)  # [b, F * samples_per_frame] out
+
+
+class ModelRunner:
+    def __init__(self, program: ModelProgram, cfg: RunnerConfig) -> None:
+        self.cfg = cfg
+        self.program = program.to(device=cfg.device, dtype=cfg.dtype).eval()
+        geom = program.lm_geometry
+        self.geom = geom
+        self.kv = KVCache(geom.num_layers, cfg.num_pages, cfg.page_size, geom.num_kv_heads, geom.head_dim,
+                          cfg.device, cfg.dtype)
+        self.max_pages_per_seq = -(-cfg.max_seq_len // cfg.page_size)
+        self.scratch_slot = cfg.num_slots
+        self.codec_state = program.new_codec_state(cfg.num_slots + 1, cfg.device, cfg.dtype)
+        self.history = torch.zeros(cfg.num_slots + 1, program.code0_vocab_size, dtype=torch.bool, device=cfg.device)
+        use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
+        self.use_graphs = use_graphs
+        self._workspace = None
+        self._eager_ctx: dict[str, FlashInferAttention] = {}
+        if cfg.attention_backend == "flashinfer":
+            self._workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=cfg.device)
+        pool = torch.cuda.graph_pool_handle() if use_graphs else None
+        buckets = batch_buckets(cfg.max_batch_size)
+        self.decode_stage = GraphedStage("decode", buckets, self._make_decode_buffers, self._decode_body, use_graphs, pool)
+        self.depth_stage = GraphedStage("depth", buckets, self._make_depth_buffers, self._depth_body, use_graphs, pool)
+        self.codec_stages = {
+            frames: GraphedStage(f"codec[{frames}f]", buckets, lambda b, g, f=frames: self._make_codec_buffers(b, f),
+                                 self._codec_body, use_graphs, pool)
+            for frames in sorted({program.first_chunk_frames, program.chunk_frames})
+        }
+        self._pool = pool
+        self._buckets = buckets
+
+    # ---- set-up ------------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def capture_graphs(self) -> None:
+        if not self.use_graphs:
+            return
+        self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []))
+        self.depth_stage.capture(lambda b: None)
+        for stage in self.codec_stages.values():
+            stage.capture(lambda b: b.slots.fill_(self.scratch_slot))
+        torch.cuda.synchronize()
+
+    def _attention(self, num_seqs: int, num_tokens: int, is_decode: bool, graphed: bool) -> AttentionContext:
+        if self.cfg.attention_backend == "torch":
+            return TorchAttention(self.kv, num_seqs, num_tokens, self.max_pages_per_seq if graphed else None, self.cfg.device)
+        if graphed:
+            return FlashInferAttention(self.kv, num_seqs, num_tokens, self.max_pages_per_seq, self.cfg.device,
+                                       self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
+                                       is_decode=is_decode, use_cuda_graph=True, workspace=self._workspace)
+        kind = "decode" if is_decode else "prefill"
+        ctx = self._eager_ctx.get(kind)  # long-lived: wrappers own pinned buffers, too costly per step
+        if ctx is None or ctx.max_tokens < num_tokens or ctx.max_seqs < num_seqs:
+            cap = max(num_tokens, self.cfg.max_batch_size if is_decode else 4096)
+            ctx = FlashInferAttention(self.kv, max(num_seqs, self.cfg.max_batch_size), cap, self.max_pages_per_seq,
+                                      self.cfg.device, self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
+                                      is_decode=is_decode, use_cuda_graph=False, workspace=self._workspace)
+            self._eager_ctx[kind] = ctx
+        return ctx
+
+    # ---- buffers and bodies --------------------------------------------------------------------------------
+
+    def _make_decode_buffers(self, b: int, graphed: bool) -> DecodeBuffers:
+        dev = self.cfg.device
+        return DecodeBuffers(
+            text_ids=torch.zeros(b, dtype=torch.int64, device=dev),
+            prev_codes=torch.zeros(b, self.program.num_codebooks, dtype=torch.int64, device=dev),
+            slots=torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev),
+            sampling=SamplingTensors.empty(b, dev),
+            attn=self._attention(b, b, True, graphed),
+            hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
+            code0=torch.zeros(b, dtype=torch.int64, device=dev),
+        )
+
+    def _decode_body(self, bufs: DecodeBuffers) -> None:
+        p = self.program
+        x = p.embed_step(bufs.text_ids, bufs.prev_codes)
+        hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
+        code0 = p.sample_first_code(hidden, bufs.sampling, self.history[bufs.slots])
+        self.history[bufs.slots, code0] = True
+        bufs.hidden.copy_(hidden)
+        bufs.code0.copy_(code0)
+
+    def _make_depth_buffers(self, b: int, graphed: bool) -> DepthBuffers:
+        dev = self.cfg.device
+        return DepthBuffers(hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
+                            code0=torch.zeros(b, dtype=torch.int64, device=dev),
+                            sampling=SamplingTensors.empty(b, dev),
+                            codes=torch.zeros(b, self.program.num_codebooks, dtype=torch.int64, device=dev))
+
+    def _depth_body(self, bufs: DepthBuffers) -> None:
+        bufs.codes.copy_(self.program.generate_depth(bufs.hidden, bufs.code0, bufs.sampling))
+
+    def _make_codec_buffers(self, b: int, frames: int) -> CodecBuffers:
+        dev = self.cfg.device
+        return CodecBuffers(codes=torch.zeros(b, frames, self.program.num_codebooks, dtype=torch.int64, device=dev),
+                            slots=torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev),
+                            audio=torch.zeros(b, frames * self.program.samples_per_frame, dtype=torch.float32, device=dev))
+
+    def _codec_body(self, bufs: CodecBuffers) -> None:
+        bufs.audio.copy_(self.program.decode_chunk(bufs.codes, bufs.slots, self.codec_state))
+
+    # ---- the step --------------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def run_lm(self, plan: StepPlan) -> list[tuple[int, ...]]:
+        """One frame for every LM request of the plan (prefills first, then decodes)."""
+        hidden_parts, code0_parts = [], []
+        if plan.prefill:
+            hidden, code0 = self._prefill(plan)
+            hidden_parts.append(hidden)
+            code0_parts.append(code0)
+        if plan.decode:
+            n = len(plan.decode)
+            items = plan.decode
+            bufs = self.decode_stage.run(n, lambda b, size: self._fill_decode(
+                b, size, [i.text_id for i in items], [i.request.frames[-1] for i in items],
+                [i.request.slot for i in items], [i.request.params for i in items],
+                [SeqSlice(i.request.pages, 1, i.position + 1) for i in items]))
+            hidden_parts.append(bufs.hidden[:n])
+            code0_parts.append(bufs.code0[:n])
+        hidden = torch.cat(hidden_parts) if len(hidden_parts) > 1 else hidden_parts[0]
+        code0 = torch.cat(code0_parts) if len(code0_parts) > 1 else code0_parts[0]
+        params = [r.params for r in plan.lm_requests]
+        n = len(params)
+
+        def fill_depth(b: DepthBuffers, size: int) -> None:
+            b.hidden[:n].copy_(hidden)
+            b.code0[:n].copy_(code0)
+            b.sampling.copy_(SamplingTensors.from_params(params, self.cfg.device, pad_to=size))
+
+        codes = self.depth_stage.run(n, fill_depth).codes[:n]
+        return [tuple(row) for row in codes.cpu().tolist()]
+
+    def _prefill(self, plan: StepPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        dev, p = self.cfg.device, self.program
+        requests = plan.prefill
+        lengths = [len(r.prompt) for r in requests]
+        text_ids = torch.tensor([t for r in requests for t in r.prompt.text_ids], dtype=torch.int64, device=dev)
+        codec_ids = torch.tensor([c for r in requests for c in r.prompt.codec_ids], dtype=torch.int64, device=dev)
+        seqs = [SeqSlice(r.pages, n, n) for r, n in zip(requests, lengths)]
+        attn = self._attention(len(requests), sum(lengths), False, False)
+        attn.fill(seqs)
+        x = p.embed_prompt(text_ids, codec_ids)
+        hidden = p.lm_forward(x, attn.positions[: x.shape[0]], attn)
+        last = torch.tensor(np.cumsum(lengths) - 1, dtype=torch.int64, device=dev)
+        hidden = hidden[last]
+        slots = torch.tensor([r.slot for r in requests], dtype=torch.int64, device=dev)
+        self.history.index_fill_(0, slots, False)  # a new owner of the slot starts clean
+        p.reset_codec_slots(self.codec_state, slots)
+        sampling = SamplingTensors.from_params([r.params for r in requests], dev)
+        code0 = p.sample_first_code(hidden, sampling, self.history[slots])
+        self.history[slots, code0] = True
+        return hidden, code0
+
+    def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], prev: Sequence[Sequence[int]],
+                     slots: Sequence[int], params: Sequence, seqs: Sequence[SeqSlice]) -> None:
+        n = len(text_ids)
+        pad = size - n
+        k = self.program.num_codebooks
+        host = torch.tensor(list(text_ids) + [0] * pad, dtype=torch.int64)
+        b.text_ids.copy_(host.to(b.text_ids.device, non_blocking=True))
+        prev_host = torch.tensor([list(c) for c in prev] + [[0] * k] * pad, dtype=torch.int64).view(size, k)
+        b.prev_codes.copy_(prev_host.to(b.prev_codes.device, non_blocking=True))
+        slot_host = torch.tensor(list(slots) + [self.scratch_slot] * pad, dtype=torch.int64)
+        b.slots.copy_(slot_host.to(b.slots.device, non_blocking=True))
+        b.sampling.copy_(SamplingTensors.from_params(params, self.cfg.device, pad_to=size))
+        b.attn.fill(seqs)
+
+    @torch.inference_mode()
+    def run_codec(self, jobs: Sequence[CodecJob]) -> list[np.ndarray]:
+        """Audio for each job (float32, mono, the model's rate). Jobs of one request are never in one call:
+        the scheduler cuts one chunk per request per step, and the state is stateful per slot."""
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        groups: dict[int, list[int]] = {}
+        for i, job in enumerate(jobs):
+            if job.num_frames == 0:
+                out[i] = np.zeros(0, dtype=np.float32)
+            else:
+                groups.setdefault(job.num_frames, []).append(i)
+        for frames, idx in groups.items():
+            stage = self.codec_stages.get(frames)
+            if stage is None:  # odd-sized last chunks run eagerly
+                stage = GraphedStage(f"codec[{frames}f]", [], lambda b, g, f=frames: self._make_codec_buffers(b, f),
+                                     self._codec_body, False)
+            group = [jobs[i] for i in idx]
+            n = len(group)
+
+            def fill(b: CodecBuffers, size: int, group=group, frames=frames) -> None:
+                codes = [job.request.frames[job.first_frame : job.first_frame + frames] for job in group]
+                k = self.program.num_codebooks
+                host = torch.tensor(codes + [[[0] * k] * frames] * (size - len(group)), dtype=torch.int64)
+                b.codes.copy_(host.to(b.codes.device, non_blocking=True))
+                slots = [job.request.slot for job in group] + [self.scratch_slot] * (size - len(group))
+                b.slots.copy_(torch.tensor(slots, dtype=torch.int64).to(b.slots.device, non_blocking=True))
+
+            audio = stage.run(n, fill).audio[:n].cpu().numpy()
+            for row, i in enumerate(idx):
+                out[i] = audio[row].copy()
+        return out  # type: ignore[return-value]

@@ -1,0 +1,244 @@
+"""The scheduler: owns the requests, their pages and slots, and decides what each step runs.
+
+`Scheduler` holds the state and the mechanics every policy shares (admission, page growth, text feeding,
+stop rules, chunk cutting, cancel). A policy implements `schedule(now_ns)`; `BaseScheduler` in
+`base_policy.py` is the first one. Pure: no torch, no clock (time is an argument).
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.sched.pages import PagePool, SlotPool
+from voxrt.engine.sched.plan import CodecJob, DecodeItem, ProgramSpec, StepPlan
+from voxrt.engine.sched.request import PromptTokens, Request, RequestState
+from voxrt.engine.sched.text_feed import Tokenizer
+
+PromptBuilder = Callable[[Request], PromptTokens]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_batch_size: int = 64
+    max_seq_len: int = 4096
+    max_prefill_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class Failure:
+    request: Request
+    code: str
+    message: str
+
+
+class Scheduler(abc.ABC):
+    def __init__(self, spec: ProgramSpec, pages: PagePool, slots: SlotPool, build_prompt: PromptBuilder,
+                 tokenize: Tokenizer, config: SchedulerConfig) -> None:
+        self.spec = spec
+        self.pages = pages
+        self.slots = slots
+        self.config = config
+        self._build_prompt = build_prompt
+        self._tokenize = tokenize
+        self.requests: dict[str, Request] = {}  # live (non-terminal) requests, in arrival order
+        self._failures: list[Failure] = []
+
+    # ---- commands --------------------------------------------------------------------------------------
+
+    def add(self, request_id: str, voice: str, params: SamplingParams, arrival_ns: int) -> Request:
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already live")
+        request = Request.create(request_id, voice, params, self._tokenize, arrival_ns)
+        self.requests[request_id] = request
+        return request
+
+    def append_text(self, request_id: str, text: str, is_final: bool) -> None:
+        request = self.requests[request_id]
+        request.feed.append(text, is_final)
+        if request.state is RequestState.STARVED and (request.num_text_pending or request.feed.is_final):
+            request.transition(RequestState.RUNNING)
+
+    def cancel(self, request_id: str) -> Request | None:
+        """Hard stop: returns pages and slot at once. None when the request is unknown or already ended."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return None
+        self._end(request, RequestState.CANCELLED)
+        return request
+
+    def fail(self, request: Request, code: str, message: str) -> None:
+        if request.is_terminal:
+            return
+        request.error = message
+        self._end(request, RequestState.FAILED)
+        self._failures.append(Failure(request, code, message))
+
+    def pop_failures(self) -> list[Failure]:
+        failures, self._failures = self._failures, []
+        return failures
+
+    # ---- the policy ------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def schedule(self, now_ns: int) -> StepPlan:
+        """Decide the next step. Mutates request bookkeeping (pages, text cursor, chunk cursor)."""
+
+    # ---- results ---------------------------------------------------------------------------------------
+
+    def update_lm(self, plan: StepPlan, codes: list[tuple[int, ...]]) -> None:
+        """`codes[i]` is the frame generated for `plan.lm_requests[i]`."""
+        requests = plan.lm_requests
+        assert len(codes) == len(requests), (len(codes), len(requests))
+        for request, frame in zip(requests, codes):
+            if request.is_terminal:  # cancelled while the step ran
+                continue
+            if request.prompt is not None and request.num_tokens == 0:
+                request.num_tokens = len(request.prompt)
+                request.num_text_consumed = request.prompt.num_text_tokens_used
+            else:
+                request.num_tokens += 1
+            request.frames.append(tuple(frame))
+            request.frame_text_index.append(request.num_text_consumed)
+            reason = self._stop_reason(request, frame[0])
+            if reason is not None:
+                if reason == "stop":
+                    request.frames.pop()  # the EOS frame is a marker, not audio
+                    request.frame_text_index.pop()
+                self._end_generation(request, reason)
+
+    def complete_codec(self, job: CodecJob, now_ns: int) -> None:
+        request = job.request
+        if request.is_terminal:
+            return
+        if request.first_chunk_ns is None:
+            request.first_chunk_ns = now_ns
+        if job.is_last:
+            self._end(request, RequestState.FINISHED)
+
+    # ---- mechanics shared by policies --------------------------------------------------------------------
+
+    def running(self) -> list[Request]:
+        return [r for r in self.requests.values() if r.state in (RequestState.RUNNING, RequestState.STARVED)]
+
+    def waiting(self) -> list[Request]:
+        return [r for r in self.requests.values() if r.state is RequestState.WAITING]
+
+    def try_admit(self, request: Request, token_budget: int) -> int:
+        """Moves a waiting request to RUNNING when it has text and pages and a slot are free. Returns the
+        prompt tokens it takes (0 when it was not admitted this step)."""
+        feed = request.feed
+        if not feed.token_ids and not feed.is_final:
+            return 0
+        if not self.spec.consumes_text_incrementally and not feed.is_final:
+            return 0  # segment programs read the whole text in the prompt
+        if not feed.token_ids:  # final and empty: nothing to say
+            self._end_generation(request, "empty")
+            return 0
+        if request.prompt is None:
+            request.prompt = self._build_prompt(request)
+        num_tokens = len(request.prompt)
+        num_pages = self.pages.pages_for_tokens(num_tokens)
+        if num_tokens > self.config.max_seq_len or num_pages > self.pages.num_pages:
+            self.fail(request, "capacity", f"prompt of {num_tokens} tokens exceeds the KV capacity "
+                      f"(max_seq_len {self.config.max_seq_len}, {self.pages.num_pages} pages of {self.pages.page_size})")
+            return 0
+        if num_tokens > token_budget or not self.pages.can_allocate(num_pages) or not self.slots.num_free:
+            return 0
+        request.pages = self.pages.allocate(num_pages)
+        request.slot = self.slots.allocate()
+        request.transition(RequestState.RUNNING)
+        return num_tokens
+
+    def next_decode(self, request: Request) -> DecodeItem | None:
+        """The decode input of a running request, growing its pages; None when it must wait this step
+        (starved of text, or no page free)."""
+        if request.num_tokens >= self.config.max_seq_len:
+            self._end_generation(request, "max_frames")
+            return None
+        if self.spec.consumes_text_incrementally and request.num_text_pending == 0 and not request.feed.is_final:
+            if request.state is RequestState.RUNNING:
+                request.transition(RequestState.STARVED)
+            return None
+        if request.state is RequestState.STARVED:
+            request.transition(RequestState.RUNNING)
+        if request.num_tokens + 1 > len(request.pages) * self.pages.page_size:
+            if not self.pages.can_allocate(1):
+                return None
+            request.pages.extend(self.pages.allocate(1))
+        text_id = self.spec.text_pad_id
+        if self.spec.consumes_text_incrementally and request.num_text_pending > 0:
+            text_id = request.feed.token_ids[request.num_text_consumed]
+            request.num_text_consumed += 1
+        return DecodeItem(request=request, text_id=text_id, position=request.num_tokens)
+
+    def next_chunk(self, request: Request) -> CodecJob | None:
+        """The next codec chunk of a request when it is ready (frames cut in order, one at a time)."""
+        if request.state not in (RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING):
+            return None
+        available = request.num_frames - request.num_frames_chunked
+        need = self.spec.first_chunk_frames if request.num_chunks == 0 else self.spec.chunk_frames
+        if request.is_generation_done:
+            is_last = available <= need
+            num_frames = available if is_last else need
+        elif available >= need:
+            is_last, num_frames = False, need
+        else:
+            return None
+        job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last)
+        request.num_frames_chunked += num_frames
+        request.num_chunks += 1
+        return job
+
+    def fail_one_blocked_on_pages(self, blocked: list[Request]) -> None:
+        """Called when no LM work could run because every candidate waits for a page: the newest one is
+        failed (its pages return), so the others can go on. Never a crash, never a silent hang."""
+        victim = max(blocked, key=lambda r: r.arrival_ns)
+        self.fail(victim, "capacity", f"KV cache exhausted ({self.pages.num_pages} pages of "
+                  f"{self.pages.page_size} tokens all in use); request stopped after {victim.num_frames} frames")
+
+    def has_work(self) -> bool:
+        return any(r.state is not RequestState.STARVED and not (r.state is RequestState.WAITING and not
+                   (r.feed.token_ids or r.feed.is_final)) for r in self.requests.values())
+
+    def check_integrity(self) -> None:
+        self.pages.check_integrity({r.request_id: r.pages for r in self.requests.values()})
+        self.slots.check_integrity({r.slot for r in self.requests.values() if r.slot is not None})
+
+    # ---- internals ---------------------------------------------------------------------------------------
+
+    def _stop_reason(self, request: Request, code0: int) -> str | None:
+        pinned = request.params.num_frames
+        if pinned is not None:
+            return "pinned" if request.num_frames >= pinned else None
+        if self.spec.eos_code is not None and code0 == self.spec.eos_code:
+            return "stop"
+        fptt = self.spec.frames_per_text_token
+        feed = request.feed
+        if fptt is not None and feed.is_final and request.num_text_pending == 0:
+            if request.num_frames >= max(1, math.ceil(fptt * len(feed.token_ids))):
+                return "length"
+        max_frames = request.params.max_frames or self.spec.default_max_frames
+        if request.num_frames >= max_frames:
+            return "max_frames"
+        return None
+
+    def _end_generation(self, request: Request, reason: str) -> None:
+        """Generation is over: KV pages return now; the slot stays until the last chunk is decoded."""
+        request.finish_reason = reason
+        self.pages.release(request.pages)
+        request.pages = []
+        request.transition(RequestState.DRAINING)
+
+    def _end(self, request: Request, state: RequestState) -> None:
+        if request.pages:
+            self.pages.release(request.pages)
+            request.pages = []
+        if request.slot is not None:
+            self.slots.release(request.slot)
+            request.slot = None
+        request.transition(state)
+        self.requests.pop(request.request_id, None)
