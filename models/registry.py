@@ -10,6 +10,8 @@ from voxrt.engine.errors import UnknownModelError
 # name -> "module:function"
 MODELS: dict[str, str] = {
     "tiny": "voxrt.models.tiny.program:build_tiny",
+    # random weights in the real talker/predictor shapes, toy codec: engine benchmarks only
+    "qwen3-tts-1.7b-shape": "voxrt.models.tiny.program:build_qwen3_tts_1_7b_shape",
 }
 
 

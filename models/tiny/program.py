@@ -247,3 +247,22 @@ def build_tiny(checkpoint: str | None = None) -> TinyProgram:
         raise ValueError("the tiny model has built-in random weights and takes no checkpoint")
     return TinyProgram()
 
+
+
+# The Qwen3-TTS-12Hz-1.7B talker and code predictor shapes (../shared/models/qwen3-tts.md), random weights,
+# with the toy codec: for engine benchmarks only (compute cost does not depend on weight values).
+QWEN3_TTS_1_7B_SHAPE = TinyConfig(
+    text_vocab_size=151936, text_embed_dim=2048, hidden_size=2048, num_layers=28, num_q_heads=16, num_kv_heads=8,
+    head_dim=128, intermediate_size=6144, rope_theta=1_000_000.0, num_codebooks=16, codebook_size=2048,
+    predictor_hidden=1024, predictor_layers=5, predictor_heads=16, predictor_kv_heads=8, predictor_head_dim=128,
+    predictor_intermediate=3072, chunk_frames=25, first_chunk_frames=2)
+
+
+def build_qwen3_tts_1_7b_shape(checkpoint: str | None = None) -> TinyProgram:
+    if checkpoint is not None:
+        raise ValueError("qwen3-tts-1.7b-shape has random weights and takes no checkpoint")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):  # initialize 1.7B parameters where they will run
+        program = TinyProgram(QWEN3_TTS_1_7B_SHAPE)
+    program.name = "qwen3-tts-1.7b-shape"
+    return program

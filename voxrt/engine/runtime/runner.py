@@ -87,6 +87,7 @@ class ModelRunner:
         self.scratch_slot = cfg.num_slots
         self.codec_state = program.new_codec_state(cfg.num_slots + 1, cfg.device, cfg.dtype)
         self.history = torch.zeros(cfg.num_slots + 1, program.code0_vocab_size, dtype=torch.bool, device=cfg.device)
+        self._true = torch.ones((), dtype=torch.bool, device=cfg.device)  # a device value: no H2D copy in capture
         use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
         self.use_graphs = use_graphs
         self._workspace = None
@@ -153,7 +154,7 @@ class ModelRunner:
         x = p.embed_step(bufs.text_ids, bufs.prev_codes)
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
         code0 = p.sample_first_code(hidden, bufs.sampling, self.history[bufs.slots])
-        self.history[bufs.slots, code0] = True
+        self._mark_history(bufs.slots, code0)
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
 
@@ -226,8 +227,11 @@ class ModelRunner:
         p.reset_codec_slots(self.codec_state, slots)
         sampling = SamplingTensors.from_params([r.params for r in requests], dev)
         code0 = p.sample_first_code(hidden, sampling, self.history[slots])
-        self.history[slots, code0] = True
+        self._mark_history(slots, code0)
         return hidden, code0
+
+    def _mark_history(self, slots: torch.Tensor, code0: torch.Tensor) -> None:
+        self.history.index_put_((slots, code0), self._true.expand(slots.shape[0]))
 
     def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], prev: Sequence[Sequence[int]],
                      slots: Sequence[int], params: Sequence, seqs: Sequence[SeqSlice]) -> None:

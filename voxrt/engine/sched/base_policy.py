@@ -31,7 +31,7 @@ class BaseScheduler(Scheduler):
                 plan.decode.append(item)
             elif request.state is RequestState.RUNNING:
                 blocked.append(request)  # waits for a page
-        if blocked and not plan.prefill and not plan.decode:
+        if blocked and not plan.prefill and not plan.decode and not self.pages.can_allocate(1):
             self.fail_one_blocked_on_pages(blocked)
         for request in list(self.requests.values()):
             job = self.next_chunk(request)

@@ -146,7 +146,9 @@ class Scheduler(abc.ABC):
             self.fail(request, "capacity", f"prompt of {num_tokens} tokens exceeds the KV capacity "
                       f"(max_seq_len {self.config.max_seq_len}, {self.pages.num_pages} pages of {self.pages.page_size})")
             return 0
-        if num_tokens > token_budget or not self.pages.can_allocate(num_pages) or not self.slots.num_free:
+        # a prompt over the per-step budget is admitted alone, when the budget is still untouched
+        over_budget = num_tokens > token_budget and token_budget < self.config.max_prefill_tokens
+        if over_budget or not self.pages.can_allocate(num_pages) or not self.slots.num_free:
             return 0
         request.pages = self.pages.allocate(num_pages)
         request.slot = self.slots.allocate()

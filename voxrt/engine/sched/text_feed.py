@@ -41,9 +41,13 @@ class TextFeed:
 
 
 def _last_boundary(text: str, start: int) -> int:
-    """Index of the last whitespace character at or after `start` (the next word starts after it, and a
-    BPE word keeps its leading space), or `start` when there is none."""
-    for i in range(len(text) - 1, start - 1, -1):
-        if text[i].isspace():
-            return i
-    return start
+    """Start of the whitespace run before the trailing partial word (a BPE word keeps its leading
+    whitespace, the whole run of it), or `start` when there is none at or after `start`."""
+    i = len(text) - 1
+    while i >= start and not text[i].isspace():
+        i -= 1
+    if i < start:
+        return start
+    while i > start and text[i - 1].isspace():
+        i -= 1
+    return i
