@@ -1,0 +1,213 @@
+"""The engine core on the tiny model, in-process on the CPU: batching, streaming, cancel, failures, text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import GREEDY, assert_pools_empty, drain, make_core, pcm, submit
+from voxrt.engine.errors import InvalidParamsError, UnknownModelError, UnknownVoiceError
+from voxrt.engine.messages import EngineConfig
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.sched.request import RequestState
+
+TEXT = "Hello there, this is a test of the batching engine."
+OTHERS = ["Another sentence, somewhat longer than the first one.", "Short one.", "Numbers like 3.50 are text.",
+          "The quick brown fox.", "Jumps over the lazy dog, twice.", "A seventh request.", "And the eighth."]
+
+
+def test_one_request_alone_equals_inside_a_batch_of_8(core):
+    alone = submit(core, "alone", TEXT)
+    chunks, failures = drain(core)
+    assert not failures
+    batch = [submit(core, "b0", TEXT)] + [submit(core, f"b{i + 1}", t) for i, t in enumerate(OTHERS)]
+    chunks_b, failures_b = drain(core)
+    assert not failures_b and len(batch) == 8
+    assert alone.frames and batch[0].frames == alone.frames  # identical tokens
+    np.testing.assert_allclose(pcm(chunks_b["b0"]), pcm(chunks["alone"]), rtol=0, atol=1e-5)  # identical audio
+    assert_pools_empty(core)
+
+
+def test_streamed_chunks_equal_whole_offline_decode(core):
+    request = submit(core, "s", TEXT)
+    chunks, _ = drain(core)
+    indexes = [c.chunk_index for c in chunks["s"]]
+    assert indexes == list(range(len(indexes))) and chunks["s"][-1].is_last
+    assert [c.num_frames for c in chunks["s"]][:2] == [core.info.first_chunk_frames, core.info.chunk_frames]
+    with torch.inference_mode():
+        whole = core.program.decode_offline(torch.tensor([request.frames]))[0].numpy()
+    streamed = pcm(chunks["s"])
+    assert streamed.shape == whole.shape == (len(request.frames) * core.info.samples_per_frame,)
+    np.testing.assert_allclose(streamed, whole, rtol=0, atol=1e-5)
+
+
+def test_codec_state_slots_do_not_leak_between_requests(core):
+    """A slot reused by a new request starts clean: its audio equals that of a fresh engine."""
+    for i in range(3):
+        submit(core, f"warm{i}", OTHERS[i])
+    drain(core)
+    request = submit(core, "reuse", TEXT)
+    chunks, _ = drain(core)
+    fresh = make_core()
+    fresh_request = submit(fresh, "reuse", TEXT)
+    fresh_chunks, _ = drain(fresh)
+    assert request.frames == fresh_request.frames
+    np.testing.assert_allclose(pcm(chunks["reuse"]), pcm(fresh_chunks["reuse"]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("when", ["waiting", "prefill", "decoding", "draining"])
+def test_cancel_returns_every_page_and_slot(core, when):
+    other = submit(core, "other", OTHERS[0])
+    request = submit(core, "victim", TEXT)
+    if when == "prefill":  # cancel arrives while the prefill step runs
+        real_run_lm = core.runner.run_lm
+
+        def run_lm_then_cancel(plan):
+            codes = real_run_lm(plan)
+            assert request in plan.prefill
+            assert core.cancel("victim")
+            return codes
+
+        core.runner.run_lm = run_lm_then_cancel
+        try:
+            core.step()
+        finally:
+            core.runner.run_lm = real_run_lm
+    elif when == "decoding":
+        for _ in range(5):
+            core.step()
+        assert request.state is RequestState.RUNNING and request.pages
+    elif when == "draining":
+        while request.state is not RequestState.DRAINING:
+            core.step()
+        assert request.slot is not None and not request.pages
+    if when != "prefill":
+        assert core.cancel("victim")
+    assert request.state is RequestState.CANCELLED and not request.pages and request.slot is None
+    assert not core.cancel("victim")  # idempotent
+    chunks, failures = drain(core)
+    assert "victim" not in failures and all(not c.is_last for c in chunks.get("victim", []))
+    assert other.state is RequestState.FINISHED
+    assert_pools_empty(core)
+
+
+def test_a_step_that_raises_fails_its_requests_and_the_engine_goes_on():
+    core = make_core()
+    submit(core, "doomed", TEXT)
+    real_run_lm = core.runner.run_lm
+
+    def boom(plan):
+        raise RuntimeError("injected")
+
+    core.runner.run_lm = boom
+    events = core.step()
+    core.runner.run_lm = real_run_lm
+    assert [(e.request_id, e.code) for e in events] == [("doomed", "request_failed")]
+    assert "injected" not in events[0].message  # internals never leak to clients
+    assert core.num_failed_steps == 1
+    assert_pools_empty(core)
+    submit(core, "next", TEXT)
+    chunks, failures = drain(core)
+    assert not failures and chunks["next"][-1].is_last
+
+
+def test_a_codec_step_that_raises_fails_its_requests():
+    core = make_core()
+    submit(core, "doomed", TEXT)
+    real = core.runner.run_codec
+    core.runner.run_codec = lambda jobs: (_ for _ in ()).throw(RuntimeError("codec broke"))
+    _, failures = drain(core)
+    core.runner.run_codec = real
+    assert failures["doomed"].code == "request_failed"
+    assert_pools_empty(core)
+    submit(core, "next", TEXT)
+    chunks, failures = drain(core)
+    assert not failures and chunks["next"][-1].is_last
+
+
+def test_text_appended_to_a_running_request_is_consumed(core):
+    request = submit(core, "inc", "Streaming text ", final=False)
+    early = []
+    for _ in range(20):
+        early += core.step()
+    assert request.state is RequestState.STARVED  # ran out of text before final: waits, does not end
+    consumed = request.num_text_consumed
+    frames = request.num_frames
+    assert consumed == len(request.feed.token_ids)
+    assert not core.has_work()  # a starved request costs no steps
+    core.append_text("inc", "arrives in pieces, ", False)
+    for _ in range(3):
+        early += core.step()
+    assert request.num_text_consumed > consumed and request.num_frames > frames
+    core.append_text("inc", "and then it ends.", True)
+    chunks, failures = drain(core)
+    assert not failures
+    assert request.state is RequestState.FINISHED and request.finish_reason == "length"
+    assert request.num_text_consumed == len(request.feed.token_ids)
+    spans = [c.text_span for c in early + chunks["inc"] if c.text_span]
+    assert spans and spans[0][0] == 0 and max(end for _, end in spans) == len(request.feed.text.rstrip())
+    assert not core.append_text("inc", "too late", True)  # dropped, not an error
+    assert_pools_empty(core)
+
+
+def test_empty_final_text_finishes_with_an_empty_last_chunk(core):
+    submit(core, "empty", "", final=True)
+    chunks, failures = drain(core)
+    assert not failures
+    assert len(chunks["empty"]) == 1 and chunks["empty"][0].is_last and chunks["empty"][0].num_samples == 0
+    assert chunks["empty"][0].finish_reason == "empty"
+
+
+def test_pinned_frames_set_the_length(core):
+    request = submit(core, "pin", "Hi.", params=SamplingParams(greedy=True, num_frames=23))
+    chunks, _ = drain(core)
+    assert request.num_frames == 23 and chunks["pin"][-1].finish_reason == "pinned"
+    assert len(pcm(chunks["pin"])) == 23 * core.info.samples_per_frame
+
+
+def test_sampled_requests_differ_and_stay_in_range(core):
+    a = submit(core, "s1", TEXT, params=SamplingParams())
+    b = submit(core, "s2", TEXT, params=SamplingParams())
+    drain(core)
+    assert a.frames != b.frames
+    assert all(0 <= code < core.program.cfg.codebook_size for frame in a.frames for code in frame)
+
+
+def test_kv_exhaustion_waits_or_refuses_never_crashes():
+    core = make_core(num_pages=12, page_size=4, max_batch_size=4)
+    requests = [submit(core, f"r{i}", OTHERS[i % len(OTHERS)]) for i in range(6)]
+    chunks, failures = drain(core)
+    assert set(chunks) | set(failures) == {r.request_id for r in requests}
+    assert all(f.code == "capacity" and "KV cache" in f.message for f in failures.values())
+    assert any(c[-1].is_last for c in chunks.values())  # some finished despite the pressure
+    assert_pools_empty(core)
+
+
+def test_a_prompt_that_can_never_fit_is_refused():
+    core = make_core(num_pages=1, page_size=4)
+    submit(core, "big", TEXT)
+    _, failures = drain(core)
+    assert failures["big"].code == "capacity"
+    assert_pools_empty(core)
+
+
+def test_unknown_model_lists_the_available_ones():
+    with pytest.raises(UnknownModelError, match="available: .*tiny"):
+        EngineCore(EngineConfig(model="nope", device="cpu"))
+
+
+def test_unknown_voice_and_bad_params_are_typed_errors(core):
+    with pytest.raises(UnknownVoiceError, match="available"):
+        submit(core, "v", TEXT, voice="nobody")
+    with pytest.raises(InvalidParamsError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    with pytest.raises(InvalidParamsError, match="unknown sampling parameters"):
+        SamplingParams.from_dict({"temprature": 0.5})
+    assert not core.scheduler.requests
+
+
+def test_stats_report_pools(core):
+    stats = core.stats()
+    assert stats.pool_ok and stats.num_pages_free == stats.num_pages_total and stats.num_requests == 0

@@ -1,0 +1,35 @@
+"""The `voxrt` command line, run as users run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import wave
+
+
+def voxrt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "voxrt.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_tiny_8_requests_prints_the_realtime_factor(tmp_path):
+    result = voxrt("bench", "--model", "tiny", "--requests", "8", "--device", "cpu", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "realtime factor (wall / audio):" in out
+    rows = [line for line in out.splitlines() if line.startswith("bench-")]
+    assert len(rows) == 8 and all(line.split()[-1] == "length" for line in rows)
+    wavs = sorted(tmp_path.glob("*.wav"))
+    assert len(wavs) == 8
+    with wave.open(str(wavs[0])) as f:
+        assert f.getframerate() == 24000 and f.getnframes() > 24000
+
+
+def test_unknown_model_is_an_error_listing_the_available_ones():
+    result = voxrt("bench", "--model", "nope", "--requests", "1")
+    assert result.returncode != 0
+    assert "unknown model 'nope'" in result.stderr and "tiny" in result.stderr
+
+
+def test_models_lists_tiny():
+    result = voxrt("models")
+    assert result.returncode == 0 and "tiny" in result.stdout.split()
