@@ -1,0 +1,358 @@
+"""Paged attention reference (TorchAttention) on CPU, float32, against dense per-sequence causal attention.
+
+Sequences live on shuffled, non-contiguous pages of a KVCache; prefill, decode, chunked prefill and the
+static (graph-bucket) variant with padding rows must all match dense GQA attention, and K/V must land at
+(pages[pos // page_size], pos % page_size), padding writing only into the scratch page."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention, bytes_per_page
+
+CPU = torch.device("cpu")
+NUM_PAGES, PAGE_SIZE, KV_HEADS, Q_HEADS, HEAD_DIM = 32, 4, 2, 4, 8
+LENGTHS = [5, 1, 11]
+ATOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def pages_for(n_tokens: int) -> int:
+    return -(-n_tokens // PAGE_SIZE)
+
+
+class Seq:
+    """One sequence's full q/k/v up to `final_len` tokens and the (shuffled) pages reserved for it."""
+
+    def __init__(self, final_len: int, pages: list[int]) -> None:
+        self.q = torch.randn(final_len, Q_HEADS, HEAD_DIM)
+        self.k = torch.randn(final_len, KV_HEADS, HEAD_DIM)
+        self.v = torch.randn(final_len, KV_HEADS, HEAD_DIM)
+        self.pages = pages
+        self.dense = dense_attention(self.q, self.k, self.v)
+
+    def slice(self, start: int, end: int) -> SeqSlice:
+        # only the pages needed so far: the page list grows as the sequence does
+        return SeqSlice(self.pages[: pages_for(end)], end - start, end)
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal GQA over one whole sequence: q [L, Hq, D], k/v [L, Hkv, D] -> [L, Hq, D]; q head h uses kv
+    head h // (Hq / Hkv) (transformers' repeat_kv)."""
+    length = q.shape[0]
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+def make_seqs(lengths: list[int], final_lengths: list[int] | None = None, seed: int = 0) -> list[Seq]:
+    final_lengths = final_lengths or lengths
+    perm = torch.randperm(NUM_PAGES, generator=torch.Generator().manual_seed(seed)).tolist()
+    seqs, at = [], 0
+    for final in final_lengths:
+        n = pages_for(final)
+        seqs.append(Seq(final, perm[at : at + n]))
+        at += n
+    assert at <= NUM_PAGES
+    return seqs
+
+
+def make_kv(num_layers: int = 1, garbage: bool = True) -> KVCache:
+    kv = KVCache(num_layers, NUM_PAGES, PAGE_SIZE, KV_HEADS, HEAD_DIM, CPU, torch.float32)
+    if garbage:  # stale contents of freed pages: must never leak into attention
+        for layer in kv.layers:
+            layer.normal_(std=10.0)
+    return kv
+
+
+def run_step(ctx: TorchAttention, seqs: list[Seq], ranges: list[tuple[int, int, int]], layer: int = 0,
+             pad_to: int | None = None) -> list[torch.Tensor]:
+    """ranges: (seq index, start, end) of the new tokens. Returns each range's outputs."""
+    ctx.fill([seqs[i].slice(s, e) for i, s, e in ranges])
+    q = torch.cat([seqs[i].q[s:e] for i, s, e in ranges])
+    k = torch.cat([seqs[i].k[s:e] for i, s, e in ranges])
+    v = torch.cat([seqs[i].v[s:e] for i, s, e in ranges])
+    n = q.shape[0]
+    if pad_to is not None:  # a graph bucket runs max_tokens rows, padding holds whatever the buffers held
+        extra = pad_to - n
+        q = torch.cat([q, torch.randn(extra, Q_HEADS, HEAD_DIM) * 100])
+        k = torch.cat([k, torch.randn(extra, KV_HEADS, HEAD_DIM) * 100])
+        v = torch.cat([v, torch.randn(extra, KV_HEADS, HEAD_DIM) * 100])
+    out = ctx.forward(layer, q, k, v)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all()
+    return list(out[:n].split([e - s for _, s, e in ranges]))
+
+
+def eager(kv: KVCache, max_seqs: int = 8, max_tokens: int = 64) -> TorchAttention:
+    return TorchAttention(kv, max_seqs=max_seqs, max_tokens=max_tokens, max_pages_per_seq=None, device=CPU)
+
+
+def prefill_ranges(seqs: list[Seq], lengths: list[int]) -> list[tuple[int, int, int]]:
+    return [(i, 0, length) for i, length in enumerate(lengths)]
+
+
+def assert_matches_dense(outs, seqs, ranges):
+    for out, (i, s, e) in zip(outs, ranges):
+        torch.testing.assert_close(out, seqs[i].dense[s:e], atol=ATOL, rtol=0)
+
+
+def assert_kv_written(kv: KVCache, seqs: list[Seq], upto: list[int], layer: int = 0):
+    cache = kv.layers[layer]
+    for seq, n in zip(seqs, upto):
+        for pos in range(n):
+            page, off = seq.pages[pos // PAGE_SIZE], pos % PAGE_SIZE
+            assert torch.equal(cache[page, 0, off], seq.k[pos]), (page, off)
+            assert torch.equal(cache[page, 1, off], seq.v[pos]), (page, off)
+
+
+# --- the reference itself -----------------------------------------------------------------------------------------
+
+
+def test_dense_reference_agrees_with_sdpa():
+    seq = Seq(11, [0])
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        seq.q.transpose(0, 1), seq.k.transpose(0, 1), seq.v.transpose(0, 1), is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(seq.dense, sdpa.transpose(0, 1), atol=ATOL, rtol=0)
+
+
+def test_pages_are_shuffled_and_disjoint():
+    seqs = make_seqs(LENGTHS)
+    all_pages = [p for s in seqs for p in s.pages]
+    assert len(set(all_pages)) == len(all_pages)
+    assert seqs[2].pages != sorted(seqs[2].pages) or any(b != a + 1 for a, b in zip(seqs[2].pages, seqs[2].pages[1:]))
+
+
+def test_kvcache_layout():
+    kv = KVCache(3, NUM_PAGES, PAGE_SIZE, KV_HEADS, HEAD_DIM, CPU, torch.float16)
+    assert kv.scratch_page == NUM_PAGES
+    assert len(kv.layers) == 3
+    assert kv.layers[0].shape == (NUM_PAGES + 1, 2, PAGE_SIZE, KV_HEADS, HEAD_DIM)
+    assert kv.num_bytes == 3 * (NUM_PAGES + 1) * 2 * PAGE_SIZE * KV_HEADS * HEAD_DIM * 2
+    assert bytes_per_page(3, PAGE_SIZE, KV_HEADS, HEAD_DIM, torch.float16) * (NUM_PAGES + 1) == kv.num_bytes
+
+
+# --- eager ------------------------------------------------------------------------------------------------------------
+
+
+def test_prefill_matches_dense():
+    seqs = make_seqs(LENGTHS)
+    kv = make_kv()
+    ranges = prefill_ranges(seqs, LENGTHS)
+    outs = run_step(eager(kv), seqs, ranges)
+    assert_matches_dense(outs, seqs, ranges)
+    assert_kv_written(kv, seqs, LENGTHS)
+
+
+def test_prefill_writes_kv_only_at_its_slots():
+    seqs = make_seqs(LENGTHS)
+    kv = make_kv()
+    before = kv.layers[0].clone()
+    run_step(eager(kv), seqs, prefill_ranges(seqs, LENGTHS))
+    written = torch.zeros(NUM_PAGES + 1, PAGE_SIZE, dtype=torch.bool)
+    for seq, n in zip(seqs, LENGTHS):
+        for pos in range(n):
+            written[seq.pages[pos // PAGE_SIZE], pos % PAGE_SIZE] = True
+    after = kv.layers[0]
+    assert torch.equal(after.permute(0, 2, 1, 3, 4)[~written], before.permute(0, 2, 1, 3, 4)[~written])
+    assert_kv_written(kv, seqs, LENGTHS)
+
+
+def test_decode_steps_match_dense_with_page_growth():
+    steps = 6  # 5 -> 11 crosses a page edge at 8, 1 -> 7 at 4, 11 -> 17 at 12 and 16
+    finals = [n + steps for n in LENGTHS]
+    seqs = make_seqs(LENGTHS, finals)
+    kv = make_kv()
+    ctx = eager(kv)  # one context refilled every step, as the runner does
+    run_step(ctx, seqs, prefill_ranges(seqs, LENGTHS))
+    for step in range(steps):
+        ranges = [(i, n + step, n + step + 1) for i, n in enumerate(LENGTHS)]
+        outs = run_step(ctx, seqs, ranges)
+        assert_matches_dense(outs, seqs, ranges)
+    assert_kv_written(kv, seqs, finals)
+
+
+def test_decode_single_sequence_and_reordered_batch():
+    seqs = make_seqs(LENGTHS, [n + 2 for n in LENGTHS])
+    kv = make_kv()
+    ctx = eager(kv)
+    run_step(ctx, seqs, prefill_ranges(seqs, LENGTHS))
+    # batch rows in a different order than at prefill: the page table, not the row, names the sequence
+    ranges = [(2, 11, 12), (0, 5, 6), (1, 1, 2)]
+    assert_matches_dense(run_step(ctx, seqs, ranges), seqs, ranges)
+    ranges = [(1, 2, 3)]
+    assert_matches_dense(run_step(ctx, seqs, ranges), seqs, ranges)
+
+
+def test_chunked_prefill_equals_one_shot():
+    seqs = make_seqs(LENGTHS)
+    kv_one = make_kv(garbage=False)
+    one = run_step(eager(kv_one), seqs, prefill_ranges(seqs, LENGTHS))
+
+    kv_chunked = make_kv(garbage=False)
+    ctx = eager(kv_chunked)
+    first = [(i, 0, min(3, n)) for i, n in enumerate(LENGTHS)]
+    rest = [(i, min(3, n), n) for i, n in enumerate(LENGTHS) if n > 3]
+    outs_first = run_step(ctx, seqs, first)
+    outs_rest = run_step(ctx, seqs, rest)
+    assert_matches_dense(outs_first, seqs, first)
+    assert_matches_dense(outs_rest, seqs, rest)
+
+    for i, n in enumerate(LENGTHS):
+        chunked = torch.cat([outs_first[i]] + [o for o, (j, _, _) in zip(outs_rest, rest) if j == i])
+        torch.testing.assert_close(chunked, one[i], atol=ATOL, rtol=0)
+    assert torch.equal(kv_chunked.layers[0], kv_one.layers[0])
+
+
+def test_chunked_prefill_mixed_with_decode():
+    # one step carrying a prefill chunk of one sequence and a decode token of another
+    seqs = make_seqs([3, 5], [9, 6])
+    kv = make_kv()
+    ctx = eager(kv)
+    run_step(ctx, seqs, [(0, 0, 3), (1, 0, 5)])
+    ranges = [(0, 3, 9), (1, 5, 6)]
+    assert_matches_dense(run_step(ctx, seqs, ranges), seqs, ranges)
+    assert_kv_written(kv, seqs, [9, 6])
+
+
+def test_layers_are_independent():
+    seqs = make_seqs(LENGTHS)
+    kv = make_kv(num_layers=2)
+    layer0 = kv.layers[0].clone()
+    ranges = prefill_ranges(seqs, LENGTHS)
+    outs = run_step(eager(kv), seqs, ranges, layer=1)
+    assert_matches_dense(outs, seqs, ranges)
+    assert torch.equal(kv.layers[0], layer0)
+    assert_kv_written(kv, seqs, LENGTHS, layer=1)
+
+
+# --- static (graph bucket) ------------------------------------------------------------------------------------------
+
+
+def static(kv: KVCache, max_seqs: int, max_tokens: int, max_pages_per_seq: int = 8) -> TorchAttention:
+    return TorchAttention(kv, max_seqs=max_seqs, max_tokens=max_tokens, max_pages_per_seq=max_pages_per_seq,
+                          device=CPU)
+
+
+def written_mask(seqs: list[Seq], ranges) -> torch.Tensor:
+    written = torch.zeros(NUM_PAGES + 1, PAGE_SIZE, dtype=torch.bool)
+    for i, s, e in ranges:
+        for pos in range(s, e):
+            written[seqs[i].pages[pos // PAGE_SIZE], pos % PAGE_SIZE] = True
+    return written
+
+
+def assert_only_written_changed(before: torch.Tensor, after: torch.Tensor, written: torch.Tensor):
+    """Real pages: only `written` slots changed; the scratch page may change anywhere."""
+    real = torch.zeros(NUM_PAGES + 1, PAGE_SIZE, dtype=torch.bool)
+    real[:NUM_PAGES] = True
+    untouched = real & ~written
+    b, a = before.permute(0, 2, 1, 3, 4), after.permute(0, 2, 1, 3, 4)  # [pages, ps, 2, Hkv, D]
+    assert torch.equal(a[untouched], b[untouched])
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_static_prefill_matches_eager_and_padding_hits_scratch_only(padded):
+    seqs = make_seqs(LENGTHS)
+    ranges = prefill_ranges(seqs, LENGTHS)
+    kv_eager = make_kv()
+    ref = run_step(eager(kv_eager), seqs, ranges)
+
+    kv = make_kv()
+    before = kv.layers[0].clone()
+    max_tokens = 24  # 17 real tokens + 7 padding rows
+    ctx = static(kv, max_seqs=6, max_tokens=max_tokens)
+    outs = run_step(ctx, seqs, ranges, pad_to=max_tokens if padded else None)
+    assert_matches_dense(outs, seqs, ranges)
+    for a, b in zip(outs, ref):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+    assert_only_written_changed(before, kv.layers[0], written_mask(seqs, ranges))
+    assert_kv_written(kv, seqs, LENGTHS)
+    if padded:  # padding rows write at the scratch page, offset 0, and nowhere else
+        scratch_b, scratch_a = before[kv.scratch_page], kv.layers[0][kv.scratch_page]
+        assert not torch.equal(scratch_a[:, 0], scratch_b[:, 0])
+        assert torch.equal(scratch_a[:, 1:], scratch_b[:, 1:])
+    else:
+        assert torch.equal(kv.layers[0][kv.scratch_page], before[kv.scratch_page])
+
+
+def test_static_decode_bucket_with_padding_rows():
+    steps = 6
+    finals = [n + steps for n in LENGTHS]
+    seqs = make_seqs(LENGTHS, finals)
+    kv = make_kv()
+    run_step(eager(kv), seqs, prefill_ranges(seqs, LENGTHS))
+    bucket = 8  # decode graph bucket: 8 rows, 3 real
+    ctx = static(kv, max_seqs=bucket, max_tokens=bucket)
+    page_table_ptr = ctx.page_table.data_ptr()
+    for step in range(steps):
+        ranges = [(i, n + step, n + step + 1) for i, n in enumerate(LENGTHS)]
+        before = kv.layers[0].clone()
+        outs = run_step(ctx, seqs, ranges, pad_to=bucket)
+        assert_matches_dense(outs, seqs, ranges)
+        assert_only_written_changed(before, kv.layers[0], written_mask(seqs, ranges))
+        assert torch.equal(kv.layers[0][kv.scratch_page, :, 1:], before[kv.scratch_page, :, 1:])
+    assert ctx.page_table.data_ptr() == page_table_ptr  # static tensors are updated in place
+    assert ctx.page_table.shape == (bucket + 1, 8)
+    assert_kv_written(kv, seqs, finals)
+
+
+def test_static_refill_with_fewer_sequences_forgets_old_rows():
+    seqs = make_seqs(LENGTHS, [n + 2 for n in LENGTHS])
+    kv = make_kv()
+    ctx = static(kv, max_seqs=4, max_tokens=24)
+    run_step(ctx, seqs, prefill_ranges(seqs, LENGTHS), pad_to=24)
+    ranges = [(2, 11, 12)]  # a later step with a single sequence, in row 0
+    outs = run_step(ctx, seqs, ranges, pad_to=24)
+    assert_matches_dense(outs, seqs, ranges)
+    assert (ctx.page_table[1:] == kv.scratch_page).all()
+    assert (ctx.seq_ids[1:] == 4).all()  # padding tokens point at the padding row
+    assert (ctx.page_idx[1:] == kv.scratch_page).all() and (ctx.page_off[1:] == 0).all()
+
+
+def test_fill_tensors_for_a_step():
+    seqs = make_seqs(LENGTHS)
+    ctx = static(make_kv(), max_seqs=4, max_tokens=8)
+    ctx.fill([seqs[0].slice(3, 6), seqs[2].slice(10, 12)])  # positions 3..5 of seq 0, 10..11 of seq 2
+    p0, p2 = seqs[0].pages, seqs[2].pages
+    assert ctx.page_idx.tolist() == [p0[0], p0[1], p0[1], p2[2], p2[2]] + [NUM_PAGES] * 3
+    assert ctx.page_off.tolist() == [3, 0, 1, 2, 3, 0, 0, 0]
+    assert ctx.positions.tolist() == [3, 4, 5, 10, 11, 0, 0, 0]
+    assert ctx.seq_ids.tolist() == [0, 0, 0, 1, 1, 4, 4, 4]
+    assert ctx.page_table[0].tolist() == p0[:2] + [NUM_PAGES] * 6
+    assert ctx.page_table[1].tolist() == p2[:3] + [NUM_PAGES] * 5
+    assert (ctx.page_table[2:] == NUM_PAGES).all()
+
+
+def test_fill_rejects_over_capacity():
+    seqs = make_seqs(LENGTHS)
+    ctx = static(make_kv(), max_seqs=2, max_tokens=8, max_pages_per_seq=2)
+    with pytest.raises(AssertionError):
+        ctx.fill([seqs[i].slice(0, 1) for i in range(3)])  # 3 sequences > max_seqs
+    with pytest.raises(AssertionError):
+        ctx.fill([seqs[2].slice(0, 11)])  # 11 tokens > max_tokens
+    with pytest.raises(AssertionError):
+        ctx.fill([seqs[2].slice(10, 11)])  # 3 pages > max_pages_per_seq
+
+
+def test_low_precision_cache_keeps_query_dtype():
+    seqs = make_seqs(LENGTHS)
+    kv = KVCache(1, NUM_PAGES, PAGE_SIZE, KV_HEADS, HEAD_DIM, CPU, torch.bfloat16)
+    ctx = eager(kv)
+    ranges = prefill_ranges(seqs, LENGTHS)
+    outs = run_step(ctx, seqs, ranges)
+    for out, (i, s, e) in zip(outs, ranges):
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, seqs[i].dense[s:e], atol=5e-2, rtol=0)
