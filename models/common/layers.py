@@ -16,25 +16,27 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # One fused kernel on CUDA (accumulates in float32); the unfused float32 round trip cost ~8 kernels
+        # per norm and was the largest non-matmul share of a decode step (bench/profile_decode.py).
+        return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
 
 
-def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """[N] positions -> cos, sin [N, head_dim] (halves repeated, as in transformers' rotate_half scheme)."""
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
+                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N] positions -> cos, sin [N, head_dim] in `dtype` (halves repeated, transformers' rotate_half scheme;
+    computed in float32, then cast once per forward)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [..., N, H, D] with cos/sin broadcastable as [..., N, 1, D]."""
+    """x [..., N, H, D] with cos/sin broadcastable as [..., N, 1, D], in x's dtype (as the transformers
+    reference does: cos and sin are cast to the query's dtype)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+    return x * cos + rotated * sin
 
 
 class SwiGLU(nn.Module):

@@ -188,7 +188,7 @@ class TinyProgram(ModelProgram):
         return x
 
     def lm_forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
-        cos, sin = rotary_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        cos, sin = rotary_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         for layer in self.talker.layers:
             x = layer(x, cos, sin, attn)
         return self.talker.norm(x)
@@ -208,7 +208,7 @@ class TinyProgram(ModelProgram):
                    torch.zeros(bsz, cfg.predictor_kv_heads, max_len, cfg.predictor_head_dim, device=hidden.device, dtype=hidden.dtype))
                   for _ in pred.layers]
         positions = torch.arange(max_len, device=hidden.device)
-        cos_all, sin_all = rotary_cos_sin(positions, cfg.predictor_head_dim, cfg.rope_theta)
+        cos_all, sin_all = rotary_cos_sin(positions, cfg.predictor_head_dim, cfg.rope_theta, hidden.dtype)
         x = torch.stack([hidden, self.talker.codec_embedding(code0)], dim=1)  # [B, 2, H]
         codes = [code0]
         start = 0

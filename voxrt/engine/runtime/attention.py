@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from voxrt.engine.runtime.transfer import upload, upload_into
+
 
 @dataclass(frozen=True)
 class SeqSlice:
@@ -77,11 +79,9 @@ class AttentionContext(abc.ABC):
         page_off += [0] * pad
         positions += [0] * pad
         host = torch.tensor([page_idx, page_off, positions], dtype=torch.int64)
-        if self.device.type == "cuda":
-            host = host.pin_memory()
-        self.page_idx.copy_(host[0], non_blocking=True)
-        self.page_off.copy_(host[1], non_blocking=True)
-        self.positions.copy_(host[2], non_blocking=True)
+        upload_into(self.page_idx, host[0])
+        upload_into(self.page_off, host[1])
+        upload_into(self.positions, host[2])
         self._fill(seqs)
 
     @abc.abstractmethod
@@ -128,8 +128,8 @@ class TorchAttention(AttentionContext):
             table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
             seq_ids[n : n + seq.num_new] = i
             n += seq.num_new
-        self.page_table.copy_(table.to(self.device, non_blocking=True))
-        self.seq_ids.copy_(seq_ids.to(self.device, non_blocking=True))
+        upload_into(self.page_table, table)
+        upload_into(self.seq_ids, seq_ids)
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         cache = self.kv.layers[layer]
@@ -192,14 +192,19 @@ class FlashInferAttention(AttentionContext):
             indptr.append(len(indices))
             last_len.append(seq.num_total - (num_pages - 1) * ps)
             qo_indptr.append(qo_indptr[-1] + seq.num_new)
-        i32 = dict(dtype=torch.int32)
+        # Index arrays FlashInfer reads on the host stay on the CPU (pinned: their copies stay asynchronous);
+        # the page indices go to the device first, since plan() copies CPU indices synchronously (0.6).
+        def host(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int32).pin_memory()
+
+        indices_dev = upload(torch.tensor(indices, dtype=torch.int32), self.device)
         if self.is_decode:
-            self.wrapper.plan(torch.tensor(indptr, **i32), torch.tensor(indices, **i32), torch.tensor(last_len, **i32),
+            self.wrapper.plan(host(indptr), indices_dev, host(last_len),
                               self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
                               q_data_type=self.dtype, kv_data_type=self.dtype)
         else:
-            self.wrapper.plan(torch.tensor(qo_indptr, **i32), torch.tensor(indptr, **i32), torch.tensor(indices, **i32),
-                              torch.tensor(last_len, **i32), self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
+            self.wrapper.plan(host(qo_indptr), host(indptr), indices_dev, host(last_len),
+                              self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
                               causal=True, q_data_type=self.dtype, kv_data_type=self.dtype)
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from voxrt.engine.runtime.attention import (AttentionContext, FlashInferAttentio
 from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.sampling import SamplingTensors
+from voxrt.engine.runtime.transfer import upload, upload_into
 from voxrt.engine.sched.plan import CodecJob, StepPlan
 
 log = logging.getLogger("voxrt.engine.runner")
@@ -204,7 +205,7 @@ class ModelRunner:
         def fill_depth(b: DepthBuffers, size: int) -> None:
             b.hidden[:n].copy_(hidden)
             b.code0[:n].copy_(code0)
-            b.sampling.copy_(SamplingTensors.from_params(params, self.cfg.device, pad_to=size))
+            b.sampling.fill_from_params(params, pad_to=size)
 
         codes = self.depth_stage.run(n, fill_depth).codes[:n]
         return [tuple(row) for row in codes.cpu().tolist()]
@@ -213,16 +214,16 @@ class ModelRunner:
         dev, p = self.cfg.device, self.program
         requests = plan.prefill
         lengths = [len(r.prompt) for r in requests]
-        text_ids = torch.tensor([t for r in requests for t in r.prompt.text_ids], dtype=torch.int64, device=dev)
-        codec_ids = torch.tensor([c for r in requests for c in r.prompt.codec_ids], dtype=torch.int64, device=dev)
+        text_ids = upload(torch.tensor([t for r in requests for t in r.prompt.text_ids], dtype=torch.int64), dev)
+        codec_ids = upload(torch.tensor([c for r in requests for c in r.prompt.codec_ids], dtype=torch.int64), dev)
         seqs = [SeqSlice(r.pages, n, n) for r, n in zip(requests, lengths)]
         attn = self._attention(len(requests), sum(lengths), False, False)
         attn.fill(seqs)
         x = p.embed_prompt(text_ids, codec_ids)
         hidden = p.lm_forward(x, attn.positions[: x.shape[0]], attn)
-        last = torch.tensor(np.cumsum(lengths) - 1, dtype=torch.int64, device=dev)
+        last = upload(torch.tensor(np.cumsum(lengths) - 1, dtype=torch.int64), dev)
         hidden = hidden[last]
-        slots = torch.tensor([r.slot for r in requests], dtype=torch.int64, device=dev)
+        slots = upload(torch.tensor([r.slot for r in requests], dtype=torch.int64), dev)
         self.history.index_fill_(0, slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, slots)
         sampling = SamplingTensors.from_params([r.params for r in requests], dev)
@@ -238,13 +239,10 @@ class ModelRunner:
         n = len(text_ids)
         pad = size - n
         k = self.program.num_codebooks
-        host = torch.tensor(list(text_ids) + [0] * pad, dtype=torch.int64)
-        b.text_ids.copy_(host.to(b.text_ids.device, non_blocking=True))
-        prev_host = torch.tensor([list(c) for c in prev] + [[0] * k] * pad, dtype=torch.int64).view(size, k)
-        b.prev_codes.copy_(prev_host.to(b.prev_codes.device, non_blocking=True))
-        slot_host = torch.tensor(list(slots) + [self.scratch_slot] * pad, dtype=torch.int64)
-        b.slots.copy_(slot_host.to(b.slots.device, non_blocking=True))
-        b.sampling.copy_(SamplingTensors.from_params(params, self.cfg.device, pad_to=size))
+        upload_into(b.text_ids, torch.tensor(list(text_ids) + [0] * pad, dtype=torch.int64))
+        upload_into(b.prev_codes, torch.tensor([list(c) for c in prev] + [[0] * k] * pad, dtype=torch.int64).view(size, k))
+        upload_into(b.slots, torch.tensor(list(slots) + [self.scratch_slot] * pad, dtype=torch.int64))
+        b.sampling.fill_from_params(params, pad_to=size)
         b.attn.fill(seqs)
 
     @torch.inference_mode()
@@ -269,10 +267,9 @@ class ModelRunner:
             def fill(b: CodecBuffers, size: int, group=group, frames=frames) -> None:
                 codes = [job.request.frames[job.first_frame : job.first_frame + frames] for job in group]
                 k = self.program.num_codebooks
-                host = torch.tensor(codes + [[[0] * k] * frames] * (size - len(group)), dtype=torch.int64)
-                b.codes.copy_(host.to(b.codes.device, non_blocking=True))
+                upload_into(b.codes, torch.tensor(codes + [[[0] * k] * frames] * (size - len(group)), dtype=torch.int64))
                 slots = [job.request.slot for job in group] + [self.scratch_slot] * (size - len(group))
-                b.slots.copy_(torch.tensor(slots, dtype=torch.int64).to(b.slots.device, non_blocking=True))
+                upload_into(b.slots, torch.tensor(slots, dtype=torch.int64))
 
             audio = stage.run(n, fill).audio[:n].cpu().numpy()
             for row, i in enumerate(idx):

@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.transfer import upload, upload_into
 
 
 @dataclass
@@ -34,16 +35,25 @@ class SamplingTensors:
             greedy=torch.ones(batch_size, dtype=torch.bool, device=device),
         )
 
+    @staticmethod
+    def _host(params: Sequence[SamplingParams], pad_to: int | None) -> dict[str, torch.Tensor]:
+        rows = list(params) + [SamplingParams(greedy=True)] * ((pad_to or len(params)) - len(params))
+        return dict(
+            temperature=torch.tensor([p.temperature for p in rows], dtype=torch.float32),
+            top_k=torch.tensor([p.top_k for p in rows], dtype=torch.int64),
+            top_p=torch.tensor([p.top_p for p in rows], dtype=torch.float32),
+            repetition_penalty=torch.tensor([p.repetition_penalty for p in rows], dtype=torch.float32),
+            greedy=torch.tensor([p.greedy for p in rows], dtype=torch.bool),
+        )
+
     @classmethod
     def from_params(cls, params: Sequence[SamplingParams], device: torch.device, pad_to: int | None = None) -> "SamplingTensors":
-        rows = list(params) + [SamplingParams(greedy=True)] * ((pad_to or len(params)) - len(params))
-        return cls(
-            temperature=torch.tensor([p.temperature for p in rows], dtype=torch.float32).to(device, non_blocking=True),
-            top_k=torch.tensor([p.top_k for p in rows], dtype=torch.int64).to(device, non_blocking=True),
-            top_p=torch.tensor([p.top_p for p in rows], dtype=torch.float32).to(device, non_blocking=True),
-            repetition_penalty=torch.tensor([p.repetition_penalty for p in rows], dtype=torch.float32).to(device, non_blocking=True),
-            greedy=torch.tensor([p.greedy for p in rows], dtype=torch.bool).to(device, non_blocking=True),
-        )
+        return cls(**{name: upload(t, device) for name, t in cls._host(params, pad_to).items()})
+
+    def fill_from_params(self, params: Sequence[SamplingParams], pad_to: int | None = None) -> None:
+        """Writes per-request parameters into these (static, graph-owned) tensors without a device sync."""
+        for name, host in self._host(params, pad_to).items():
+            upload_into(getattr(self, name), host)
 
     def copy_(self, other: "SamplingTensors") -> None:
         """Fills these (static, graph-owned) tensors from `other`, rows beyond `other`'s left as they are."""
