@@ -142,7 +142,7 @@ class FakeRunner:
     def chunk_sizes(self, request_id: str) -> list[int]:
         return [job.num_frames for job, _ in self.jobs[request_id]]
 
-    def assert_chunks_contiguous(self, request: Request) -> None:
+    def assert_chunks_contiguous(self, request: Request, exact_sizes: bool = True) -> None:
         jobs = self.jobs[request.request_id]
         assert jobs, "no chunks"
         position = 0
@@ -154,7 +154,7 @@ class FakeRunner:
             assert list(frames) == request.frames[position: position + job.num_frames]
             position += job.num_frames
         assert position == request.num_frames, "chunks do not cover every frame"
-        if len(jobs) > 1:
+        if len(jobs) > 1 and exact_sizes:
             assert jobs[0][0].num_frames == FIRST_CHUNK
             assert all(job.num_frames == CHUNK for job, _ in jobs[1:-1])
         assert 0 <= jobs[-1][0].num_frames <= (FIRST_CHUNK if len(jobs) == 1 else CHUNK)
@@ -405,8 +405,9 @@ def test_incremental_text_starves_and_resumes():
     assert r.state is S.FINISHED and r.finish_reason == "length"
     assert r.num_frames == math.ceil(FPTT * 3)
     assert runner.text_fed["r"] == [word_id("beta"), word_id("gamma"), PAD, PAD, PAD]
-    runner.assert_chunks_contiguous(r)
-    assert runner.chunk_sizes("r") == expected_chunk_sizes(6)
+    # a starved request decodes the frames it has instead of holding them for more text
+    runner.assert_chunks_contiguous(r, exact_sizes=False)
+    assert runner.chunk_sizes("r") == [FIRST_CHUNK, 1, 3]
     assert_clean(sched)
 
 
@@ -470,9 +471,9 @@ def test_many_requests_chunks_are_contiguous_and_in_order():
                 sched.append_text(f"r{i}", " more words", True)
         runner.step()
     assert not sched.requests
-    for r in reqs:
+    for i, r in enumerate(reqs):
         assert r.state is S.FINISHED
-        runner.assert_chunks_contiguous(r)
+        runner.assert_chunks_contiguous(r, exact_sizes=(i % 2 == 0))  # starved ones cut partial chunks
         assert r.num_frames == math.ceil(FPTT * len(r.feed.token_ids))
     assert_clean(sched)
 

@@ -188,6 +188,9 @@ class Scheduler(abc.ABC):
             num_frames = available if is_last else need
         elif available >= need:
             is_last, num_frames = False, need
+        elif request.state is RequestState.STARVED and available > 0:
+            # the text ran out: decode what there is now rather than hold it until more text arrives
+            is_last, num_frames = False, available
         else:
             return None
         job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last)
@@ -203,8 +206,15 @@ class Scheduler(abc.ABC):
                   f"{self.pages.page_size} tokens all in use); request stopped after {victim.num_frames} frames")
 
     def has_work(self) -> bool:
-        return any(r.state is not RequestState.STARVED and not (r.state is RequestState.WAITING and not
-                   (r.feed.token_ids or r.feed.is_final)) for r in self.requests.values())
+        """False when every live request waits for text (a starved one only has work while it holds frames
+        not yet cut into a chunk)."""
+        for r in self.requests.values():
+            if r.state is RequestState.STARVED:
+                if r.num_frames > r.num_frames_chunked:
+                    return True
+            elif r.state is not RequestState.WAITING or r.feed.token_ids or r.feed.is_final:
+                return True
+        return False
 
     def check_integrity(self) -> None:
         self.pages.check_integrity({r.request_id: r.pages for r in self.requests.values()})
