@@ -4,6 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# Opus comes from the system's libopus (opuslib binds it).
+if ! ldconfig -p 2>/dev/null | grep -q "libopus\.so\.0"; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing libopus0"
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopus0 >/dev/null
+  else
+    echo "setup: libopus is missing; install it first (Debian/Ubuntu: sudo apt-get install libopus0)" >&2
+    exit 1
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv

@@ -55,6 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--num-frames", type=int, default=None, help="pin every request's length (benchmark control)")
     bench.add_argument("--out", default=None, help="write one WAV per request into this directory")
 
+    serve = sub.add_parser("serve", help="start the engine process and the gateway (HTTP + WebSocket)")
+    _engine_args(serve)
+    serve.add_argument("--host", default=None, help="default 127.0.0.1 without API keys, 0.0.0.0 with them")
+    serve.add_argument("--port", type=int, default=None, help="default 8000")
+    serve.add_argument("--api-key", action="append", default=[], help="an accepted API key (repeatable; "
+                       "VOXRT_API_KEYS adds comma-separated keys)")
+    serve.add_argument("--max-sessions", type=int, default=256)
+    serve.add_argument("--insecure-no-auth", action="store_true",
+                       help="allow binding a non-loopback host without API keys")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -76,7 +86,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc.message}", file=sys.stderr)
             return 2
         return 0
+    if args.command == "serve":
+        return _serve(args, parser)
     return 1
+
+
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from voxrt.gateway.config import GatewayConfig  # noqa: PLC0415
+    from voxrt.gateway.server import make_server  # noqa: PLC0415
+    from voxrt.settings import read_env  # noqa: PLC0415
+
+    _check_model(args.model)
+    env = read_env()
+    keys = tuple(args.api_key) + env.api_keys
+    host = args.host or env.host or ("0.0.0.0" if keys else "127.0.0.1")
+    if not keys and host not in ("127.0.0.1", "localhost", "::1") and not args.insecure_no_auth:
+        parser.error(f"refusing to serve on {host} without API keys: pass --api-key (or VOXRT_API_KEYS), "
+                     "or --insecure-no-auth")
+    port = args.port or env.port or 8000
+    gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions)
+    print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
+    make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning").run()
+    return 0
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ _END = object()
 @dataclass
 class _Stream:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    cancel_acked: asyncio.Event = field(default_factory=asyncio.Event)
-    is_done: bool = False
+    is_terminal: bool = False  # its last chunk, failure or cancel acknowledgement arrived
+    is_abandoned: bool = False  # the consumer stopped before the end: the request was cancelled
 
 
 class EngineClient:
@@ -50,6 +50,7 @@ class EngineClient:
         self._loop = loop
         self._streams: dict[str, _Stream] = {}
         self._stats_waiters: dict[int, asyncio.Future] = {}
+        self._cancel_waiters: dict[str, list[asyncio.Event]] = {}
         self._ids = itertools.count(1)
         self._ready: asyncio.Future = loop.create_future()
         self._dead: EngineError | None = None
@@ -114,14 +115,25 @@ class EngineClient:
         self._send(SetPlayback(request_id, played_samples, anchor_ns or time.monotonic_ns(), is_stalled))
 
     async def cancel(self, request_id: str, timeout_s: float = 10.0) -> None:
-        """Hard stop. Returns once the engine has freed the request's pages and slot. Idempotent."""
-        stream = self._streams.get(request_id)
-        if stream is None or self._dead is not None:
+        """Hard stop. Returns once the engine has freed the request's pages and slot. Idempotent: an
+        unknown or finished request is acknowledged too."""
+        if self._dead is not None:
             return
-        self._send(CancelRequest(request_id))
-        await asyncio.wait_for(stream.cancel_acked.wait(), timeout_s)
+        acked = asyncio.Event()
+        self._cancel_waiters.setdefault(request_id, []).append(acked)
+        try:
+            self._send(CancelRequest(request_id))
+            await asyncio.wait_for(acked.wait(), timeout_s)
+        finally:
+            waiters = self._cancel_waiters.get(request_id, [])
+            if acked in waiters:
+                waiters.remove(acked)
+            if not waiters:
+                self._cancel_waiters.pop(request_id, None)
 
     async def stream(self, request_id: str) -> AsyncIterator[AudioChunk]:
+        """The request's chunks until its last. Leaving the loop early cancels the request (nothing else
+        would ever read its audio)."""
         stream = self._known(request_id)
         try:
             while True:
@@ -132,8 +144,15 @@ class EngineClient:
                     raise item
                 yield item
         finally:
-            stream.is_done = True
-            self._forget_if_finished(request_id)
+            if stream.is_terminal:
+                self._streams.pop(request_id, None)
+            else:
+                stream.is_abandoned = True
+                if self._dead is None:
+                    try:
+                        self._send(CancelRequest(request_id))
+                    except EngineError:
+                        pass
 
     async def stats(self, timeout_s: float = 10.0) -> EngineStats:
         self._check_alive()
@@ -185,11 +204,6 @@ class EngineClient:
             raise UnknownRequestError(f"unknown request id {request_id!r}")
         return stream
 
-    def _forget_if_finished(self, request_id: str) -> None:
-        stream = self._streams.get(request_id)
-        if stream is not None and stream.is_done:
-            self._streams.pop(request_id, None)
-
     def _read_forever(self) -> None:
         while True:
             try:
@@ -204,19 +218,20 @@ class EngineClient:
     def _dispatch(self, msg) -> None:
         if isinstance(msg, AudioChunk):
             stream = self._streams.get(msg.request_id)
-            if stream is not None and not stream.cancel_acked.is_set():
+            if stream is not None and not stream.is_terminal and not stream.is_abandoned:
                 stream.queue.put_nowait(msg)
                 if msg.is_last:
-                    stream.queue.put_nowait(_END)
+                    self._end_stream(msg.request_id, stream, _END)
         elif isinstance(msg, RequestFailed):
             stream = self._streams.get(msg.request_id)
-            if stream is not None:
-                stream.queue.put_nowait(error_from_code(msg.code, msg.message))
+            if stream is not None and not stream.is_terminal:
+                self._end_stream(msg.request_id, stream, error_from_code(msg.code, msg.message))
         elif isinstance(msg, RequestCancelled):
+            for acked in self._cancel_waiters.get(msg.request_id, []):
+                acked.set()
             stream = self._streams.get(msg.request_id)
-            if stream is not None:
-                stream.cancel_acked.set()
-                stream.queue.put_nowait(_END)
+            if stream is not None and not stream.is_terminal:
+                self._end_stream(msg.request_id, stream, _END)
         elif isinstance(msg, EngineStats):
             future = self._stats_waiters.get(msg.token)
             if future is not None and not future.done():
@@ -230,6 +245,13 @@ class EngineClient:
                 self._ready.set_exception(error)
             self._fail_all(error)
 
+    def _end_stream(self, request_id: str, stream: _Stream, item) -> None:
+        stream.is_terminal = True
+        if stream.is_abandoned:
+            self._streams.pop(request_id, None)
+        else:
+            stream.queue.put_nowait(item)
+
     def _fail_all(self, error: EngineError) -> None:
         if self._dead is None:
             self._dead = error
@@ -237,6 +259,9 @@ class EngineClient:
             self._ready.set_exception(error)
         for stream in self._streams.values():
             stream.queue.put_nowait(error)
+        for waiters in self._cancel_waiters.values():
+            for acked in waiters:
+                acked.set()
         for future in self._stats_waiters.values():
             if not future.done():
                 future.set_exception(error)

@@ -1,0 +1,126 @@
+"""One stream's path from model PCM to wire frames: resample -> frame -> encode.
+
+The gateway pushes float32 chunks at the model's rate as the engine delivers them and sends each
+returned bytes object as one frame of exactly `frame_ms` at the wire rate; `finish()` at the end of the
+utterance drains the resampler and the framer. `num_samples_out` counts real (unpadded) output samples,
+so `num_samples_out * 1000 / out_rate` is the audio sent so far in ms, the playback clock's input.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from voxrt.audio.formats import (
+    check_codec,
+    check_frame_ms,
+    check_input_rate,
+    check_sample_rate,
+    frame_samples,
+)
+from voxrt.audio.framer import Framer
+from voxrt.audio.g711 import alaw_encode, mulaw_encode
+from voxrt.audio.opus import OpusEncoder
+from voxrt.audio.pcm import pcm16_encode
+from voxrt.audio.resample import StreamResampler
+
+
+class StreamEncoder:
+    """Encodes one mono stream into `codec` frames of `frame_ms` at `out_rate`.
+
+    The last frame: Opus needs whole frames (RFC 6716 §2.1.4 frame sizes), so it is padded with silence
+    (`num_padding_samples` says how much, for Ogg end trimming, RFC 7845 §4.4); PCM, mu-law and A-law
+    frames are sent shorter instead, since a short raw frame is still valid and padding would only add
+    silence the listener must sit through.
+    """
+
+    def __init__(self, codec: str, in_rate: int, out_rate: int, frame_ms: int) -> None:
+        self.codec = check_codec(codec)
+        self.in_rate = check_input_rate(in_rate)
+        self.out_rate = check_sample_rate(out_rate, "output sample rate")
+        self._frame_ms = check_frame_ms(frame_ms)
+        self._samples_per_frame = frame_samples(self.out_rate, self._frame_ms)
+        self._resampler = StreamResampler(self.in_rate, self.out_rate)
+        self._framer = Framer(self._samples_per_frame)
+        self._opus: OpusEncoder | None = None
+        if self.codec == "opus":
+            self._opus = OpusEncoder(self.out_rate, self._frame_ms)
+        self._encode_frame: Callable[[np.ndarray], bytes] = {
+            "opus": lambda frame: self._opus.encode(frame),
+            "pcm16": pcm16_encode,
+            "mulaw": mulaw_encode,
+            "alaw": alaw_encode,
+        }[self.codec]
+        self._num_samples_out = 0
+        self._num_frames_out = 0
+        self._num_padding_samples = 0
+        self._is_finished = False
+
+    @property
+    def frame_ms(self) -> int:
+        return self._frame_ms
+
+    @property
+    def samples_per_frame(self) -> int:
+        """Output samples in one full frame (at out_rate)."""
+        return self._samples_per_frame
+
+    @property
+    def num_samples_out(self) -> int:
+        """Output samples encoded so far, Opus padding excluded."""
+        return self._num_samples_out
+
+    @property
+    def num_frames_out(self) -> int:
+        return self._num_frames_out
+
+    @property
+    def num_padding_samples(self) -> int:
+        """Silence appended to the last Opus frame by `finish()` (0 before it, and always 0 for PCM)."""
+        return self._num_padding_samples
+
+    @property
+    def lookahead_samples(self) -> int:
+        """The codec's delay at out_rate (Opus: the encoder lookahead, which Ogg calls pre-skip once
+        converted to 48 kHz; 0 for the PCM codecs)."""
+        return 0 if self._opus is None else self._opus.lookahead_samples
+
+    @property
+    def is_finished(self) -> bool:
+        return self._is_finished
+
+    def push(self, pcm: np.ndarray) -> list[bytes]:
+        """float32 mono at in_rate -> the frames completed so far (often none for a small chunk)."""
+        self._check_open("push")
+        return self._encode_all(self._framer.push(self._resampler.process(pcm)))
+
+    def finish(self) -> list[bytes]:
+        """The remaining frames: the resampler's tail and the last partial frame. [] when nothing remains.
+        The encoder is then finished: a new stream needs a new StreamEncoder (the Opus state, the
+        resampler's filter and the counters all belong to one stream)."""
+        self._check_open("finish")
+        self._is_finished = True
+        packets = self._encode_all(self._framer.push(self._resampler.flush()))
+        tail = self._framer.finish()
+        if tail is not None:
+            if self._opus is not None:
+                self._num_padding_samples = self._samples_per_frame - tail.shape[0]
+                padded = np.zeros(self._samples_per_frame, dtype=np.float32)
+                padded[: tail.shape[0]] = tail
+                packets.append(self._encode_frame(padded))
+                self._num_samples_out += tail.shape[0]
+                self._num_frames_out += 1
+            else:
+                packets.extend(self._encode_all([tail]))
+        return packets
+
+    def _encode_all(self, frames: list[np.ndarray]) -> list[bytes]:
+        packets = [self._encode_frame(frame) for frame in frames]
+        self._num_samples_out += sum(frame.shape[0] for frame in frames)
+        self._num_frames_out += len(frames)
+        return packets
+
+    def _check_open(self, action: str) -> None:
+        if self._is_finished:
+            raise RuntimeError(f"cannot {action}: the StreamEncoder is finished (expected open); create a new one")

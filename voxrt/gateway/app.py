@@ -1,0 +1,62 @@
+"""The Starlette app: routes, shared state, and the lifespan that starts and stops the engine process."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.routing import Route, WebSocketRoute
+
+from voxrt.engine.client import EngineClient
+from voxrt.engine.messages import EngineConfig
+from voxrt.gateway import http
+from voxrt.gateway.auth import Authenticator
+from voxrt.gateway.config import GatewayConfig
+from voxrt.gateway.metrics import GatewayMetrics
+from voxrt.gateway.realtime import realtime_endpoint
+
+log = logging.getLogger("voxrt.gateway")
+
+
+@dataclass
+class AppState:
+    config: GatewayConfig
+    engine_config: EngineConfig
+    auth: Authenticator
+    metrics: GatewayMetrics
+    engine: EngineClient | None = None
+    engine_ready: bool = False
+    num_sessions: int = 0
+
+
+def build_app(config: GatewayConfig, engine_config: EngineConfig) -> Starlette:
+    state = AppState(config=config, engine_config=engine_config,
+                     auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        log.info("starting the engine: model %s", engine_config.model)
+        state.engine = await EngineClient.start(engine_config)
+        state.engine_ready = True
+        try:
+            yield
+        finally:
+            state.engine_ready = False
+            await state.engine.close()
+
+    routes = [
+        WebSocketRoute("/v1/realtime", realtime_endpoint),
+        Route("/v1/audio/speech", http.speech, methods=["POST"]),
+        Route("/generate", http.generate, methods=["POST"]),
+        Route("/v1/models", http.models, methods=["GET"]),
+        Route("/v1/voices", http.voices, methods=["GET"]),
+        Route("/v1/tokens", http.tokens, methods=["POST"]),
+        Route("/healthz", http.healthz, methods=["GET"]),
+        Route("/readyz", http.readyz, methods=["GET"]),
+        Route("/metrics", http.metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.voxrt = state
+    return app

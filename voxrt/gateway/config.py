@@ -1,0 +1,28 @@
+"""Gateway configuration: frozen, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from voxrt.protocol.config import Limits
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    api_keys: tuple[str, ...] = ()
+    token_secret: str | None = None  # None: a random secret per process (tokens die with it)
+    token_ttl_s: float = 300.0  # default lifetime of a minted browser token
+    max_token_ttl_s: float = 3600.0
+    max_sessions: int = 256  # concurrent WebSocket sessions; more are refused with 4029
+    limits: Limits = field(default_factory=Limits)
+    max_http_input_chars: int = 20000  # /v1/audio/speech and /generate
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise ValueError("max_sessions must be >= 1")
+        if not (0 < self.token_ttl_s <= self.max_token_ttl_s):
+            raise ValueError("need 0 < token_ttl_s <= max_token_ttl_s")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys)

@@ -1,0 +1,231 @@
+"""One context (an agent turn) of a realtime session: text in, paced audio frames out.
+
+Text goes through the segmenter (speakable segments, original offsets kept) into one engine request; the
+engine's chunks are resampled and encoded into fixed frames, paced against the context's playback clock,
+and sent with the binary header. The newest frame is held back until the next one exists, so that the
+context's last frame can carry the LAST flag; a flush releases it (and a silent frame then closes the
+context if no more audio comes). Cancel is a hard stop: the pump task is cancelled and awaited before the
+engine request is cancelled and `cancelled` is sent, so no frame of the context can follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+import numpy as np
+
+from voxrt.audio import OpusEncoder, StreamEncoder, alaw_encode, mulaw_encode, pcm16_encode
+from voxrt.engine.client import EngineClient
+from voxrt.engine.errors import EngineError
+from voxrt.gateway.alignment import AlignmentTracker
+from voxrt.gateway.metrics import GatewayMetrics
+from voxrt.protocol.clock import PlaybackClock
+from voxrt.protocol.config import SessionConfig
+from voxrt.protocol.events import encode_alignment, encode_error, encode_flushed
+from voxrt.protocol.frames import encode_audio_frame
+from voxrt.text import Segment, Segmenter
+
+log = logging.getLogger("voxrt.gateway.context")
+
+SendText = Callable[[str], Awaitable[None]]
+SendBytes = Callable[[bytes], Awaitable[None]]
+# (context_id, reason, audio_ms, metrics) -> None: the pump ended by itself (completed or error)
+OnDone = Callable[[str, str, float, dict], Awaitable[None]]
+
+
+def now_ms() -> float:
+    return time.monotonic_ns() / 1e6
+
+
+class ContextRunner:
+    def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
+                 send_text: SendText, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics) -> None:
+        self.context_id = context_id
+        self.index = index
+        self.config = config
+        self.engine = engine
+        self._send_text, self._send_bytes, self._on_done = send_text, send_bytes, on_done
+        self.metrics = metrics
+        out = config.output
+        self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms)
+        self.segmenter = Segmenter(config.segmentation)
+        self.clock = PlaybackClock()
+        self.alignment = AlignmentTracker()
+        self.request_id: str | None = None
+        self.opened_ms = now_ms()
+        self.first_frame_ms: float | None = None
+        self._engine_text_len = 0  # characters fed to the engine so far
+        self._audio_in_samples = 0  # model-rate samples received
+        self._seq = 0
+        self._held: bytes | None = None  # newest encoded frame, not yet sent
+        self._flush_points: list[int] = []  # engine offsets whose audio must be sent before `flushed`
+        self._span_end = 0  # highest engine offset covered by received chunks
+        self._pump: asyncio.Task | None = None
+        self.is_cancelled = False
+        self.is_finished = False
+        self.is_ended = False  # no more text (context.end or session.end)
+
+    # ---- text in -------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.request_id = await self.engine.submit(voice=self.config.voice, text="", final=False)
+        self._pump = asyncio.create_task(self._run_pump(), name=f"voxrt-context-{self.context_id}")
+
+    async def append(self, text: str) -> None:
+        await self._feed(self.segmenter.push(text))
+
+    async def flush(self) -> None:
+        await self._feed(self.segmenter.flush())
+        if self._engine_text_len > self._span_end + 1:
+            self._flush_points.append(self._engine_text_len - 1)
+        else:  # everything fed is already voiced: all its audio is out once the held frame is
+            await self._release_held()
+            await self._send_text(encode_flushed(self.context_id))
+
+    async def end(self) -> None:
+        if self.is_ended:
+            return
+        self.is_ended = True
+        await self._feed(self.segmenter.flush())
+        await self.engine.append_text(self.request_id, "", final=True)
+
+    async def _feed(self, segments: list[Segment]) -> None:
+        for segment in segments:
+            text = segment.text + " "  # the trailing space lets the engine tokenize the segment's last word
+            start = self._engine_text_len
+            self._engine_text_len += len(text)
+            self.alignment.add_segment(segment, start, start + len(segment.text))
+            await self.engine.append_text(self.request_id, text)
+
+    def report_playback(self, played_ms: float) -> None:
+        now = now_ms()
+        self.clock.on_report(played_ms, now)
+        if self.request_id is not None:
+            played_samples = int(self.clock.played_ms(now) * self.engine.info.sample_rate / 1000)
+            asyncio.ensure_future(self.engine.set_playback(self.request_id, played_samples, time.monotonic_ns(),
+                                                           self.clock.is_stalled(now)))
+
+    # ---- audio out -----------------------------------------------------------------------------------------
+
+    async def _run_pump(self) -> None:
+        reason = "completed"
+        try:
+            async for chunk in self.engine.stream(self.request_id):
+                await self._on_chunk(chunk)
+                if chunk.is_last:
+                    break
+        except asyncio.CancelledError:
+            raise
+        except EngineError as exc:
+            reason = "error"
+            self.metrics.errors.labels(exc.code).inc()
+            await self._safe_send_text(encode_error(exc.code, exc.message, False, context_id=self.context_id))
+        except Exception:  # noqa: BLE001 (a broken context must not take the session down)
+            log.exception("context %s failed", self.context_id)
+            reason = "error"
+            self.metrics.errors.labels("internal_error").inc()
+            await self._safe_send_text(encode_error("internal_error", "audio generation failed", False,
+                                                    context_id=self.context_id))
+        if not self.is_cancelled:
+            self.is_finished = True
+            await self._on_done(self.context_id, reason, self.audio_ms, self.context_metrics())
+
+    async def _on_chunk(self, chunk) -> None:
+        pcm = np.frombuffer(chunk.pcm, dtype="<f4")
+        rate = self.engine.info.sample_rate
+        start_ms = self._audio_in_samples * 1000 / rate
+        self._audio_in_samples += len(pcm)
+        end_ms = self._audio_in_samples * 1000 / rate
+        frames = self.encoder.push(pcm) if len(pcm) else []
+        if chunk.is_last:
+            frames += self.encoder.finish()
+        for frame in frames:
+            await self._queue_frame(frame)
+        if chunk.text_span is not None:
+            self._span_end = max(self._span_end, chunk.text_span[1])
+        done = self.alignment.finish(end_ms) if chunk.is_last else self.alignment.on_chunk(chunk.text_span, start_ms, end_ms)
+        if done:
+            segments, words = self.alignment.message_fields(done, self.segmenter.text)
+            await self._send_text(encode_alignment(self.context_id, segments, words, True))
+        if chunk.is_last:
+            await self._send_frame(self._held if self._held is not None else self._silent_frame(), is_last=True)
+            self._held = None
+            self.clock.mark_finished()
+        while self._flush_points and (chunk.is_last or self._span_end >= self._flush_points[0]):
+            self._flush_points.pop(0)
+            if not chunk.is_last:
+                await self._release_held()
+            await self._send_text(encode_flushed(self.context_id))
+
+    async def _queue_frame(self, frame: bytes) -> None:
+        if self._held is not None:
+            await self._send_frame(self._held, is_last=False)
+        self._held = frame
+
+    async def _release_held(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            await self._send_frame(held, is_last=False)
+
+    async def _send_frame(self, payload: bytes, is_last: bool) -> None:
+        pacing = self.config.pacing
+        frame_ms = self.config.output.frame_ms
+        if pacing.mode == "realtime":  # at most lead_ms ahead of the listener
+            while (wait_ms := self.clock.buffered_ms(now_ms()) - pacing.lead_ms) > 0:
+                await asyncio.sleep(wait_ms / 1000)
+        header = encode_audio_frame(self.index, self._seq, self._seq * frame_ms, payload,
+                                    is_first=self._seq == 0, is_last=is_last)
+        await self._send_bytes(header)
+        now = now_ms()
+        if self._seq == 0:
+            self.first_frame_ms = now
+            self.metrics.ttfa.observe((now - self.opened_ms) / 1000)
+        self._seq += 1
+        self.clock.on_audio_sent(frame_ms, now)
+        self.metrics.frames_sent.inc()
+
+    def _silent_frame(self) -> bytes:
+        """A frame of silence that carries the LAST flag when no audio frame is left to carry it."""
+        out = self.config.output
+        zeros = np.zeros(out.samples_per_frame, dtype=np.float32)
+        if out.codec == "opus":
+            return OpusEncoder(out.sample_rate, out.frame_ms).encode(zeros)
+        return {"pcm16": pcm16_encode, "mulaw": mulaw_encode, "alaw": alaw_encode}[out.codec](zeros)
+
+    # ---- ending --------------------------------------------------------------------------------------------
+
+    async def cancel(self) -> tuple[float, str]:
+        """Hard stop; returns (played_ms, spoken_text). Frees the engine request before returning."""
+        self.is_cancelled = True
+        if self._pump is not None and not self._pump.done():
+            self._pump.cancel()
+            try:
+                await self._pump
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 (the pump's end is not our error)
+                pass
+        if self.request_id is not None:
+            try:
+                await self.engine.cancel(self.request_id)
+            except (EngineError, asyncio.TimeoutError):
+                log.warning("engine cancel of %s did not complete", self.request_id)
+        played = self.clock.played_ms(now_ms())
+        return played, self.alignment.spoken_text(self.segmenter.text, played)
+
+    @property
+    def audio_ms(self) -> float:
+        """Speech sent so far (silence padding of the last frame excluded)."""
+        return self.encoder.num_samples_out * 1000 / self.config.output.sample_rate
+
+    def context_metrics(self) -> dict:
+        ttfa = None if self.first_frame_ms is None else round(self.first_frame_ms - self.opened_ms)
+        return {"ttfa_ms": ttfa, "frames": self._seq, "stalls": self.clock.num_stalls,
+                "stall_ms": round(self.clock.stall_ms)}
+
+    async def _safe_send_text(self, data: str) -> None:
+        try:
+            await self._send_text(data)
+        except Exception:  # noqa: BLE001 (the socket may be gone)
+            pass

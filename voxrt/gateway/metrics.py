@@ -1,0 +1,39 @@
+"""Prometheus metrics of one gateway, in its own registry (tests run several apps in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFA_BUCKETS_S = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sessions = Gauge("voxrt_sessions", "open WebSocket sessions", registry=r)
+        self.contexts = Gauge("voxrt_contexts", "open contexts (agent turns being spoken)", registry=r)
+        self.ttfa = Histogram("voxrt_ttfa_seconds", "time from a context's first text to its first audio frame sent",
+                              buckets=TTFA_BUCKETS_S, registry=r)
+        self.frames_sent = Counter("voxrt_frames_sent", "binary audio frames sent", registry=r)
+        self.errors = Counter("voxrt_errors", "errors sent to clients, by code", ["code"], registry=r)
+        self.http_requests = Counter("voxrt_http_speech_requests", "HTTP synthesis requests", ["endpoint"], registry=r)
+        self.engine_waiting = Gauge("voxrt_engine_queue_depth", "engine requests waiting for admission", registry=r)
+        self.engine_running = Gauge("voxrt_engine_running", "engine requests generating", registry=r)
+        self.engine_requests = Gauge("voxrt_engine_requests", "live engine requests", registry=r)
+        self.engine_pages_free = Gauge("voxrt_engine_kv_pages_free", "free KV-cache pages", registry=r)
+        self.engine_pages_total = Gauge("voxrt_engine_kv_pages_total", "KV-cache pages", registry=r)
+        self.engine_slots_free = Gauge("voxrt_engine_slots_free", "free per-request state slots", registry=r)
+        self.engine_pool_ok = Gauge("voxrt_engine_pool_ok", "1 when the page and slot pools pass their integrity check", registry=r)
+
+    def update_engine(self, stats) -> None:
+        self.engine_waiting.set(stats.num_waiting)
+        self.engine_running.set(stats.num_running)
+        self.engine_requests.set(stats.num_requests)
+        self.engine_pages_free.set(stats.num_pages_free)
+        self.engine_pages_total.set(stats.num_pages_total)
+        self.engine_slots_free.set(stats.num_slots_free)
+        self.engine_pool_ok.set(1 if stats.pool_ok else 0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

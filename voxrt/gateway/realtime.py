@@ -1,0 +1,174 @@
+"""`/v1/realtime`: one WebSocket session. The protocol's sans-I/O `Session` decides; this module does the
+I/O: it feeds received messages in, executes the actions that come out, and runs a `ContextRunner` per
+context. Sends go through one lock, so frames and JSON messages never interleave mid-message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from voxrt.gateway.context import ContextRunner, now_ms
+from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
+                                    OpenContext, ReportPlayback, SendText, StartSession)
+from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY
+from voxrt.protocol.events import encode_error
+from voxrt.protocol.session import Session
+
+log = logging.getLogger("voxrt.gateway.realtime")
+
+SUBPROTOCOL = "voxrt.v1"
+POLL_INTERVAL_S = 1.0
+
+
+async def realtime_endpoint(ws: WebSocket) -> None:
+    state = ws.app.state.voxrt
+    subprotocol = SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", []) else None
+    if not state.auth.check(ws.headers.get("authorization"), ws.query_params.get("token")):
+        await _refuse(ws, state, subprotocol, CLOSE_AUTH, "unauthorized", "missing or invalid API key or token")
+        return
+    if state.num_sessions >= state.config.max_sessions or not state.engine_ready:
+        await _refuse(ws, state, subprotocol, CLOSE_CAPACITY, "server_busy", "server at capacity, retry later",
+                      retry_after_ms=1000)
+        return
+    await ws.accept(subprotocol=subprotocol)
+    state.num_sessions += 1
+    state.metrics.sessions.inc()
+    try:
+        await RealtimeSession(ws, state).run()
+    finally:
+        state.num_sessions -= 1
+        state.metrics.sessions.dec()
+
+
+async def _refuse(ws: WebSocket, state, subprotocol, close_code: int, code: str, message: str, **extra) -> None:
+    await ws.accept(subprotocol=subprotocol)
+    state.metrics.errors.labels(code).inc()
+    await ws.send_text(encode_error(code, message, True, **extra))
+    await ws.close(close_code, message)
+
+
+class RealtimeSession:
+    def __init__(self, ws: WebSocket, state) -> None:
+        self.ws = ws
+        self.state = state
+        engine = state.engine
+        self.session = Session(f"s-{uuid.uuid4().hex[:12]}", state.config.limits, engine.info.voices,
+                               engine.info.default_voice, [engine.info.name], engine.info.name, now_ms())
+        self.runners: dict[str, ContextRunner] = {}
+        self._send_lock = asyncio.Lock()
+        self._exec_lock = asyncio.Lock()  # actions of one input are executed in order, one input at a time
+        self.is_closed = False
+        self.config = None
+
+    async def run(self) -> None:
+        poller = asyncio.create_task(self._poll_forever())
+        try:
+            while not self.is_closed:
+                try:
+                    message = await self.ws.receive()
+                except (WebSocketDisconnect, RuntimeError):
+                    break
+                if message["type"] == "websocket.disconnect":
+                    break
+                now = now_ms()
+                if message.get("text") is not None:
+                    actions = self.session.receive_text(message["text"], now)
+                else:
+                    actions = self.session.receive_bytes(message.get("bytes") or b"", now)
+                await self._execute(actions)
+        finally:
+            self.is_closed = True
+            poller.cancel()
+            await self._stop_all()
+            self.session.close()
+
+    async def _poll_forever(self) -> None:
+        while not self.is_closed:
+            await asyncio.sleep(POLL_INTERVAL_S)
+            await self._execute(self.session.poll(now_ms()))
+
+    async def _execute(self, actions) -> None:
+        async with self._exec_lock:
+            for action in actions:
+                await self._do(action)
+
+    async def _do(self, action) -> None:
+        if isinstance(action, SendText):
+            await self.send_text(action.data)
+        elif isinstance(action, CloseConnection):
+            await self._close(action.code, action.reason)
+        elif isinstance(action, StartSession):
+            self.config = action.config
+        elif isinstance(action, OpenContext):
+            runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_text,
+                                   self.send_bytes, self._on_context_done, self.state.metrics)
+            self.runners[action.context_id] = runner
+            self.state.metrics.contexts.inc()
+            await runner.open()
+        elif isinstance(action, AppendText):
+            await self.runners[action.context_id].append(action.text)
+        elif isinstance(action, FlushContext):
+            await self.runners[action.context_id].flush()
+        elif isinstance(action, EndContext):
+            await self.runners[action.context_id].end()
+        elif isinstance(action, CancelContext):
+            runner = self.runners.pop(action.context_id, None)
+            played_ms, spoken, audio_ms, metrics = 0.0, "", 0.0, {"ttfa_ms": None}
+            if runner is not None:
+                played_ms, spoken = await runner.cancel()
+                audio_ms, metrics = runner.audio_ms, runner.context_metrics()
+                self.state.metrics.contexts.dec()
+            for follow in self.session.on_context_cancelled(action.context_id, played_ms, spoken, audio_ms, metrics):
+                await self._do(follow)
+        elif isinstance(action, ReportPlayback):
+            runner = self.runners.get(action.context_id)
+            if runner is not None:
+                runner.report_playback(action.played_ms)
+        elif isinstance(action, EndSession):  # finish every open context; the session closes after the last
+            for runner in list(self.runners.values()):
+                if not runner.is_ended:
+                    await runner.end()
+        else:
+            log.error("unknown action %r", action)
+
+    async def _on_context_done(self, context_id: str, reason: str, audio_ms: float, metrics: dict) -> None:
+        if self.runners.pop(context_id, None) is not None:
+            self.state.metrics.contexts.dec()
+        await self._execute(self.session.on_context_done(context_id, reason, audio_ms, metrics))
+
+    async def _stop_all(self) -> None:
+        """Disconnect or close: every context is cancelled, so its engine pages and slot return at once."""
+        runners, self.runners = list(self.runners.values()), {}
+        for runner in runners:
+            await runner.cancel()
+            self.state.metrics.contexts.dec()
+
+    async def _close(self, code: int, reason: str) -> None:
+        if self.is_closed:
+            return
+        self.is_closed = True
+        try:
+            await self.ws.close(code, reason)
+        except Exception:  # noqa: BLE001 (already gone)
+            pass
+
+    async def send_text(self, data: str) -> None:
+        if data.startswith('{"type":"error"'):
+            self.state.metrics.errors.labels(json.loads(data).get("code", "unknown")).inc()
+        async with self._send_lock:
+            if self.is_closed:
+                return
+            try:
+                await self.ws.send_text(data)
+            except Exception:  # noqa: BLE001 (the client is gone; the receive loop ends the session)
+                pass
+
+    async def send_bytes(self, data: bytes) -> None:
+        async with self._send_lock:
+            if self.is_closed:
+                raise ConnectionError("session closed")
+            await self.ws.send_bytes(data)

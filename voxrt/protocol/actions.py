@@ -1,0 +1,91 @@
+"""What the session asks the I/O layer to do, as data (the sans-I/O pattern of python-websockets: the core
+returns what to send and what to run; the gateway does it, in list order).
+
+Two kinds: wire actions (`SendText`, `CloseConnection`) and engine actions (the rest), which the gateway
+turns into engine calls and later answers through `Session.on_*`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from voxrt.protocol.config import SessionConfig
+
+
+@dataclass(frozen=True)
+class SendText:
+    """Send one JSON text frame to the client."""
+
+    data: str
+
+
+@dataclass(frozen=True)
+class CloseConnection:
+    """Close the WebSocket with this code. Always the last action of its list; nothing is sent after it."""
+
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StartSession:
+    """The client's configuration is valid. A gateway that cannot serve it (capacity) calls
+    `Session.fail("server_busy", ...)` instead of sending the `session.started` that follows this action."""
+
+    config: SessionConfig
+
+
+@dataclass(frozen=True)
+class OpenContext:
+    """A new context (one agent turn): submit it to the engine. `index` goes into its audio frame headers."""
+
+    context_id: str
+    index: int
+
+
+@dataclass(frozen=True)
+class AppendText:
+    context_id: str
+    text: str  # never empty
+
+
+@dataclass(frozen=True)
+class FlushContext:
+    """Synthesize the text received so far without waiting for a segment boundary; answer with
+    `Session.on_flushed` once that text's audio has been sent."""
+
+    context_id: str
+
+
+@dataclass(frozen=True)
+class EndContext:
+    """No more text: finish speaking, then answer with `Session.on_context_done`."""
+
+    context_id: str
+
+
+@dataclass(frozen=True)
+class CancelContext:
+    """Stop generation and audio at once and free the context's resources; answer with
+    `Session.on_context_cancelled` once no more audio of it will be sent (even if it finished meanwhile)."""
+
+    context_id: str
+
+
+@dataclass(frozen=True)
+class ReportPlayback:
+    """The client's playback position: feed it to the context's PlaybackClock."""
+
+    context_id: str
+    played_ms: float
+
+
+@dataclass(frozen=True)
+class EndSession:
+    """The client sent `session.end`. The session has already ended every open context (EndContext) and
+    closes by itself (CloseConnection 1000) once the last one is done."""
+
+
+Action = Union[SendText, CloseConnection, StartSession, OpenContext, AppendText, FlushContext, EndContext,
+               CancelContext, ReportPlayback, EndSession]

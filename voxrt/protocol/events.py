@@ -1,0 +1,269 @@
+"""The JSON control messages of voxrt.v1: client messages parsed into typed events, server messages encoded.
+
+Parsing checks shapes and types only (a `text` has a string `context_id` ...); whether a value is allowed
+now (a known voice, an open context) is the session's business. Unknown fields are ignored (protocol.md,
+Connection). Encoders emit exactly the protocol's fields, compact, with millisecond values as ints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Union
+
+from voxrt.protocol.config import Limits, OutputFormat
+from voxrt.protocol.errors import INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, ProtocolError, clip
+
+MAX_CONTEXT_ID_CHARS = 256
+CANCEL_ALL = "*"  # `cancel`'s context_id for every context of the session; reserved, never a context's id
+DONE_REASONS = ("completed", "cancelled", "error")
+
+# ---- client -> server events --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionStartEvent:
+    TYPE: ClassVar[str] = "session.start"
+    voice: str | None = None
+    model: str | None = None
+    output: dict | None = None
+    pacing: dict | None = None
+    segmentation: str | None = None
+
+
+@dataclass(frozen=True)
+class TextEvent:
+    TYPE: ClassVar[str] = "text"
+    context_id: str
+    text: str
+    flush: bool = False
+
+
+@dataclass(frozen=True)
+class FlushEvent:
+    TYPE: ClassVar[str] = "flush"
+    context_id: str
+
+
+@dataclass(frozen=True)
+class ContextEndEvent:
+    TYPE: ClassVar[str] = "context.end"
+    context_id: str
+
+
+@dataclass(frozen=True)
+class CancelEvent:
+    TYPE: ClassVar[str] = "cancel"
+    context_id: str  # or CANCEL_ALL
+
+    @property
+    def is_all(self) -> bool:
+        return self.context_id == CANCEL_ALL
+
+
+@dataclass(frozen=True)
+class PlaybackEvent:
+    TYPE: ClassVar[str] = "playback"
+    context_id: str
+    played_ms: float
+
+
+@dataclass(frozen=True)
+class PingEvent:
+    TYPE: ClassVar[str] = "ping"
+    id: str | int | None = None
+
+
+@dataclass(frozen=True)
+class SessionEndEvent:
+    TYPE: ClassVar[str] = "session.end"
+
+
+ClientEvent = Union[SessionStartEvent, TextEvent, FlushEvent, ContextEndEvent, CancelEvent, PlaybackEvent,
+                    PingEvent, SessionEndEvent]
+
+
+class _Fields:
+    """Reads one message's fields; each failure is an `invalid_message` naming the field. The context_id is
+    read first so that later failures can carry it."""
+
+    def __init__(self, obj: dict, message_type: str) -> None:
+        self.obj = obj
+        self.message_type = message_type
+        self.context_id: str | None = None
+
+    def fail(self, name: str, must: str) -> ProtocolError:
+        return ProtocolError(INVALID_MESSAGE, f"{self.message_type}: field '{name}' {must}", field=name,
+                             context_id=self.context_id, message_type=self.message_type)
+
+    def read_context_id(self, *, allow_all: bool = False) -> str:
+        value = self.obj.get("context_id")
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_CONTEXT_ID_CHARS:
+            raise self.fail("context_id", f"must be a non-empty string of at most {MAX_CONTEXT_ID_CHARS} "
+                                          f"characters")
+        if value == CANCEL_ALL and not allow_all:
+            raise self.fail("context_id", f"must not be {CANCEL_ALL!r}: it means every context in a cancel")
+        self.context_id = value
+        return value
+
+    def read_string(self, name: str, *, required: bool) -> str | None:
+        value = self.obj.get(name)
+        if value is None and not required:  # null is absent: clients that dump None-valued fields are common
+            return None
+        if not isinstance(value, str):
+            raise self.fail(name, "must be a string")
+        return value
+
+    def read_flag(self, name: str) -> bool:
+        value = self.obj.get(name)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.fail(name, "must be a boolean")
+        return value
+
+    def read_ms(self, name: str) -> float:
+        value = self.obj.get(name)
+        # json.loads accepts NaN and Infinity; neither is a playback position.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise self.fail(name, "must be a finite number >= 0")
+        return float(value)
+
+    def read_object(self, name: str) -> dict | None:
+        value = self.obj.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise self.fail(name, "must be an object")
+        return value
+
+
+def _session_start(f: _Fields) -> SessionStartEvent:
+    return SessionStartEvent(voice=f.read_string("voice", required=False), model=f.read_string("model", required=False),
+                             output=f.read_object("output"), pacing=f.read_object("pacing"),
+                             segmentation=f.read_string("segmentation", required=False))
+
+
+def _ping(f: _Fields) -> PingEvent:
+    value = f.obj.get("id")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+        raise f.fail("id", "must be a string or an integer")
+    return PingEvent(id=value)
+
+
+_PARSERS: dict[str, Callable[[_Fields], ClientEvent]] = {
+    "session.start": _session_start,
+    "text": lambda f: TextEvent(f.read_context_id(), f.read_string("text", required=True), f.read_flag("flush")),
+    "flush": lambda f: FlushEvent(f.read_context_id()),
+    "context.end": lambda f: ContextEndEvent(f.read_context_id()),
+    "cancel": lambda f: CancelEvent(f.read_context_id(allow_all=True)),
+    "playback": lambda f: PlaybackEvent(f.read_context_id(), f.read_ms("played_ms")),
+    "ping": _ping,
+    "session.end": lambda f: SessionEndEvent(),
+}
+CLIENT_MESSAGE_TYPES = tuple(_PARSERS)
+
+
+def parse_client_message(data: str) -> ClientEvent:
+    """One text frame -> one event, or a non-fatal ProtocolError (invalid_json, invalid_message, unknown_type)."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deeper than the parser recurses
+        raise ProtocolError(INVALID_JSON, "message is not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(INVALID_JSON, f"message must be a JSON object, got {_json_kind(obj)}")
+    message_type = obj.get("type")
+    if not isinstance(message_type, str):
+        raise ProtocolError(INVALID_MESSAGE, "field 'type' must be a string", field="type")
+    parser = _PARSERS.get(message_type)
+    if parser is None:
+        raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {clip(message_type)!r}; known types: "
+                                          f"{', '.join(CLIENT_MESSAGE_TYPES)}")
+    return parser(_Fields(obj, message_type))
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
+# ---- server -> client messages --------------------------------------------------------------------------------
+
+
+def _dumps(message: dict) -> str:
+    # allow_nan=False: NaN is not JSON (RFC 8259 section 6); the encoders below map it to null first.
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _ms(value: float) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a millisecond value must be a finite number, got {value!r}")
+    return int(round(value))
+
+
+def _metric(name: str, value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if name.endswith("_ms") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(round(value))
+    return value
+
+
+def encode_session_started(session_id: str, model: str, voice: str, output: OutputFormat, limits: Limits) -> str:
+    return _dumps({"type": "session.started", "session_id": session_id, "model": model, "voice": voice,
+                   "output": output.to_wire(), "limits": limits.to_wire()})
+
+
+def encode_context_started(context_id: str, index: int) -> str:
+    return _dumps({"type": "context.started", "context_id": context_id, "index": index})
+
+
+def _span(item: dict, text_key: str) -> dict:
+    return {text_key: item[text_key], "char_start": int(item["char_start"]), "char_end": int(item["char_end"]),
+            "start_ms": _ms(item["start_ms"]), "end_ms": _ms(item["end_ms"])}
+
+
+def encode_alignment(context_id: str, segments: list[dict], words: list[dict] | None, estimated: bool) -> str:
+    """Segments and words are normalised to exactly the protocol's keys (extra keys dropped, ms rounded)."""
+    message: dict[str, Any] = {"type": "alignment", "context_id": context_id,
+                               "segments": [_span(s, "text") for s in segments]}
+    if words is not None:
+        message["words"] = [_span(w, "word") for w in words]
+    message["estimated"] = bool(estimated)
+    return _dumps(message)
+
+
+def encode_flushed(context_id: str) -> str:
+    return _dumps({"type": "flushed", "context_id": context_id})
+
+
+def encode_cancelled(context_id: str, played_ms: float, spoken_text: str) -> str:
+    return _dumps({"type": "cancelled", "context_id": context_id, "played_ms": _ms(played_ms),
+                   "spoken_text": spoken_text})
+
+
+def encode_context_done(context_id: str, reason: str, audio_ms: float, metrics: dict) -> str:
+    """`metrics` always carries `ttfa_ms` (null when no audio was sent); `*_ms` values are rounded to ints and
+    non-finite floats become null."""
+    if reason not in DONE_REASONS:
+        raise ValueError(f"reason must be one of {', '.join(DONE_REASONS)}, got {reason!r}")
+    wire_metrics = {"ttfa_ms": None, **metrics}
+    wire_metrics = {name: _metric(name, value) for name, value in wire_metrics.items()}
+    return _dumps({"type": "context.done", "context_id": context_id, "reason": reason,
+                   "audio_ms": _ms(audio_ms), "metrics": wire_metrics})
+
+
+def encode_error(code: str, message: str, fatal: bool, context_id: str | None = None, **extra: Any) -> str:
+    """`extra` adds fields such as `retry_after_ms` (rounded like every `*_ms`)."""
+    wire: dict[str, Any] = {"type": "error", "code": code, "message": message, "fatal": bool(fatal)}
+    if context_id is not None:
+        wire["context_id"] = context_id
+    for name, value in extra.items():
+        wire[name] = _metric(name, value)
+    return _dumps(wire)
+
+
+def encode_protocol_error(error: ProtocolError, **extra: Any) -> str:
+    return encode_error(error.code, error.message, error.fatal, error.context_id, **extra)
+
+
+def encode_pong(id: str | int | None, server_time_ms: float) -> str:  # noqa: A002 - the protocol's field name
+    return _dumps({"type": "pong", "id": id, "server_time_ms": _ms(server_time_ms)})

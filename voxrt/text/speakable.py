@@ -1,0 +1,148 @@
+"""What of a text is spoken: markdown markup and emoji removed, whitespace collapsed, offsets kept.
+
+Agents' LLMs write markdown and emoji even when asked not to; a TTS model reads `**` or a rocket badly or
+aloud. `speakable` keeps the words and drops the markup, and for every character it keeps it reports the
+offset of that character in the input, so that audio alignment can point back into the client's text.
+
+Every rule is local (it looks at a line, a link, or a character's neighbours), so cleaning a segment's span
+gives the same result however the stream was cut into fragments. The segmenter cleans a span of the whole
+context text with `speakable_span`: `^` still means a real line start there, and the character before the
+span is still seen as a neighbour (re's `pos`/`endpos` search arguments keep both; see the `re` docs on
+`Pattern.search`).
+
+Kept on purpose: bare URLs (a TTS front end may read or skip them; dropping words is worse), a lone `*`
+between spaces or digits (`2 * 3`), underscores inside words (`snake_case`), and symbols that are words
+(`°`, `%`, `©`, `™`, arrows, math). Removed: `**bold**` / `*it*` / `_it_` / `~~strike~~` markers, backticks
+(code text kept), fence lines, heading / list / quote markers at line starts, thematic breaks, the link
+syntax of `[label](url)` (label kept), and emoji: pictographs, dingbats, variation selectors, ZWJ joiners
+inside emoji sequences, skin tones, flags, keycaps and tags.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Why each character is dropped; SEPARATOR also stands for a space, so "Great🎉thanks" becomes two words
+# while "**bold**text" stays one.
+_KEEP, _MARKUP, _SEPARATOR = 0, 1, 2
+
+_FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.MULTILINE)  # ```python: the tag is not spoken
+_RULE_LINE = re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)  # --- *** ___
+# Line-start markers: quotes (`> `, nested), then one heading (`## `) or list marker (`- `, `* `, `+ `,
+# `1. `, `1) `). CommonMark needs the space after a marker; "-5 degrees" and "#1" are text.
+_LINE_MARKER = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:#{1,6}[ \t]+|(?:[-*+]|\d{1,9}[.)])[ \t]+)?", re.MULTILINE)
+# [label](url) and ![alt](url), with an optional "title"; group 1 is the label.
+_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\s]*(?:[ \t]+\"[^\"\n]*\")?\)")
+_EMPHASIS = re.compile(r"\*+|_+|~~+")
+
+_CLOSING_PUNCTUATION = ",.;:!?…)]}”’»"
+_ZWJ = "\u200d"
+_KEYCAP = "\u20e3"
+
+
+def is_emoji(ch: str) -> bool:
+    """Pictographic symbols and the invisible parts of emoji sequences (not `°`, `©`, `™`, `→`, `≤`)."""
+    cp = ord(ch)
+    if 0x1F000 <= cp <= 0x1FAFF:  # pictographs, emoticons, transport, flags (regional indicators), skin tones
+        return True
+    if 0x2600 <= cp <= 0x27BF:  # Miscellaneous Symbols and Dingbats: ☀ ♥ ✅ ✨ ❤ ➡
+        return True
+    if 0x2190 <= cp <= 0x2BFF:  # arrows, technical, shapes, misc symbols: only the pictographic ones
+        return unicodedata.category(ch) == "So"  # ⌚ ⏰ ▶ ⬆ ⭐ (So); → ≤ are Sm and stay
+    return cp in (0x3030, 0x303D, 0x3297, 0x3299) or _is_invisible_emoji_part(cp)
+
+
+def _is_invisible_emoji_part(cp: int) -> bool:
+    return (0xFE00 <= cp <= 0xFE0F          # variation selectors (VS16 asks for emoji presentation)
+            or 0xE0100 <= cp <= 0xE01EF     # variation selectors supplement
+            or 0xE0020 <= cp <= 0xE007F     # tags (subdivision flags such as Scotland)
+            or cp == ord(_KEYCAP))          # "1️⃣" = 1 + VS16 + keycap: the digit is kept and spoken
+
+
+def speakable(text: str) -> tuple[str, list[int]]:
+    """`text` cleaned for speech, and for each character of the result its offset in `text`.
+
+    A collapsed run of whitespace (or of removed emoji) maps to the offset of its first character."""
+    return speakable_span(text, 0, len(text))
+
+
+def speakable_span(text: str, start: int, end: int) -> tuple[str, list[int]]:
+    """`speakable` of `text[start:end]` with offsets into `text`; the text before `start` is context only
+    (whether `start` is a line start, the neighbour of a marker at `start`)."""
+    if not 0 <= start <= end <= len(text):
+        raise ValueError(f"span [{start}, {end}) outside text of {len(text)} characters")
+    drop = bytearray(end - start)  # per character of the span: _KEEP, _MARKUP or _SEPARATOR
+
+    def mark(a: int, b: int, why: int = _MARKUP) -> None:
+        for i in range(max(a, start), min(b, end)):
+            drop[i - start] = drop[i - start] or why
+
+    for m in _FENCE_LINE.finditer(text, start, end):
+        mark(m.start(), m.end())
+    for m in _RULE_LINE.finditer(text, start, end):
+        mark(m.start(), m.end())
+    for m in _LINE_MARKER.finditer(text, start, end):
+        mark(m.start(), m.end())  # leading spaces go too: the newline before them still separates words
+    for m in _LINK.finditer(text, start, end):
+        mark(m.start(), m.start(1))
+        mark(m.end(1), m.end())
+    for i in range(start, end):
+        if text[i] == "`":
+            mark(i, i + 1)
+    for m in _EMPHASIS.finditer(text, start, end):
+        if _is_emphasis_marker(text, m.start(), m.end(), end):
+            mark(m.start(), m.end())
+    _mark_emoji(text, start, end, mark)
+    return _collapse(text, start, end, drop)
+
+
+def _is_emphasis_marker(text: str, a: int, b: int, end: int) -> bool:
+    """CommonMark's flanking rule, simplified: a run of `*`, `_` or `~~` touching a word on one side is
+    markup; a run between spaces (`2 * 3`) or inside a word or number (`snake_case`, `2*3`) is text. Pairs
+    are not matched: one segment may hold only the opening `**` of a bold run the next segment closes."""
+    before = text[a - 1] if a > 0 else " "
+    after = text[b] if b < end else " "
+    if before.isspace() and after.isspace():
+        return False
+    return not (before.isalnum() and after.isalnum())
+
+
+def _mark_emoji(text: str, start: int, end: int, mark) -> None:
+    previous_is_emoji = start > 0 and is_emoji(text[start - 1])
+    for i in range(start, end):
+        ch = text[i]
+        if is_emoji(ch):
+            # Pictographs separate words; the invisible parts (VS16, keycap, tags) join them.
+            mark(i, i + 1, _MARKUP if _is_invisible_emoji_part(ord(ch)) else _SEPARATOR)
+            previous_is_emoji = True
+        elif ch == _ZWJ and previous_is_emoji:  # 👩‍💻; a ZWJ in Devanagari or Arabic text is kept
+            mark(i, i + 1)
+        else:
+            previous_is_emoji = False
+
+
+def _collapse(text: str, start: int, end: int, drop: bytearray) -> tuple[str, list[int]]:
+    out: list[str] = []
+    offsets: list[int] = []
+    space_at: int | None = None  # offset of the first whitespace of the current run
+    run_has_emoji = False
+    for i in range(start, end):
+        why = drop[i - start]
+        if why == _MARKUP:
+            continue
+        ch = text[i]
+        if why == _SEPARATOR or ch.isspace():
+            if space_at is None:
+                space_at = i
+            run_has_emoji = run_has_emoji or why == _SEPARATOR
+            continue
+        # "Sure 😊, I can" -> "Sure, I can": the space was the emoji's, not the writer's.
+        if space_at is not None and out and not (run_has_emoji and ch in _CLOSING_PUNCTUATION):
+            out.append(" ")
+            offsets.append(space_at)
+        space_at = None
+        run_has_emoji = False
+        out.append(ch)
+        offsets.append(i)
+    return "".join(out), offsets
