@@ -31,4 +31,7 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 echo "setup: installing voxrt (editable) with dev extras"
 python -m pip install -q -e ".[dev]"
+echo "setup: installing the Qwen3-TTS reference implementation for the parity tests"
+python -m pip install -q -r requirements/parity.txt
+python -m pip install -q --no-deps qwen-tts==0.1.1
 echo "setup: done ($(python -c 'import torch; print("torch", torch.__version__)'))"
