@@ -152,10 +152,7 @@ def decode_perf(batches, context: int) -> list[dict]:
             core.step()
         items = [core.scheduler.next_decode(r) for r in reqs]  # grows pages to hold the timed position
 
-        def fill(bufs, size, items=items):
-            runner._fill_decode(bufs, size, [i.text_id for i in items], [i.request.frames[-1] for i in items],
-                                [i.request.slot for i in items], [i.request.params for i in items],
-                                [SeqSlice(i.request.pages, 1, i.position + 1) for i in items])
+        fill = runner.decode_filler(items)
 
         eager = GraphedStage("decode-eager", [], runner._make_decode_buffers, runner._decode_body, False)
         depth_eager = GraphedStage("depth-eager", [], runner._make_depth_buffers, runner._depth_body, False)

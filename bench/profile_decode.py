@@ -14,7 +14,6 @@ from torch.profiler import ProfilerActivity, profile
 
 from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
-from voxrt.engine.runtime.attention import SeqSlice
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.graphs import GraphedStage
 
@@ -32,10 +31,7 @@ def main() -> None:
     runner = core.runner
     items = [core.scheduler.next_decode(r) for r in reqs]
 
-    def fill(bufs, size):
-        runner._fill_decode(bufs, size, [i.text_id for i in items], [i.request.frames[-1] for i in items],
-                            [i.request.slot for i in items], [i.request.params for i in items],
-                            [SeqSlice(i.request.pages, 1, i.position + 1) for i in items])
+    fill = runner.decode_filler(items)
 
     decode = GraphedStage("decode", [], runner._make_decode_buffers, runner._decode_body, False)
     depth = GraphedStage("depth", [], runner._make_depth_buffers, runner._depth_body, False)

@@ -188,3 +188,27 @@ MODEL_FILES = [p for p in ALL if under(p.relative_to(ROOT), "models")]
 def test_models_do_not_import_the_gateway(path):
     bad = hits(imports_of(path), "voxrt.gateway")
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+GATEWAY_FILES = [p for p in ALL if under(p.relative_to(ROOT), "voxrt/gateway")]
+TORCH_SIDE = ("torch", "voxrt.engine.runtime", "voxrt.models", "numpy.torch")
+
+
+@pytest.mark.parametrize("path", GATEWAY_FILES, ids=_ids(GATEWAY_FILES))
+def test_gateway_never_imports_torch(path):
+    """The gateway meets the engine only through EngineClient and the typed messages."""
+    imported = imports_of(path)
+    bad = [hit for name in TORCH_SIDE for hit in hits(imported, name)]
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_gateway_process_does_not_load_torch():
+    """Importing the whole gateway (app, server, realtime, http) pulls no torch into the process."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import voxrt.gateway.server, voxrt.gateway.app, voxrt.cli; "
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

@@ -35,6 +35,12 @@ class UnknownRequestError(EngineError):
     code = "unknown_request"
 
 
+class CheckpointError(EngineError):
+    """Model weights or files are missing or malformed; the message names what and how to get it."""
+
+    code = "checkpoint_error"
+
+
 class CapacityError(EngineError):
     """The KV cache or the request slots cannot hold this request (now or ever)."""
 
@@ -53,7 +59,7 @@ class EngineDeadError(EngineError):
     code = "engine_unavailable"
 
 
-_BY_CODE = {cls.code: cls for cls in (UnknownModelError, UnknownVoiceError, InvalidParamsError, UnknownRequestError,
+_BY_CODE = {cls.code: cls for cls in (UnknownModelError, CheckpointError, UnknownVoiceError, InvalidParamsError, UnknownRequestError,
                                       CapacityError, RequestFailedError, EngineDeadError)}
 
 

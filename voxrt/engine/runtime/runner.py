@@ -22,7 +22,7 @@ from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.engine.runtime.transfer import upload, upload_into
-from voxrt.engine.sched.plan import CodecJob, StepPlan
+from voxrt.engine.sched.plan import CodecJob, DecodeItem, StepPlan
 
 log = logging.getLogger("voxrt.engine.runner")
 
@@ -190,11 +190,7 @@ class ModelRunner:
             code0_parts.append(code0)
         if plan.decode:
             n = len(plan.decode)
-            items = plan.decode
-            bufs = self.decode_stage.run(n, lambda b, size: self._fill_decode(
-                b, size, [i.text_id for i in items], [i.request.frames[-1] for i in items],
-                [i.request.slot for i in items], [i.request.params for i in items],
-                [SeqSlice(i.request.pages, 1, i.position + 1) for i in items]))
+            bufs = self.decode_stage.run(n, self.decode_filler(plan.decode))
             hidden_parts.append(bufs.hidden[:n])
             code0_parts.append(bufs.code0[:n])
         hidden = torch.cat(hidden_parts) if len(hidden_parts) > 1 else hidden_parts[0]
@@ -233,6 +229,14 @@ class ModelRunner:
 
     def _mark_history(self, slots: torch.Tensor, code0: torch.Tensor) -> None:
         self.history.index_put_((slots, code0), self._true.expand(slots.shape[0]))
+
+    def decode_filler(self, items: Sequence[DecodeItem]):
+        """The fill function of the decode stage for these items (also used by the benchmarks)."""
+        def fill(b: DecodeBuffers, size: int) -> None:
+            self._fill_decode(b, size, [i.text_id for i in items], [i.request.frames[-1] for i in items],
+                              [i.request.slot for i in items], [i.request.params for i in items],
+                              [SeqSlice(i.request.pages, 1, i.position + 1) for i in items])
+        return fill
 
     def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], prev: Sequence[Sequence[int]],
                      slots: Sequence[int], params: Sequence, seqs: Sequence[SeqSlice]) -> None:
