@@ -26,9 +26,9 @@ from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.attention import FlashInferAttention, KVCache, SeqSlice, TorchAttention, flashinfer_available
 from voxrt.engine.runtime.core import EngineCore
-from voxrt.engine.runtime.graphs import GraphedStage
 
-HBM_BYTES_PER_S = 4.254e12  # measured copy bandwidth on the H200 (../shared/gpu/README.md)
+from engine_timing import frame_times  # noqa: E402 (bench/ is the script's directory)
+
 TEXTS = ["Hello there, this is the first test sentence.", "A second voice speaks a little longer than the first one does.",
          "Short.", "Numbers like 3.50 and dates like May 4 are text too."]
 
@@ -120,57 +120,15 @@ def tiny_parity() -> dict:
     return out
 
 
-def time_ms(fn, iters: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
-
-
 def decode_perf(batches, context: int) -> list[dict]:
     core = EngineCore(EngineConfig(model="qwen3-tts-1.7b-shape", device="cuda", max_batch_size=max(batches),
                                    max_seq_len=1024))
     t0 = time.time()
     core.warmup()
     capture_s = time.time() - t0
-    runner, program = core.runner, core.program
-    talker_bytes = sum(p.numel() * p.element_size() for n, p in program.talker.named_parameters() if "embedding" not in n)
-    pred_bytes = sum(p.numel() * p.element_size() for n, p in program.predictor.named_parameters() if "embedding" not in n)
-    kv_bytes_per_token = program.lm_geometry.num_layers * 2 * program.lm_geometry.num_kv_heads * 128 * 2
-    rows = []
-    for b in batches:
-        text = "word " * (context + 8)
-        reqs = [core.submit(SubmitRequest(f"p{b}-{i}", "default", SamplingParams(num_frames=context + 8), text, True))
-                for i in range(b)]
-        while min(r.num_tokens for r in reqs) < context:  # grow the KV to `context` tokens each
-            core.step()
-        items = [core.scheduler.next_decode(r) for r in reqs]  # grows pages to hold the timed position
-
-        fill = runner.decode_filler(items)
-
-        eager = GraphedStage("decode-eager", [], runner._make_decode_buffers, runner._decode_body, False)
-        depth_eager = GraphedStage("depth-eager", [], runner._make_depth_buffers, runner._depth_body, False)
-        with torch.inference_mode():
-            graph_ms = time_ms(lambda: runner.decode_stage.run(b, fill))
-            eager_ms = time_ms(lambda: eager.run(b, fill), iters=10)
-            depth_ms = time_ms(lambda: runner.depth_stage.run(b, lambda bb, s: None))
-            depth_eager_ms = time_ms(lambda: depth_eager.run(b, lambda bb, s: None), iters=5)
-        floor_ms = (talker_bytes + b * context * kv_bytes_per_token) / HBM_BYTES_PER_S * 1e3
-        frame_floor_ms = floor_ms + 15 * pred_bytes / HBM_BYTES_PER_S * 1e3
-        rows.append(dict(batch=b, context=context, decode_graph_ms=round(graph_ms, 3), decode_eager_ms=round(eager_ms, 3),
-                         decode_floor_ms=round(floor_ms, 3), depth_graph_ms=round(depth_ms, 3),
-                         depth_eager_ms=round(depth_eager_ms, 3), frame_graph_ms=round(graph_ms + depth_ms, 3),
-                         frame_floor_ms=round(frame_floor_ms, 3), capture_s=round(capture_s, 1)))
-        for r in reqs:
-            core.cancel(r.request_id)
-        core.scheduler.check_integrity()
-        assert core.scheduler.pages.num_free == core.scheduler.pages.num_pages
+    rows = frame_times(core, batches, context, core.program.talker, core.program.predictor)
+    for row in rows:
+        row["capture_s"] = round(capture_s, 1)
     return rows
 
 
