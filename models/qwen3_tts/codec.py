@@ -1,0 +1,233 @@
+"""The Qwen3-TTS 12 Hz codec decoder ("speech tokenizer" decoder) as a streaming, batched codec.
+
+Reference: Qwen3TTSTokenizerV2Decoder in qwen_tts/core/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py
+(qwen-tts 0.1.1). Codes [B, T, K] (K = 16: 1 semantic + 15 acoustic codebooks) go through
+  split RVQ dequantization (codec_quantizer.py)              -> [B, codebook_dim, T]
+  pre_conv: causal conv 3                                    -> [B, latent, T]
+  pre_transformer: sliding-window transformer                -> [B, latent, T]       (codec_transformer.py)
+  upsample: per ratio, transposed conv (k = s) + ConvNeXt    -> [B, latent, T * 4]   (codec_layers.py)
+  decoder: causal conv 7, DAC-style blocks (SnakeBeta, transposed conv 2r/r, dilated residual units),
+           SnakeBeta, causal conv 7 -> 1 channel             -> [B, 1, T * 1920]
+and the waveform is clamped to [-1, 1]. Parameter names equal the reference decoder's state_dict keys (they
+sit under `decoder.` in the codec checkpoint).
+
+Streaming. Every layer is causal: a frame's samples depend only on its own and earlier codes, so decoding
+chunk by chunk with carried state equals decoding the whole sequence (`decode_offline`, i.e. the reference
+forward) and each frame's 1920 samples are final as soon as its codes are in; nothing is held back. The
+state is one row per slot in device tensors (see codec_layers.py and codec_transformer.py for what each
+layer carries): every causal conv's last (k-1)*d inputs, every transposed conv's overlap tail (K - s
+samples), each attention layer's rotated keys and values of the last W - 1 frames, and the frames seen.
+`decode_stream` gathers the rows of the batch's slots, runs, and scatters the advanced rows back; its shapes
+depend only on (B, F) and it never synchronizes with the host, so it can be captured in a CUDA graph.
+Slots in one call must be distinct, except that padding rows may all share a scratch slot (whatever lands
+there is garbage by design). The reference's own `chunked_decode` (300-frame chunks re-decoded with 25
+frames of context, positions restarting per chunk) is an approximation of the forward; we match the forward.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from voxrt.engine.errors import CheckpointError
+from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, DecoderBlock, SnakeBeta, StatefulLayer,
+                                                 UpsampleStage)
+from voxrt.models.qwen3_tts.codec_quantizer import SplitResidualVectorQuantizer
+from voxrt.models.qwen3_tts.codec_transformer import FRAMES_KEY, CodecTransformer
+
+CHECKPOINT_PREFIX = "decoder."  # the decoder's keys in the codec checkpoint (Qwen3TTSTokenizerV2Model.decoder)
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """The `decoder_config` section of the codec's config.json (Qwen3TTSTokenizerV2DecoderConfig). Defaults
+    are the reference class's, NOT the released sizes (hidden 512, latent 1024, codebook_dim 512 there)."""
+
+    codebook_dim: int
+    codebook_size: int = 2048
+    hidden_size: int = 1024
+    latent_dim: int = 1024
+    rope_theta: float = 10000.0
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 16
+    head_dim: int | None = None  # the reference falls back to hidden_size // num_attention_heads
+    attention_bias: bool = False
+    sliding_window: int = 72
+    intermediate_size: int = 3072
+    hidden_act: str = "silu"
+    layer_scale_initial_scale: float = 0.01
+    rms_norm_eps: float = 1e-5
+    num_hidden_layers: int = 8
+    num_quantizers: int = 16
+    upsample_rates: tuple[int, ...] = (8, 5, 4, 3)
+    upsampling_ratios: tuple[int, ...] = (2, 2)
+    decoder_dim: int = 1536
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> CodecConfig:
+        if "codebook_dim" not in cfg:
+            raise CheckpointError("codec decoder_config lacks 'codebook_dim'")
+        if cfg.get("rope_scaling"):
+            raise CheckpointError(f"codec rope_scaling {cfg['rope_scaling']!r} is not supported (default rotary only)")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in cfg.items() if k in known}  # transformers' bookkeeping keys are ignored
+        for key in ("upsample_rates", "upsampling_ratios"):
+            if key in values:
+                values[key] = tuple(values[key])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def validate(self) -> None:
+        if self.hidden_act != "silu":
+            raise CheckpointError(f"codec hidden_act {self.hidden_act!r} is not supported (silu only)")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise CheckpointError("codec num_attention_heads must be a multiple of num_key_value_heads")
+        if self.decoder_dim % 2 ** len(self.upsample_rates):
+            raise CheckpointError("codec decoder_dim must halve once per upsample rate")
+        if self.sliding_window < 1 or self.num_quantizers < 2 or self.codebook_dim % 2:
+            raise CheckpointError("codec sliding_window >= 1, num_quantizers >= 2 and an even codebook_dim expected")
+
+
+class Qwen3TTSCodec(nn.Module):
+    def __init__(self, cfg: CodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.pre_transformer = CodecTransformer(
+            cfg.latent_dim, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+            cfg.num_key_value_heads, cfg.attention_head_dim, cfg.sliding_window, cfg.attention_bias,
+            cfg.rms_norm_eps, cfg.layer_scale_initial_scale, cfg.rope_theta)
+        self.quantizer = SplitResidualVectorQuantizer(cfg.num_quantizers, cfg.codebook_dim // 2, cfg.codebook_dim,
+                                                      cfg.codebook_size)
+        self.pre_conv = CausalConv(cfg.codebook_dim, cfg.latent_dim, 3)
+        self.upsample = nn.ModuleList(UpsampleStage(cfg.latent_dim, r) for r in cfg.upsampling_ratios)
+        dims = [cfg.decoder_dim // 2**i for i in range(len(cfg.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList(
+            [CausalConv(cfg.latent_dim, cfg.decoder_dim, 7)]
+            + [DecoderBlock(dims[i], dims[i + 1], rate) for i, rate in enumerate(cfg.upsample_rates)]
+            + [SnakeBeta(dims[-1]), CausalConv(dims[-1], 1, 7)])
+        # Name each stateful layer by its module path; its state tensors are keyed by that path.
+        self._state_shapes: dict[str, tuple[int, ...]] = {}
+        for name, module in self.named_modules():
+            if isinstance(module, StatefulLayer) and module.state_shapes():
+                module.state_key = name
+                for suffix, shape in module.state_shapes().items():
+                    self._state_shapes[name + suffix] = shape
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Qwen3TTSCodec:
+        """From the `decoder_config` dict of the codec's config.json."""
+        return cls(CodecConfig.from_dict(cfg))
+
+    @property
+    def samples_per_frame(self) -> int:  # 1920 released: 24 kHz at 12.5 frames/s
+        return math.prod(self.cfg.upsample_rates) * math.prod(self.cfg.upsampling_ratios)
+
+    @property
+    def num_quantizers(self) -> int:
+        return self.cfg.num_quantizers
+
+    # ---- weights -----------------------------------------------------------------------------------------
+
+    def load_decoder_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Load strictly from a full codec checkpoint state dict (keys `decoder.*`; others are ignored)."""
+        own = {k[len(CHECKPOINT_PREFIX):]: v for k, v in state.items() if k.startswith(CHECKPOINT_PREFIX)}
+        expected = set(self.state_dict())
+        missing = sorted(CHECKPOINT_PREFIX + k for k in expected - own.keys())
+        unexpected = sorted(CHECKPOINT_PREFIX + k for k in own.keys() - expected)
+        if missing or unexpected:
+            raise CheckpointError("codec checkpoint does not match the decoder config: "
+                                  f"{_listing('missing', missing)}; {_listing('unexpected', unexpected)}")
+        try:
+            self.load_state_dict(own, strict=True)
+        except RuntimeError as exc:  # shape mismatches
+            raise CheckpointError(f"codec checkpoint does not match the decoder config: {exc}") from exc
+
+    # ---- decoding ----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def decode_offline(self, codes: torch.Tensor) -> torch.Tensor:
+        """Whole sequences, no state: [B, T, K] -> [B, T * samples_per_frame], the reference forward's output
+        (which takes codes as [B, K, T])."""
+        return self._decode(codes, None)
+
+    def new_state(self, num_rows: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Zeroed streaming state, one row per slot (a zero row is a fresh request)."""
+        state = {key: torch.zeros(num_rows, *shape, device=device, dtype=dtype)
+                 for key, shape in self._state_shapes.items()}
+        state[FRAMES_KEY] = torch.zeros(num_rows, dtype=torch.int64, device=device)
+        return state
+
+    def reset_slots(self, state: dict[str, torch.Tensor], slots: torch.Tensor) -> None:
+        """Make `slots` fresh: zero conv contexts and tails (= the offline zero padding) and zero frames seen
+        (so their K/V rows are masked)."""
+        for value in state.values():
+            value.index_fill_(0, slots, 0)
+
+    @torch.no_grad()
+    def decode_stream(self, codes: torch.Tensor, slots: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The next F frames of B requests: codes [B, F, K], slots [B] -> audio [B, F * samples_per_frame];
+        reads and advances the slots' state rows."""
+        carry = Carry({key: value.index_select(0, slots) for key, value in state.items()})  # rows [B, ...]
+        audio = self._decode(codes, carry)
+        assert carry.updated.keys() == state.keys(), "every state tensor must advance once per call"
+        for key, value in carry.updated.items():
+            state[key].index_copy_(0, slots, value.to(state[key].dtype))
+        return audio
+
+    def _decode(self, codes: torch.Tensor, carry: Carry | None) -> torch.Tensor:
+        if codes.dim() != 3 or codes.shape[-1] != self.cfg.num_quantizers:
+            raise ValueError(f"codes must be [B, T, {self.cfg.num_quantizers}], got {tuple(codes.shape)}")
+        # Negative ids (the reference's -1 padding) decode as 0, like Qwen3TTSTokenizerV2Model.decode.
+        x = self.quantizer.decode(codes.clamp(min=0))  # [B, codebook_dim, T]
+        x = self.pre_conv(x, carry)  # [B, latent, T]
+        x = self.pre_transformer(x.transpose(1, 2), carry).transpose(1, 2)  # [B, latent, T]
+        for stage in self.upsample:
+            x = stage(x, carry)  # [B, latent, T * r]
+        for layer in self.decoder:
+            x = layer(x, carry)  # ... -> [B, 1, T * samples_per_frame]
+        return x.squeeze(1).clamp(min=-1, max=1).float()
+
+
+def _listing(kind: str, keys: list[str], limit: int = 10) -> str:
+    if not keys:
+        return f"no {kind} keys"
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"{len(keys)} {kind} keys: {', '.join(keys[:limit])}{more}"
+
+
+def load_codec(directory: str | Path, device: torch.device | str = "cpu") -> Qwen3TTSCodec:
+    """The codec from a directory in the released layout (`Qwen/Qwen3-TTS-Tokenizer-12Hz`, or a model's
+    `speech_tokenizer/`): config.json with `decoder_config`, and model.safetensors (or an index of shards).
+    Only the `decoder.*` tensors are read."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise CheckpointError(f"codec config.json not found in {directory}")
+    config = json.loads(config_path.read_text())
+    if "decoder_config" not in config:
+        raise CheckpointError(f"{config_path} has no 'decoder_config' (is it the 12 Hz codec's config?)")
+    codec = Qwen3TTSCodec.from_config(config["decoder_config"])
+    index_path = directory / "model.safetensors.index.json"
+    if (directory / "model.safetensors").is_file():
+        files = [directory / "model.safetensors"]
+    elif index_path.is_file():
+        files = sorted({directory / f for f in json.loads(index_path.read_text())["weight_map"].values()})
+    else:
+        raise CheckpointError(f"codec weights (model.safetensors) not found in {directory}")
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            state.update({k: f.get_tensor(k) for k in f.keys() if k.startswith(CHECKPOINT_PREFIX)})
+    codec.load_decoder_weights(state)
+    return codec.to(device).eval()

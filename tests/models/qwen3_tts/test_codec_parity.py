@@ -1,0 +1,225 @@
+"""Qwen3-TTS 12 Hz codec decoder: equal to the reference decoder, streaming equal to offline, strict loading.
+
+The reference (qwen-tts 0.1.1, Qwen3TTSTokenizerV2Decoder) is built at a tiny random config that keeps the
+released structure (1 semantic + 3 acoustic codebooks, pre-conv, sliding-window transformer with GQA and
+head_dim * heads != hidden like the released 16 x 64 vs 512, two transposed-conv + ConvNeXt stages, two DAC
+blocks) with a window of 8 frames so streams cross it several times.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from reference import T, TC
+from safetensors.torch import load_file
+
+from voxrt.engine.errors import CheckpointError
+from voxrt.models.qwen3_tts import codec as codec_module
+from voxrt.models.qwen3_tts.codec import Qwen3TTSCodec, load_codec
+
+RELEASED_CONFIG = Path(codec_module.__file__).parent / "configs" / "qwen3-tts-tokenizer-12hz.json"
+
+DECODER = dict(codebook_size=32, codebook_dim=16, latent_dim=24, hidden_size=32, intermediate_size=40,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=12, sliding_window=8,
+               num_quantizers=4, upsample_rates=[3, 2], upsampling_ratios=[2, 2], decoder_dim=32,
+               layer_scale_initial_scale=0.01, rms_norm_eps=1e-5, rope_theta=10000)
+SAMPLES_PER_FRAME = 3 * 2 * 2 * 2
+# A tiny Mimi encoder, only so that the saved checkpoint has the real codec layout (encoder.* + decoder.*).
+ENCODER = dict(hidden_size=16, num_filters=4, upsampling_ratios=[3, 2], num_hidden_layers=1, num_attention_heads=2,
+               num_key_value_heads=2, head_dim=8, intermediate_size=32, codebook_size=32, codebook_dim=8,
+               num_quantizers=4, num_semantic_quantizers=1, vector_quantization_hidden_dimension=8,
+               sliding_window=8, num_residual_layers=1, upsample_groups=16)
+ATOL = 1e-5
+
+
+def _randomize(module: torch.nn.Module, seed: int) -> None:
+    """Non-trivial values on every parameter: SnakeBeta, layer scales and norms away from their inits,
+    codebook usage counts positive, output mostly inside the clamp."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("cluster_usage"):
+                p.copy_(torch.rand(p.shape, generator=gen) * 1.5 + 0.5)
+            elif name.endswith("embedding_sum"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif name.endswith("scale.scale"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            elif name.endswith(("alpha", "beta")):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
+            elif "q_proj" in name or "k_proj" in name:  # sharper attention, so the window matters
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+
+
+def _codes(batch: int, frames: int, seed: int) -> torch.Tensor:  # [B, T, K]
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, DECODER["codebook_size"], (batch, frames, DECODER["num_quantizers"]), generator=gen)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    torch.manual_seed(0)
+    decoder = T.Qwen3TTSTokenizerV2Decoder(TC.Qwen3TTSTokenizerV2DecoderConfig(**DECODER)).eval()
+    _randomize(decoder, seed=1)
+    return decoder
+
+
+@pytest.fixture(scope="module")
+def codec(ref):
+    ours = Qwen3TTSCodec.from_config(ref.config.to_dict()).eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    return ours
+
+
+def _ref_decode(ref, codes: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return ref(codes.transpose(1, 2)).squeeze(1)  # the reference takes [B, K, T], returns [B, 1, samples]
+
+
+def test_state_dict_keys_and_shapes_equal_the_reference(ref, codec):
+    ours = {k: tuple(v.shape) for k, v in codec.state_dict().items()}
+    theirs = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
+    assert ours.keys() == theirs.keys()
+    assert ours == theirs
+    assert codec.samples_per_frame == SAMPLES_PER_FRAME == int(ref.total_upsample)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_offline_equals_reference_forward(ref, codec, attn):
+    ref.set_attn_implementation(attn)
+    codes = _codes(2, 30, seed=2)  # 30 frames: almost 4 windows
+    expected = _ref_decode(ref, codes)
+    got = codec.decode_offline(codes)
+    assert got.shape == (2, 30 * SAMPLES_PER_FRAME)
+    assert (expected.abs() < 1).float().mean() > 0.9  # a signal, not a clamped square wave
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    ref.set_attn_implementation("sdpa")
+
+
+def test_the_window_matters(codec):
+    """Guards the parity tests' sensitivity: a window one frame wider changes the audio far beyond ATOL."""
+    codes = _codes(1, 30, seed=3)
+    base = codec.decode_offline(codes)
+    attns = [layer.self_attn for layer in codec.pre_transformer.layers]
+    for attn in attns:
+        attn.window += 1
+    try:
+        assert (codec.decode_offline(codes) - base).abs().max() > 1e3 * ATOL
+    finally:
+        for attn in attns:
+            attn.window -= 1
+
+
+def _stream(codec, codes, chunks, slot, state) -> torch.Tensor:
+    out, start = [], 0
+    for size in chunks:
+        out.append(codec.decode_stream(codes[:, start : start + size], torch.tensor([slot]), state))
+        assert out[-1].shape == (1, size * SAMPLES_PER_FRAME)
+        start += size
+    assert start == codes.shape[1]
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("chunks", [(1, 2, 25, 2), (1,) * 30, (3, 7, 4, 9, 7), (30,)])
+def test_streaming_equals_offline(codec, chunks):
+    codes = _codes(1, 30, seed=4)
+    state = codec.new_state(4, "cpu", torch.float32)
+    for value in state.values():  # other slots hold garbage; a reset slot must not see any of it
+        value.copy_(torch.randint_like(value, 0, 50) if value.dtype == torch.int64 else torch.randn_like(value))
+    codec.reset_slots(state, torch.tensor([2]))
+    torch.testing.assert_close(_stream(codec, codes, chunks, 2, state), codec.decode_offline(codes),
+                               atol=ATOL, rtol=0)
+
+
+def test_interleaved_requests_padding_rows_and_slot_reuse(codec):
+    scratch = 4  # the last row is scratch for padding rows
+    state = codec.new_state(scratch + 1, "cpu", torch.float32)
+    a, b, c = _codes(1, 30, seed=5), _codes(1, 22, seed=6), _codes(1, 15, seed=7)
+    pad = _codes(2, 30, seed=8)
+    out = {"a": [], "b": []}
+    # (rows as (name, start), frames): A in slot 0, B in slot 3, None = a padding row on the scratch slot.
+    schedule = [([("a", 0), None], 1), ([("a", 1), ("b", 0)], 2), ([None, ("b", 2), None], 1),
+                ([("b", 3), ("a", 3)], 7), ([("a", 10), ("b", 10)], 12), ([("a", 22), None], 8)]
+    seqs, slot_of = {"a": a, "b": b}, {"a": 0, "b": 3}
+    for rows, frames in schedule:
+        codes = torch.cat([seqs[r[0]][:, r[1] : r[1] + frames] if r else pad[:1, :frames] for r in rows])
+        slots = torch.tensor([slot_of[r[0]] if r else scratch for r in rows])
+        audio = codec.decode_stream(codes, slots, state)
+        for row, r in enumerate(rows):
+            if r:
+                out[r[0]].append(audio[row])
+    for name, seq in seqs.items():
+        torch.testing.assert_close(torch.cat(out[name])[None], codec.decode_offline(seq), atol=ATOL, rtol=0)
+    assert state["frames"].tolist()[:4] == [30, 0, 0, 22]
+
+    codec.reset_slots(state, torch.tensor([0]))  # A finished; C reuses its slot next to B's stale state
+    got = [codec.decode_stream(c[:, :2], torch.tensor([0]), state),
+           codec.decode_stream(torch.cat([c[:, 2:], pad[1:, :13]]), torch.tensor([0, scratch]), state)[:1]]
+    torch.testing.assert_close(torch.cat(got, dim=1), codec.decode_offline(c), atol=ATOL, rtol=0)
+
+
+def test_load_decoder_weights_is_strict_and_names_keys(ref):
+    full = {f"decoder.{k}": v for k, v in ref.state_dict().items()}
+    full["encoder.some.weight"] = torch.zeros(3)  # other parts of the codec checkpoint are ignored
+    codec = Qwen3TTSCodec.from_config(ref.config.to_dict())
+    codec.load_decoder_weights(full)
+    codes = _codes(1, 12, seed=9)
+    torch.testing.assert_close(codec.decode_offline(codes), _ref_decode(ref, codes), atol=ATOL, rtol=0)
+
+    missing = dict(full)
+    del missing["decoder.decoder.1.block.1.conv.weight"]
+    with pytest.raises(CheckpointError, match=r"1 missing keys: decoder\.decoder\.1\.block\.1\.conv\.weight"):
+        codec.load_decoder_weights(missing)
+    extra = dict(full, **{"decoder.pre_transformer.bogus": torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r"unexpected keys: decoder\.pre_transformer\.bogus"):
+        codec.load_decoder_weights(extra)
+    wrong = dict(full, **{"decoder.pre_conv.conv.bias": torch.zeros(5)})
+    with pytest.raises(CheckpointError, match="pre_conv.conv.bias"):
+        codec.load_decoder_weights(wrong)
+
+
+def test_load_codec_from_a_checkpoint_in_the_released_layout(tmp_path):
+    torch.manual_seed(0)
+    config = TC.Qwen3TTSTokenizerV2Config(
+        encoder_config=ENCODER, decoder_config=DECODER, encoder_valid_num_quantizers=4,
+        decode_upsample_rate=SAMPLES_PER_FRAME, encode_downsample_rate=SAMPLES_PER_FRAME)
+    model = T.Qwen3TTSTokenizerV2Model(config).eval()
+    _randomize(model.decoder, seed=10)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["decoder_config"]["sliding_window"] == 8
+    keys = load_file(str(tmp_path / "model.safetensors")).keys()
+    assert any(k.startswith("encoder.") for k in keys) and any(k.startswith("decoder.") for k in keys)
+
+    codec = load_codec(tmp_path)
+    codes = _codes(2, 20, seed=11)
+    codes[1, 15:] = -1  # the reference's padding: model.decode trims it, and decodes -1 as code 0
+    with torch.no_grad():
+        expected = model.decode(codes).audio_values  # list of [samples], codes given as [B, T, K]
+    got = codec.decode_offline(codes)
+    torch.testing.assert_close(got[0], expected[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(got[1, : 15 * SAMPLES_PER_FRAME], expected[1], atol=ATOL, rtol=0)
+
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        load_codec(tmp_path)
+
+
+def test_released_config_streams_without_host_syncs():
+    """The released geometry on the meta device: any `.item()` or data-dependent shape would raise here."""
+    cfg = json.loads(RELEASED_CONFIG.read_text())["decoder_config"]
+    with torch.device("meta"):
+        codec = Qwen3TTSCodec.from_config(cfg).to(torch.bfloat16)
+    assert codec.samples_per_frame == 1920
+    state = codec.new_state(9, "meta", torch.bfloat16)
+    assert state["pre_transformer.layers.7.self_attn.k"].shape == (9, 16, 71, 64)  # W - 1 = 71 past frames
+    assert state["decoder.6"].shape == (9, 96, 6) and state["decoder.1.block.1"].shape == (9, 768, 8)
+    codes = torch.zeros(3, 4, 16, dtype=torch.long, device="meta")
+    audio = codec.decode_stream(codes, torch.tensor([0, 8, 8], device="meta"), state)
+    assert audio.shape == (3, 4 * 1920) and audio.dtype == torch.float32
