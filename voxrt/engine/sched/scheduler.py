@@ -172,9 +172,14 @@ class Scheduler(abc.ABC):
                 return None
             request.pages.extend(self.pages.allocate(1))
         text_id = self.spec.text_pad_id
-        if self.spec.consumes_text_incrementally and request.num_text_pending > 0:
-            text_id = request.feed.token_ids[request.num_text_consumed]
-            request.num_text_consumed += 1
+        if self.spec.consumes_text_incrementally:
+            if request.num_text_pending > 0:
+                text_id = request.feed.token_ids[request.num_text_consumed]
+                request.num_text_consumed += 1
+            elif self.spec.text_eos_id is not None and not request.is_text_eos_fed:
+                # the text is final and used up (else it starved above): end-of-text once, then pads
+                text_id = self.spec.text_eos_id
+                request.is_text_eos_fed = True
         return DecodeItem(request=request, text_id=text_id, position=request.num_tokens)
 
     def next_chunk(self, request: Request) -> CodecJob | None:

@@ -1,0 +1,294 @@
+"""`qwen3-tts`: the Qwen3-TTS 12 Hz CustomVoice talker, its code predictor and its codec as a voxrt program.
+
+The reference is `Qwen3TTSForConditionalGeneration.generate` in qwen_tts/core/models/modeling_qwen3_tts.py
+(qwen-tts 0.1.1), called by `Qwen3TTSModel.generate_custom_voice` (qwen_tts/inference/qwen3_tts_model.py)
+with the text wrapped as "<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n". We serve its
+STREAMING text mode (`non_streaming_mode=False`): the prompt holds the first text token and every later
+frame reads one more, so text can keep arriving while audio is generated.
+
+Prompt (`generate()`, the non-ICL branch; both tracks are summed per position, -1 = nothing on that track):
+
+    text : <|im_start|> assistant \\n | tts_pad x m              | tts_bos   | text[0]
+    codec:      -1           -1     -1 | tags..., speaker (m ids) | codec_pad | codec_bos
+
+The tags are [nothink, think_bos, think_eos] when the language is "auto", else [think, think_bos,
+language, think_eos] (a dialect speaker turns "auto" and "chinese" into its dialect's id): 9 or 10 positions.
+Decode step t (generation_step t in the reference) reads text[t+1], then tts_eos once the text is final
+and used up, then tts_pad (the reference's `trailing_text_hidden`, padded with `tts_pad_embed`); our
+scheduler feeds them through `ProgramSpec.text_eos_id` / `text_pad_id`. The codec track of step t is the
+sum of the previous frame's embeddings (talker embedding of code 0 + the predictor's of codes 1..K-1).
+
+Sampling of code 0 (the reference's `talker_kwargs`): ids in [vocab - 1024, vocab) are suppressed except
+codec EOS; the repetition penalty covers the code 0 history; `min_new_tokens=2` keeps EOS out of the first
+two frames (`sample_first_code` says how frames are counted). EOS ends the request and is not audio.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from voxrt.engine.errors import CheckpointError
+from voxrt.engine.runtime.program import LMGeometry, ModelProgram
+from voxrt.engine.runtime.sampling import SamplingTensors, apply_repetition_penalty, sample
+from voxrt.engine.sched.plan import ProgramSpec
+from voxrt.engine.sched.request import PromptTokens, Request
+from voxrt.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
+from voxrt.models.qwen3_tts.talker import Talker
+
+log = logging.getLogger("voxrt.models.qwen3_tts")
+
+ROLE_TEXT = "<|im_start|>assistant\n"  # Qwen3TTSModel._build_assistant_text: the first 3 tokens
+NUM_SPECIAL_CODES = 1024  # generate(): suppress_tokens = range(vocab_size - 1024, vocab_size) minus EOS
+MIN_FRAMES_BEFORE_EOS = 2  # generate(): talker_kwargs["min_new_tokens"]; sample_first_code counts to exactly 2
+
+
+class Qwen3TTSProgram(ModelProgram):
+    name = "qwen3-tts"
+    consumes_text_incrementally = True
+
+    def __init__(self, cfg: Qwen3TTSConfig, tokenizer: Any, codec: Any, generation: GenerationDefaults | None = None,
+                 *, talker: Talker | None = None, language: str = "auto", chunk_frames: int = 25,
+                 first_chunk_frames: int = 2) -> None:
+        """`tokenizer`: the checkpoint's HF tokenizer; `codec`: a Qwen3TTSCodec (or any object with its
+        methods); `talker`: loaded weights (None: randomly initialized, for tests)."""
+        super().__init__()
+        self.cfg = cfg
+        tc = cfg.talker
+        self.talker = talker if talker is not None else Talker(tc)
+        self.tokenizer = tokenizer
+        self.codec = codec
+        self.generation = generation or GenerationDefaults()
+        self.sample_rate = int(getattr(codec, "sample_rate", 24000))
+        self.samples_per_frame = int(codec.samples_per_frame)
+        self.num_codebooks = tc.num_code_groups
+        self.chunk_frames = chunk_frames
+        self.first_chunk_frames = first_chunk_frames
+        self.voices = tuple(tc.speaker_ids)
+        self.default_voice = self.voices[0]
+        supported = ["auto"] + [name for name in tc.language_ids if "dialect" not in name]  # as the reference
+        if language.lower() not in supported:
+            raise ValueError(f"unknown language {language!r}; supported: {', '.join(supported)}")
+        self.language = language.lower()
+        self.role_ids = self._role_ids()
+        suppress = torch.zeros(tc.vocab_size, dtype=torch.bool)
+        suppress[max(0, tc.vocab_size - NUM_SPECIAL_CODES):] = True
+        suppress[tc.codec_eos_id] = False
+        self.register_buffer("code0_suppress", suppress, persistent=False)
+        eos = torch.zeros(tc.vocab_size, dtype=torch.bool)
+        eos[tc.codec_eos_id] = True
+        self.register_buffer("eos_mask", eos, persistent=False)
+
+    def _role_ids(self) -> tuple[int, ...]:
+        ids = tuple(self.tokenizer(ROLE_TEXT, add_special_tokens=False)["input_ids"])
+        expected_first = self.cfg.im_start_token_id
+        assistant = self.cfg.assistant_token_id
+        if len(ids) != 3 or ids[0] != expected_first or (assistant is not None and ids[1] != assistant):
+            raise CheckpointError(f"the tokenizer encodes {ROLE_TEXT!r} as {list(ids)}; the reference expects 3 "
+                                  f"tokens [{expected_first}, {assistant}, newline]: tokenizer and config disagree")
+        return ids
+
+    # ---- constants -----------------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> ProgramSpec:
+        return ProgramSpec(num_codebooks=self.num_codebooks, chunk_frames=self.chunk_frames,
+                           first_chunk_frames=self.first_chunk_frames, consumes_text_incrementally=True,
+                           text_pad_id=self.cfg.tts_pad_token_id, eos_code=self.cfg.talker.codec_eos_id,
+                           frames_per_text_token=None, default_max_frames=self.generation.max_new_tokens,
+                           text_eos_id=self.cfg.tts_eos_token_id)
+
+    @property
+    def lm_geometry(self) -> LMGeometry:
+        lm = self.cfg.talker.lm
+        return LMGeometry(lm.num_layers, lm.num_q_heads, lm.num_kv_heads, lm.head_dim, lm.hidden_size)
+
+    @property
+    def code0_vocab_size(self) -> int:
+        """Width of the runner's per-slot code 0 history: twice the codec vocabulary, see `sample_first_code`."""
+        return 2 * self.cfg.talker.vocab_size
+
+    # ---- text and prompt -----------------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The checkpoint's BPE over `text` alone, with character spans. Special-token strings in user text
+        stay plain text (`split_special_tokens`): a client cannot inject <|im_end|> or tts markers."""
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True)
+        return list(enc["input_ids"]), [tuple(span) for span in enc["offset_mapping"]]
+
+    def codec_prefix(self, voice: str) -> list[int]:
+        """Codec ids before the first text token: think/language tags, the speaker, codec_pad, codec_bos
+        (generate(): `codec_prefill_list` + speaker embedding + [codec_pad_id, codec_bos_id])."""
+        tc = self.cfg.talker
+        if voice not in tc.speaker_ids:
+            raise ValueError(f"unknown voice {voice!r}; available: {', '.join(self.voices)}")
+        language_id = None if self.language == "auto" else tc.language_ids[self.language]
+        dialect = tc.speaker_dialects[voice]
+        if self.language in ("chinese", "auto") and dialect is not None:
+            language_id = tc.language_ids[dialect]
+        if language_id is None:
+            prefix = [tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id]
+        else:
+            prefix = [tc.codec_think_id, tc.codec_think_bos_id, language_id, tc.codec_think_eos_id]
+        return prefix + [tc.speaker_ids[voice], tc.codec_pad_id, tc.codec_bos_id]
+
+    def build_prompt(self, request: Request) -> PromptTokens:
+        codec = self.codec_prefix(request.voice)
+        cfg = self.cfg
+        text = (*self.role_ids, *[cfg.tts_pad_token_id] * (len(codec) - 2), cfg.tts_bos_token_id,
+                request.feed.token_ids[0])
+        codec_ids = (-1,) * len(self.role_ids) + tuple(codec)
+        return PromptTokens(text, codec_ids, num_text_tokens_used=1)
+
+    # ---- LM ------------------------------------------------------------------------------------------------
+
+    def embed_prompt(self, text_ids: torch.Tensor, codec_ids: torch.Tensor) -> torch.Tensor:
+        text = self.talker.embed_text(text_ids.clamp(min=0)) * (text_ids >= 0)[:, None]
+        codec = self.talker.model.codec_embedding(codec_ids.clamp(min=0)) * (codec_ids >= 0)[:, None]
+        return text + codec
+
+    def embed_step(self, text_ids: torch.Tensor, prev_codes: torch.Tensor) -> torch.Tensor:
+        return self.talker.embed_frame(prev_codes) + self.talker.embed_text(text_ids)
+
+    def lm_forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        return self.talker.forward_paged(x, positions, attn)
+
+    def sample_first_code(self, hidden: torch.Tensor, sampling: SamplingTensors, history: torch.Tensor) -> torch.Tensor:
+        """Code 0 with the reference's processors: repetition penalty over the code 0 history, the special
+        range suppressed except EOS, EOS barred from the first MIN_FRAMES_BEFORE_EOS (2) frames.
+
+        Counting frames without a host sync or a runner change: the runner marks `history[slot, c]` with the
+        value c this method returns and hands the same c to `generate_depth`. We return the code of frame 1
+        shifted by the vocabulary size V (the history is 2V wide), and `generate_depth` shifts it back. So a
+        row's history is empty at frame 0, has no mark at or above V at frame 1, and has one from frame 2 on:
+        exactly the reference's `min_new_tokens=2`, which only ever needs frames 0 and 1 told apart."""
+        vocab = self.cfg.talker.vocab_size
+        plain, tagged = history[:, :vocab], history[:, vocab:]  # [B, V] each; tagged: frame 1's code
+        logits = self.talker.codec_head(hidden).float()
+        logits = apply_repetition_penalty(logits, plain | tagged, sampling.repetition_penalty)
+        is_past_frame_1 = tagged.any(dim=-1)  # [B]
+        logits = logits.masked_fill(~is_past_frame_1[:, None] & self.eos_mask[None, :], float("-inf"))
+        code = sample(logits, sampling, self.code0_suppress)
+        is_frame_1 = plain.any(dim=-1) & ~is_past_frame_1
+        return code + vocab * is_frame_1
+
+    def _untag_code0(self, code0: torch.Tensor) -> torch.Tensor:
+        vocab = self.cfg.talker.vocab_size
+        return torch.where(code0 >= vocab, code0 - vocab, code0)
+
+    # ---- depth ---------------------------------------------------------------------------------------------
+
+    def generate_depth(self, hidden: torch.Tensor, code0: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
+        code0 = self._untag_code0(code0)  # frame 1's code comes shifted by the vocabulary (sample_first_code)
+        code0_embed = self.talker.model.codec_embedding(code0)
+        return self.talker.code_predictor.generate(hidden, code0_embed, code0, sampling)
+
+    # ---- codec ---------------------------------------------------------------------------------------------
+
+    def new_codec_state(self, num_slots: int, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        return self.codec.new_state(num_slots, device, dtype)
+
+    def reset_codec_slots(self, state: dict[str, torch.Tensor], slots: torch.Tensor) -> None:
+        self.codec.reset_slots(state, slots)
+
+    def decode_chunk(self, codes: torch.Tensor, slots: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.codec.decode_stream(codes, slots, state)
+
+    def decode_offline(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.codec.decode_offline(codes)
+
+
+# ---- building from a checkpoint directory -------------------------------------------------------------------
+
+
+def build_qwen3_tts(checkpoint: str | None) -> Qwen3TTSProgram:
+    """A local directory in the released layout (config.json, model.safetensors or shards, tokenizer files,
+    generation_config.json, speech_tokenizer/), or a repo id resolved in the local Hugging Face cache."""
+    if checkpoint is None:
+        raise CheckpointError("qwen3-tts needs a checkpoint (--checkpoint): a directory in the released layout, "
+                              "or a repo id in the local Hugging Face cache such as Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
+    from voxrt.models.qwen3_tts import loader  # noqa: PLC0415
+
+    return _load_dir(loader.resolve(checkpoint))
+
+
+def _load_dir(model_dir: Path, codec: Any = None, **program_kwargs: Any) -> Qwen3TTSProgram:
+    """`codec=None` loads the codec from the checkpoint; tests may pass a stand-in."""
+    from voxrt.models.qwen3_tts import loader  # noqa: PLC0415 (file reading helpers shared with the resolver)
+
+    loader.check_model_dir(model_dir)
+    cfg = Qwen3TTSConfig.from_dict(loader.read_json(model_dir / "config.json"), source=str(model_dir / "config.json"))
+    gen_path = model_dir / "generation_config.json"
+    generation = GenerationDefaults.from_dict(loader.read_json(gen_path), str(gen_path)) if gen_path.is_file() \
+        else GenerationDefaults()
+    tokenizer = _load_tokenizer(model_dir)
+    if codec is None:
+        codec = _load_codec(loader.codec_dir(model_dir))
+    talker = load_talker(cfg, loader.load_state(model_dir), str(model_dir))
+    return Qwen3TTSProgram(cfg, tokenizer, codec, generation, talker=talker, **program_kwargs)
+
+
+def select_talker_state(state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """The `talker.*` tensors, prefix removed. A Base checkpoint's speaker encoder is not ours (logged);
+    any other key is an error, never silently dropped."""
+    talker = {k.removeprefix("talker."): v for k, v in state.items() if k.startswith("talker.")}
+    speaker = [k for k in state if k.startswith("speaker_encoder.")]
+    other = sorted(k for k in state if not k.startswith(("talker.", "speaker_encoder.")))
+    if speaker:
+        log.info("%s: ignoring %d speaker_encoder tensors (voice cloning is not served)", source, len(speaker))
+    if other:
+        raise CheckpointError(f"{source}: {len(other)} tensors belong to neither the talker nor the speaker "
+                              f"encoder: {other[:8]}")
+    return talker
+
+
+def load_talker(cfg: Qwen3TTSConfig, state: dict[str, torch.Tensor], source: str) -> Talker:
+    """The talker built without allocating random weights (meta device), then given the checkpoint's
+    tensors strictly: every missing or unexpected key is named."""
+    tensors = select_talker_state(state, source)
+    with torch.device("meta"):
+        talker = Talker(cfg.talker)
+    expected = talker.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{source}: talker weights: {len(missing)} missing keys {missing[:8]}, "
+                              f"{len(unexpected)} unexpected keys {unexpected[:8]}")
+    wrong = [f"{k}: {tuple(tensors[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
+             if tuple(tensors[k].shape) != tuple(v.shape)]
+    if wrong:
+        raise CheckpointError(f"{source}: talker weights of the wrong shape for config.json: {wrong[:8]}")
+    talker.load_state_dict(tensors, strict=True, assign=True)
+    return talker
+
+
+def _load_tokenizer(model_dir: Path) -> Any:
+    try:
+        from transformers import AutoTokenizer  # noqa: PLC0415 (only this model needs transformers)
+    except ImportError as exc:
+        raise ImportError("qwen3-tts tokenizes with the checkpoint's Hugging Face tokenizer: "
+                          "pip install transformers") from exc
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot load the tokenizer of {model_dir}: {exc}") from None
+
+
+def _load_codec(directory: Path) -> Any:
+    try:
+        from voxrt.models.qwen3_tts.codec import load_codec  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError("the Qwen3-TTS 12 Hz codec (voxrt.models.qwen3_tts.codec: Qwen3TTSCodec, load_codec) "
+                          f"is not available ({exc}); the talker cannot be served without it") from exc
+    return load_codec(directory)
+
+
+def build_qwen3_tts_1_7b(checkpoint: str | None) -> Qwen3TTSProgram:
+    return build_qwen3_tts(checkpoint or "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
+
+
+def build_qwen3_tts_0_6b(checkpoint: str | None) -> Qwen3TTSProgram:
+    return build_qwen3_tts(checkpoint or "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
