@@ -29,14 +29,13 @@ def weight_bytes(module: torch.nn.Module, skip: str = "embedding") -> int:
     return sum(p.numel() * p.element_size() for n, p in module.named_parameters() if skip not in n)
 
 
-def frame_times(core, batches, context: int, talker: torch.nn.Module, predictor: torch.nn.Module,
-                text: str = "word ") -> list[dict]:
+def frame_times(core, batches, context: int, talker_bytes: int, pred_bytes: int, text: str = "word ") -> list[dict]:
     """Decode step (talker + code-0 sampling) and predictor frame, as graphs and eagerly, at each batch size
-    with `context` tokens of KV per request, beside the weight-streaming floor."""
+    with `context` tokens of KV per request, beside the weight-streaming floor (talker_bytes once per step,
+    pred_bytes once per predictor step)."""
     runner, program = core.runner, core.program
     geom = program.lm_geometry
     kv_bytes_per_token = geom.num_layers * 2 * geom.num_kv_heads * geom.head_dim * 2
-    talker_bytes, pred_bytes = weight_bytes(talker), weight_bytes(predictor)
     rows = []
     for b in batches:
         reqs = [core.submit(SubmitRequest(f"t{b}-{i}", core.info.default_voice,

@@ -27,7 +27,7 @@ from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.attention import FlashInferAttention, KVCache, SeqSlice, TorchAttention, flashinfer_available
 from voxrt.engine.runtime.core import EngineCore
 
-from engine_timing import frame_times  # noqa: E402 (bench/ is the script's directory)
+from engine_timing import frame_times, weight_bytes  # noqa: E402 (bench/ is the script's directory)
 
 TEXTS = ["Hello there, this is the first test sentence.", "A second voice speaks a little longer than the first one does.",
          "Short.", "Numbers like 3.50 and dates like May 4 are text too."]
@@ -126,7 +126,8 @@ def decode_perf(batches, context: int) -> list[dict]:
     t0 = time.time()
     core.warmup()
     capture_s = time.time() - t0
-    rows = frame_times(core, batches, context, core.program.talker, core.program.predictor)
+    program = core.program
+    rows = frame_times(core, batches, context, weight_bytes(program.talker), weight_bytes(program.predictor))
     for row in rows:
         row["capture_s"] = round(capture_s, 1)
     return rows

@@ -211,3 +211,17 @@ def test_unknown_voice_and_bad_params_are_typed_errors(core):
 def test_stats_report_pools(core):
     stats = core.stats()
     assert stats.pool_ok and stats.num_pages_free == stats.num_pages_total and stats.num_requests == 0
+
+
+def test_codec_groups_larger_than_max_codec_batch_are_split_with_equal_audio():
+    def run(max_codec_batch):
+        core = make_core(max_codec_batch=max_codec_batch)
+        for i in range(6):
+            submit(core, f"r{i}", OTHERS[i])
+        chunks, failures = drain(core)
+        assert not failures
+        return {rid: pcm(c) for rid, c in chunks.items()}
+
+    whole, split = run(16), run(4)
+    for rid in whole:
+        np.testing.assert_allclose(split[rid], whole[rid], rtol=0, atol=1e-6)

@@ -25,6 +25,7 @@ class EngineConfig:
     page_size: int = 16  # tokens per KV page
     num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)
     max_batch_size: int = 64  # requests decoded in one step
+    max_codec_batch: int = 16  # audio chunks decoded in one codec launch (larger groups are split)
     max_seq_len: int = 4096  # tokens of KV per request (prompt + frames)
     max_prefill_tokens: int = 4096  # prompt tokens admitted in one step
     seed: int = 0

@@ -62,7 +62,8 @@ class EngineCore:
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
-            max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len))
+            max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len,
+            max_codec_batch=config.max_codec_batch))
         self.program = self.runner.program
         self.scheduler = policy_class(config.scheduler_type)(
             program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,

@@ -38,6 +38,7 @@ class RunnerConfig:
     num_slots: int
     max_batch_size: int
     max_seq_len: int
+    max_codec_batch: int = 16  # chunks per codec launch: its activations grow with batch x frames x 1920
 
 
 def resolve_backend(requested: str, device: torch.device) -> str:
@@ -99,8 +100,9 @@ class ModelRunner:
         buckets = batch_buckets(cfg.max_batch_size)
         self.decode_stage = GraphedStage("decode", buckets, self._make_decode_buffers, self._decode_body, use_graphs, pool)
         self.depth_stage = GraphedStage("depth", buckets, self._make_depth_buffers, self._depth_body, use_graphs, pool)
+        codec_buckets = batch_buckets(min(cfg.max_codec_batch, cfg.max_batch_size))
         self.codec_stages = {
-            frames: GraphedStage(f"codec[{frames}f]", buckets, lambda b, g, f=frames: self._make_codec_buffers(b, f),
+            frames: GraphedStage(f"codec[{frames}f]", codec_buckets, lambda b, g, f=frames: self._make_codec_buffers(b, f),
                                  self._codec_body, use_graphs, pool)
             for frames in sorted({program.first_chunk_frames, program.chunk_frames})
         }
@@ -260,7 +262,9 @@ class ModelRunner:
                 out[i] = np.zeros(0, dtype=np.float32)
             else:
                 groups.setdefault(job.num_frames, []).append(i)
-        for frames, idx in groups.items():
+        limit = self.cfg.max_codec_batch
+        batches = [(frames, idx[i:i + limit]) for frames, idx in groups.items() for i in range(0, len(idx), limit)]
+        for frames, idx in batches:
             stage = self.codec_stages.get(frames)
             if stage is None:  # odd-sized last chunks run eagerly
                 stage = GraphedStage(f"codec[{frames}f]", [], lambda b, g, f=frames: self._make_codec_buffers(b, f),
