@@ -188,8 +188,10 @@ class Qwen3TTSCodec(nn.Module):
     def _decode(self, codes: torch.Tensor, carry: Carry | None) -> torch.Tensor:
         if codes.dim() != 3 or codes.shape[-1] != self.cfg.num_quantizers:
             raise ValueError(f"codes must be [B, T, {self.cfg.num_quantizers}], got {tuple(codes.shape)}")
-        # Negative ids (the reference's -1 padding) decode as 0, like Qwen3TTSTokenizerV2Model.decode.
-        x = self.quantizer.decode(codes.clamp(min=0))  # [B, codebook_dim, T]
+        # Negative ids (the reference's -1 padding) decode as 0, like Qwen3TTSTokenizerV2Model.decode; ids past
+        # the codebook are clamped too: an out-of-range gather is a device-side assert, which would take the
+        # whole CUDA context (every request) down instead of one bad chunk.
+        x = self.quantizer.decode(codes.clamp(min=0, max=self.cfg.codebook_size - 1))  # [B, codebook_dim, T]
         x = self.pre_conv(x, carry)  # [B, latent, T]
         x = self.pre_transformer(x.transpose(1, 2), carry).transpose(1, 2)  # [B, latent, T]
         for stage in self.upsample:

@@ -170,7 +170,9 @@ class Qwen3TTSProgram(ModelProgram):
         logits = self.talker.codec_head(hidden).float()
         logits = apply_repetition_penalty(logits, plain | tagged, sampling.repetition_penalty)
         is_past_frame_1 = tagged.any(dim=-1)  # [B]
-        logits = logits.masked_fill(~is_past_frame_1[:, None] & self.eos_mask[None, :], float("-inf"))
+        # EOS is barred before frame 2 and for rows whose length is pinned (benchmarks: stop suppressed)
+        no_eos = ~is_past_frame_1 | ~sampling.allow_stop
+        logits = logits.masked_fill(no_eos[:, None] & self.eos_mask[None, :], float("-inf"))
         code = sample(logits, sampling, self.code0_suppress)
         is_frame_1 = plain.any(dim=-1) & ~is_past_frame_1
         return code + vocab * is_frame_1

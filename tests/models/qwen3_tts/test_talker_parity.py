@@ -226,3 +226,18 @@ def test_eos_stops_where_the_reference_stops(eos):
         assert requests[rid].finish_reason == "stop"
     if eos == "always":
         assert all(r.num_frames == 2 for r in requests.values())
+
+
+def test_a_pinned_length_never_samples_eos():
+    """Benchmarks pin a random model's length; with EOS always on top, a pinned request must still run its
+    frames and never emit the EOS code (the codec has no entry for it)."""
+    program = load_program(cached_checkpoint(seed=0, eos="always").directory)
+    core = EngineCore(EngineConfig(model="qwen3-tts", device="cpu", dtype="float32", max_batch_size=4,
+                                   max_seq_len=128, page_size=4, num_pages=64), program=program)
+    request = core.submit(SubmitRequest("p", "vivian", SamplingParams(greedy=True, num_frames=9), TEXTS["vivian"], True))
+    while core.has_work():
+        core.step()
+    eos = program.spec.eos_code
+    assert request.num_frames == 9 and request.finish_reason == "pinned"
+    assert all(frame[0] != eos and frame[0] < program.cfg.talker.vocab_size - 1024 for frame in request.frames)
+    core.scheduler.check_integrity()

@@ -24,6 +24,11 @@ class SamplingTensors:
     top_p: torch.Tensor  # [B] float32, 1 = off
     repetition_penalty: torch.Tensor  # [B] float32
     greedy: torch.Tensor  # [B] bool
+    allow_stop: torch.Tensor | None = None  # [B] bool; False: the row's length is pinned, never sample EOS
+
+    def __post_init__(self) -> None:
+        if self.allow_stop is None:
+            self.allow_stop = torch.ones_like(self.greedy)
 
     @classmethod
     def empty(cls, batch_size: int, device: torch.device) -> "SamplingTensors":
@@ -44,6 +49,7 @@ class SamplingTensors:
             top_p=torch.tensor([p.top_p for p in rows], dtype=torch.float32),
             repetition_penalty=torch.tensor([p.repetition_penalty for p in rows], dtype=torch.float32),
             greedy=torch.tensor([p.greedy for p in rows], dtype=torch.bool),
+            allow_stop=torch.tensor([p.num_frames is None for p in rows], dtype=torch.bool),
         )
 
     @classmethod
@@ -63,10 +69,11 @@ class SamplingTensors:
         self.top_p[:n].copy_(other.top_p)
         self.repetition_penalty[:n].copy_(other.repetition_penalty)
         self.greedy[:n].copy_(other.greedy)
+        self.allow_stop[:n].copy_(other.allow_stop)
 
     def narrow(self, n: int) -> "SamplingTensors":
         return SamplingTensors(self.temperature[:n], self.top_k[:n], self.top_p[:n],
-                               self.repetition_penalty[:n], self.greedy[:n])
+                               self.repetition_penalty[:n], self.greedy[:n], self.allow_stop[:n])
 
 
 def apply_repetition_penalty(logits: torch.Tensor, history: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
