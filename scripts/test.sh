@@ -3,4 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The browser test drives Debian's Chromium (never a downloaded browser build).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test: installing chromium for the browser test"
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+  else
+    echo "test: /usr/bin/chromium is missing; the browser test will fail (sudo apt-get install chromium)" >&2
+  fi
+fi
 exec .venv/bin/python -m pytest -q "$@"

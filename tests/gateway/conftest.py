@@ -4,58 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 import httpx
 import pytest
 import websockets
 
-from voxrt.engine.messages import EngineConfig
-from voxrt.gateway.config import GatewayConfig
-from voxrt.gateway.server import make_server
 from voxrt.protocol.frames import decode_audio_frame
-
-
-@dataclass
-class Live:
-    host: str
-    port: int
-    server: object
-
-    @property
-    def http(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def ws(self) -> str:
-        return f"ws://{self.host}:{self.port}/v1/realtime"
-
-    @property
-    def state(self):
-        return self.server.config.app.state.voxrt
-
-
-@contextmanager
-def live_server(**gateway_kwargs):
-    gateway = GatewayConfig(**gateway_kwargs)
-    engine = EngineConfig(device="cpu", max_batch_size=32, max_seq_len=1024)
-    server = make_server(gateway, engine, "127.0.0.1", 0, log_level="warning")
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 180
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Live("127.0.0.1", port, server)
-    finally:
-        server.should_exit = True
-        thread.join(30)
+from voxrt_live import Live, live_server  # noqa: F401 (tests/support, on pytest's pythonpath)
 
 
 @pytest.fixture(scope="module")

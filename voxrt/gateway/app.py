@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 
 from voxrt.engine.client import EngineClient
 from voxrt.engine.messages import EngineConfig
@@ -18,6 +20,8 @@ from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
 
 log = logging.getLogger("voxrt.gateway")
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 
 @dataclass
@@ -57,6 +61,8 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig) -> Starlette:
         Route("/readyz", http.readyz, methods=["GET"]),
         Route("/metrics", http.metrics, methods=["GET"]),
     ]
+    if WEB_DIR.is_dir():  # the browser page (web/, shipped as voxrt/web)
+        routes.append(Mount("/", app=StaticFiles(directory=WEB_DIR, html=True), name="web"))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.voxrt = state
     return app
