@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from tiny_talker import LANGUAGES, SPEAKERS, assistant_ids, cached_checkpoint, load_program, reference_prompt
+from tiny_talker import LANGUAGES, SPEAKERS, assistant_ids, load_program, reference_prompt
 from voxrt.engine.errors import CheckpointError
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.sampling import SamplingTensors
@@ -22,20 +22,6 @@ from voxrt.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from voxrt.models.qwen3_tts.program import load_talker, select_talker_state
 
 TEXTS = ["Hello world, the quick brown fox!", "Hi.", "  Speech,  real time\nfor  the lazy dog. ", "Ünïcode ok?"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def ckpt():
-    tiny = cached_checkpoint(seed=0)
-    return tiny.directory, tiny.model, tiny.tokenizer, load_program(tiny.directory)
 
 
 def make_request(program, voice: str, text: str) -> Request:

@@ -31,21 +31,6 @@ CPU = torch.device("cpu")
 TEXTS = {"vivian": "Hello world, the quick brown fox!", "eric": "Speech, real time."}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny matmuls on two threads cost 50x more than on one (thread hand-offs), on this CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def ckpt():
-    tiny = cached_checkpoint(seed=0)
-    return tiny.directory, tiny.model, tiny.tokenizer, load_program(tiny.directory)
-
-
 def make_request(program, rid: str, voice: str, text: str) -> Request:
     request = Request.create(rid, voice, SamplingParams(greedy=True), program.tokenize, 0)
     request.feed.append(text, is_final=True)
