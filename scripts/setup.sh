@@ -34,4 +34,6 @@ python -m pip install -q -e ".[dev]"
 echo "setup: installing the Qwen3-TTS reference implementation for the parity tests"
 python -m pip install -q -r requirements/parity.txt
 python -m pip install -q --no-deps qwen-tts==0.1.1
+echo "setup: installing the agent frameworks the integrations plug into (Pipecat, LiveKit Agents)"
+python -m pip install -q -r requirements/integrations.txt
 echo "setup: done ($(python -c 'import torch; print("torch", torch.__version__)'))"

@@ -237,3 +237,22 @@ def test_session_end_closes_after_the_last_context(live):
 
     kinds, code = run(scenario())
     assert "context.done" in kinds and code == 1000
+
+
+def test_alignment_segments_and_words_are_in_time_order(live):
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, **BURST)
+            await ws.send(json.dumps({"type": "text", "context_id": "al", "text": "Hello there, this is voxrt "
+                                      "speaking. A second sentence follows. And a third one ends it."}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "al"}))
+            await recv_json(ws)
+            return await collect_context(ws)
+
+    _, messages = run(scenario())
+    segments = [s for m in messages if m["type"] == "alignment" for s in m["segments"]]
+    words = [w for m in messages if m["type"] == "alignment" for w in m.get("words", [])]
+    assert len(segments) >= 2 and words
+    for items in (segments, words):
+        for a, b in zip(items, items[1:]):
+            assert a["start_ms"] <= a["end_ms"] <= b["start_ms"] + 1, (a, b)  # ms rounding

@@ -30,6 +30,7 @@ class AlignmentTracker:
     def __init__(self) -> None:
         self._tracks: list[_Track] = []
         self._spoken: list[tuple[float, int]] = []  # (word end_ms, original char_end), in order
+        self._last_end_ms = 0.0  # segments are spoken in order: none starts before the previous one ends
 
     def add_segment(self, segment: Segment, engine_start: int, engine_end: int) -> None:
         self._tracks.append(_Track(segment, engine_start, engine_end))
@@ -60,6 +61,10 @@ class AlignmentTracker:
         """The `segments` and `words` of an alignment message; marks the tracks sent."""
         segments, words = [], []
         for track in tracks:
+            # the engine reads text ahead of the audio, so a chunk's span may already reach the next segment
+            track.start_ms = max(track.start_ms, self._last_end_ms)
+            track.end_ms = max(track.end_ms, track.start_ms)
+            self._last_end_ms = track.end_ms
             seg = track.segment
             segments.append({"text": seg.text, "char_start": seg.char_start, "char_end": seg.char_end,
                              "start_ms": round(track.start_ms), "end_ms": round(track.end_ms)})

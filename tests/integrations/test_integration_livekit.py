@@ -1,0 +1,103 @@
+"""VoxrtTTS (LiveKit Agents) streaming against a live voxrt server (tiny model, CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("livekit.agents", reason="livekit-agents is not installed")
+
+from livekit.agents import APIError, APIStatusError  # noqa: E402
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, APIConnectOptions  # noqa: E402
+
+from voxrt.client import ContextState  # noqa: E402
+from voxrt.integrations.livekit import VoxrtTTS  # noqa: E402
+from voxrt_live import live_server  # noqa: E402 (tests/support, on pytest's pythonpath)
+
+TOKENS = ["Hello", " there,", " this", " is", " voxrt", " speaking."]
+LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
+NO_RETRY = APIConnectOptions(max_retry=0, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def live():
+    with live_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def secured():
+    with live_server(api_keys=("k",)) as server:
+        yield server
+
+
+def run(coro, timeout_s: float = 120):
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+def test_stream_tokens_to_frames_with_aligned_transcript(live):
+    async def main():
+        async with VoxrtTTS(url=live.ws, pacing="burst") as voxrt_tts:
+            assert voxrt_tts.capabilities.streaming and voxrt_tts.capabilities.aligned_transcript
+            async with voxrt_tts.stream() as stream:
+                for token in TOKENS:
+                    stream.push_text(token)
+                stream.end_input()
+                return [event async for event in stream]
+
+    events = run(main())
+    assert events and events[-1].is_final and not any(e.is_final for e in events[:-1])
+    assert {e.frame.sample_rate for e in events} == {24000} and {e.frame.num_channels for e in events} == {1}
+    assert sum(e.frame.duration for e in events) > 0.5
+    assert len({e.request_id for e in events}) == 1 and len({e.segment_id for e in events}) == 1
+    timed = [t for e in events for t in e.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+    assert "".join(timed) == "".join(TOKENS)  # the pieces add up to the input, in order
+    starts = [t.start_time for t in timed if isinstance(t.start_time, float)]
+    assert starts and starts == sorted(starts)
+
+
+def test_synthesize_whole_text(live):
+    async def main():
+        async with VoxrtTTS(url=live.ws, pacing="burst", sample_rate=16000) as voxrt_tts:
+            return await voxrt_tts.synthesize("One whole sentence at once.").collect()
+
+    frame = run(main())
+    assert frame.sample_rate == 16000 and frame.duration > 0.3
+
+
+def test_closing_a_stream_early_cancels_the_context(live):
+    async def main():
+        async with VoxrtTTS(url=live.ws, pacing="realtime") as voxrt_tts:
+            stream = voxrt_tts.stream()
+            stream.push_text(LONG_TEXT)
+            stream.end_input()
+            await anext(stream)  # speech has started
+            session = await voxrt_tts.session(10)
+            (context,) = session._contexts.values()
+            await stream.aclose()  # what the agent does on an interruption
+            return context, await context.done()
+
+    context, done = run(main())
+    assert done.reason == "cancelled" and context.state is ContextState.DONE
+
+
+def test_errors_become_livekit_api_errors(live, secured):
+    async def speak(voxrt_tts):
+        async with voxrt_tts, voxrt_tts.stream(conn_options=NO_RETRY) as stream:
+            stream.push_text("Hello.")
+            stream.end_input()
+            return [event async for event in stream]
+
+    with pytest.raises(APIError) as caught:
+        run(speak(VoxrtTTS(url=live.ws, voice="nobody")))
+    assert "unknown_voice" in str(caught.value) and not caught.value.retryable
+    with pytest.raises(APIStatusError) as caught:
+        run(speak(VoxrtTTS(url=secured.ws, api_key="wrong")))
+    assert caught.value.status_code == 401 and not caught.value.retryable
+    assert run(speak(VoxrtTTS(url=secured.ws, api_key="k", pacing="burst")))
+
+
+def test_rejects_a_rate_voxrt_does_not_serve():
+    with pytest.raises(ValueError):
+        VoxrtTTS(url="ws://127.0.0.1:1/v1/realtime", sample_rate=22050)
