@@ -317,8 +317,8 @@ def test_playback():
     text(session, "t1")
     assert send(session, {"type": "playback", "context_id": "t1", "played_ms": 820}) == [ReportPlayback("t1", 820.0)]
     session.on_context_done("t1", "completed", 1000, {})
-    only_error(send(session, {"type": "playback", "context_id": "t1", "played_ms": 900}), "unknown_context",
-               context_id="t1")
+    # a report that crossed context.done in flight is ignored, not an error
+    assert send(session, {"type": "playback", "context_id": "t1", "played_ms": 900}) == []
     still_works(session)
 
 
@@ -377,7 +377,8 @@ def test_cancel_unknown_or_done_is_answered_at_once(context_id):
 
 def test_cancel_all():
     session = started()
-    assert cancel(session, "*") == []  # nothing open: nothing to answer
+    assert wire(cancel(session, "*")) == [  # nothing open: still answered, like any cancel
+        {"type": "cancelled", "context_id": "*", "played_ms": 0, "spoken_text": ""}]
     for context_id in ("a", "b", "c", "d"):
         text(session, context_id)
     send(session, {"type": "context.end", "context_id": "b"})

@@ -211,9 +211,11 @@ class Session:
             return self._cancel(event)
         if isinstance(event, PlaybackEvent):
             context = self._contexts.get(event.context_id)
-            if context is None or context.is_done:
-                raise ProtocolError(UNKNOWN_CONTEXT, f"no open context {clip(event.context_id)!r}",
+            if context is None:
+                raise ProtocolError(UNKNOWN_CONTEXT, f"no context {clip(event.context_id)!r}",
                                     context_id=event.context_id)
+            if context.is_done:  # a report that crossed context.done in flight: nothing left to pace
+                return []
             return [ReportPlayback(event.context_id, event.played_ms)]
         if isinstance(event, PingEvent):
             return [SendText(encode_pong(event.id, now_ms))]
@@ -287,6 +289,8 @@ class Session:
         else after the I/O layer confirms the stop (on_context_cancelled), so that no audio follows it."""
         if event.is_all:
             targets = [c for c in self._contexts.values() if not c.is_done]
+            if not targets:  # nothing to stop: still answered, like any cancel
+                return [SendText(encode_cancelled(event.context_id, 0, ""))]
         else:
             context = self._contexts.get(event.context_id)
             if context is None or context.is_done:
