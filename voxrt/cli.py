@@ -74,6 +74,27 @@ def main(argv: list[str] | None = None) -> int:
     maker.add_argument("--device", default="auto")
     maker.add_argument("--seed", type=int, default=0)
 
+    loadgen = sub.add_parser("loadgen", help="Poisson load with simulated listeners: SLO attainment, TTFA, "
+                             "goodput, capacity")
+    _engine_args(loadgen)
+    loadgen.add_argument("--url", default=None, help="ws://HOST:PORT/v1/realtime (not with --engine-direct)")
+    loadgen.add_argument("--workload", required=True, help="JSONL with id and text per line (bench/workloads/)")
+    loadgen.add_argument("--rate", type=float, default=1.0, help="Poisson arrivals per second (the capacity "
+                         "search starts here)")
+    loadgen.add_argument("--duration", type=float, default=60.0, help="arrival window of each point, seconds")
+    loadgen.add_argument("--out", required=True, help="directory for requests.jsonl, summary.json and the PNGs")
+    loadgen.add_argument("--sweep", default=None, help="comma-separated rates, e.g. 1,2,4,8")
+    loadgen.add_argument("--capacity", action="store_true", help="bisect for the highest rate with >= 90%% "
+                         "and >= 99%% attainment")
+    loadgen.add_argument("--engine-direct", action="store_true", help="drive the engine process directly "
+                         "(no HTTP/WebSocket), output lengths pinned from the text")
+    loadgen.add_argument("--tokens-per-s", type=float, default=None, help="send the text as a token stream "
+                         "at this rate (default: whole)")
+    loadgen.add_argument("--max-requests", type=int, default=None, help="at most this many requests per point")
+    loadgen.add_argument("--seed", type=int, default=0)
+    loadgen.add_argument("--voice", default=None)
+    loadgen.add_argument("--api-key", default=None, help="Bearer key for the WebSocket")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -97,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args, parser)
+    if args.command == "loadgen":
+        return _loadgen(args, parser)
     if args.command == "make-checkpoint":
         from voxrt.models.qwen3_tts.make_checkpoint import make_checkpoint  # noqa: PLC0415
 
@@ -107,6 +130,35 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     return 1
+
+
+def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from voxrt.loadgen.app import LoadgenConfig, run_loadgen  # noqa: PLC0415
+
+    if args.engine_direct == bool(args.url):
+        parser.error("loadgen: give exactly one of --url and --engine-direct")
+    if args.engine_direct:
+        _check_model(args.model)
+    try:
+        sweep = [float(r) for r in args.sweep.split(",") if r.strip()] if args.sweep else []
+    except ValueError:
+        parser.error(f"--sweep: expected comma-separated rates, got {args.sweep!r}")
+    if args.rate <= 0 or any(r <= 0 for r in sweep) or args.duration <= 0:
+        parser.error("--rate, --sweep rates and --duration must be > 0")
+    if args.tokens_per_s is not None and args.tokens_per_s <= 0:
+        parser.error("--tokens-per-s must be > 0")
+    if args.max_requests is not None and args.max_requests < 1:
+        parser.error("--max-requests must be >= 1")
+    config = LoadgenConfig(workload=args.workload, rate=args.rate, duration_s=args.duration, out_dir=args.out,
+                           url=args.url, sweep=sweep, capacity=args.capacity, engine_direct=args.engine_direct,
+                           tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
+                           api_key=args.api_key, voice=args.voice)
+    try:
+        asyncio.run(run_loadgen(config, _engine_config(args) if args.engine_direct else None))
+    except (EngineError, ValueError, OSError) as exc:
+        print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

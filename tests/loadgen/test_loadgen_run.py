@@ -1,0 +1,70 @@
+"""A short `voxrt loadgen` run against the tiny model on the CPU: over the WebSocket of a live server, and
+engine-direct. Checks the files (JSON lines, summary, PNGs), not the figures (a loaded CI machine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from voxrt.cli import main
+from voxrt_live import live_server  # tests/support, on pytest's pythonpath
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    """Four short rows of the LibriTTS workload, so that the CPU run stays short."""
+    rows = [json.loads(line) for line in (ROOT / "bench/workloads/libritts_test_clean.jsonl").open()]
+    short = [r for r in rows if 20 <= len(r["text"]) <= 40][:4]
+    path = tmp_path_factory.mktemp("w") / "short.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in short))
+    return path
+
+
+def check_outputs(out: Path, max_requests: int) -> dict:
+    lines = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert 1 <= len(lines) <= max_requests
+    for line in lines:
+        assert {"ttfa_ms", "stalls", "stall_ms", "audio_s", "status"} <= line.keys()
+    assert any(line["status"] == "ok" and line["audio_s"] > 0 and line["ttfa_ms"] > 0 for line in lines), lines
+    summary = json.loads((out / "summary.json").read_text())
+    (point,) = summary["points"]
+    assert point["rate"] == 2.0 and point["requests"] == len(lines)
+    assert 0.0 <= point["attainment"] <= 1.0
+    assert point["ttfa_p99_ms"] is not None and point["mean_audio_s"] > 0
+    for name in ("attainment.png", "p99_ttfa.png", "goodput.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    return summary
+
+
+def test_websocket_short_run(workload, tmp_path, capsys):
+    with live_server() as live:
+        rc = main(["loadgen", "--url", live.ws, "--workload", str(workload), "--rate", "2", "--duration", "3",
+                   "--max-requests", "3", "--tokens-per-s", "40", "--out", str(tmp_path)])
+    assert rc == 0
+    summary = check_outputs(tmp_path, 3)
+    assert summary["mode"].startswith("websocket")
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].split()[0] == "2"  # the table prints last
+
+
+def test_engine_direct_short_run(workload, tmp_path):
+    rc = main(["loadgen", "--engine-direct", "--model", "tiny", "--device", "cpu", "--max-seq-len", "1024",
+               "--workload", str(workload), "--rate", "2", "--duration", "3", "--max-requests", "3",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    summary = check_outputs(tmp_path, 3)
+    assert summary["mode"].startswith("engine-direct")
+    assert summary["pinned_length_rule"].startswith("frames = ")
+    lines = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["status"] == "ok":  # pinned: the audio is exactly the pinned frames at 12.5 frames/s
+            assert line["audio_s"] == pytest.approx(line["num_frames"] / 12.5, abs=0.05)
+
+
+def test_loadgen_needs_one_target(workload, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["loadgen", "--workload", str(workload), "--out", str(tmp_path)])

@@ -1,0 +1,100 @@
+"""`voxrt loadgen` end to end: the target, the points (one rate, a sweep, a capacity search), and the files.
+
+Out: `requests.jsonl` (one line per request, with its rate), `summary.json` (the config, the pinned-length
+rule, every rate's summary, the capacities), `attainment.png`, `p99_ttfa.png`, `goodput.png`. The table is
+printed last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from voxrt.loadgen.metrics import TTFA_SLO_MS, summarize
+from voxrt.loadgen.plots import plot_summaries
+from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, run_point
+from voxrt.loadgen.sweep import Sweep, format_table
+from voxrt.loadgen.workload import PINNED_LENGTH_RULE, load_workload
+
+
+@dataclass
+class LoadgenConfig:
+    workload: str
+    rate: float
+    duration_s: float
+    out_dir: str
+    url: str | None = None
+    sweep: list[float] = field(default_factory=list)
+    capacity: bool = False
+    engine_direct: bool = False
+    tokens_per_s: float | None = None
+    max_requests: int | None = None
+    seed: int = 0
+    api_key: str | None = None
+    voice: str | None = None
+
+
+async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
+    workload = load_workload(config.workload)
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    client = None
+    if config.engine_direct:
+        from voxrt.engine.client import EngineClient  # noqa: PLC0415
+
+        client = await EngineClient.start(engine_config)
+        target = EngineTarget(client, voice=config.voice)
+        mode = f"engine-direct ({engine_config.model})"
+    else:
+        target = WebSocketTarget(config.url, api_key=config.api_key, voice=config.voice)
+        mode = f"websocket ({config.url})"
+    lines = open(out / "requests.jsonl", "w", encoding="utf-8")
+    long_run = config.duration_s >= 20
+    offset = 0
+
+    async def measure(rate: float) -> dict:
+        nonlocal offset
+        records = await run_point(target, workload, rate, config.duration_s, seed=config.seed + offset,
+                                  tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
+                                  progress=long_run, offset=offset)
+        offset += len(records)
+        for record in records:
+            lines.write(json.dumps(record.to_json()) + "\n")
+        lines.flush()
+        return summarize(records, rate, config.duration_s)
+
+    started = time.time()
+    try:
+        sweep = Sweep(measure, progress=long_run or config.capacity or len(config.sweep) > 1)
+        for rate in config.sweep or [config.rate]:
+            await sweep.at(rate)
+        capacities = {}
+        if config.capacity:
+            for threshold in (0.90, 0.99):
+                capacities[f"{threshold:.0%}"] = await sweep.capacity(threshold, config.rate)
+    finally:
+        lines.close()
+        if client is not None:
+            await client.close()
+    summaries = sweep.summaries()
+    summary = {
+        "mode": mode,
+        "workload": config.workload,
+        "slo": {"ttfa_ms": TTFA_SLO_MS, "stalls": 0},
+        "pinned_length_rule": PINNED_LENGTH_RULE if config.engine_direct else
+        "none: the gateway takes no pinned length; output lengths are the model's own",
+        "text_mode": f"token stream at {config.tokens_per_s:g} tokens/s" if config.tokens_per_s else "whole",
+        "duration_s": config.duration_s,
+        "max_requests": config.max_requests,
+        "seed": config.seed,
+        "started_unix_s": started,
+        "points": summaries,
+        "capacity_rps": capacities,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    plot_summaries(summaries, out, label=mode)
+    print(f"\n{mode}; SLO: TTFA <= {TTFA_SLO_MS:g} ms and no stall; out: {out}")
+    print(format_table(summaries, capacities or None), flush=True)
+    return summary

@@ -1,0 +1,204 @@
+"""One load point: Poisson arrivals at `rate` req/s for `duration_s` seconds, each request a client that
+speaks one workload text and simulates its listener.
+
+- WebSocket (`WebSocketTarget`): one voxrt.client session per request (PCM16 24 kHz, 20 ms frames); the
+  text is sent whole, or as a token stream (whitespace-led words) at `tokens_per_s`; the listener's
+  `playback` is reported every 100 ms. TTFA is from the first text sent (as the server's own metric), the
+  handshake is recorded apart (`connect_ms`). The gateway takes no pinned length: output lengths are the
+  model's own.
+- Engine-direct (`EngineTarget`): `EngineClient.submit` with the pinned `num_frames`, the same text modes,
+  `set_playback` every 100 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import sys
+import time
+from dataclasses import dataclass
+
+from voxrt.loadgen.listener import Listener
+from voxrt.loadgen.metrics import RequestRecord
+from voxrt.loadgen.workload import WorkItem
+
+PLAYBACK_REPORT_S = 0.1
+PROGRESS_EVERY_S = 10.0
+
+
+def arrival_times(rate: float, duration_s: float, seed: int, max_requests: int | None = None) -> list[float]:
+    """Poisson process: exponential gaps of mean 1/rate, every arrival before `duration_s`."""
+    rng = random.Random(seed)
+    times, t = [], 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration_s or (max_requests is not None and len(times) >= max_requests):
+            return times
+        times.append(t)
+
+
+def tokens(text: str) -> list[str]:
+    """An LLM-like token stream: each word with the whitespace before it."""
+    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]
+
+
+async def _send_text(send, text: str, tokens_per_s: float | None) -> None:
+    if not tokens_per_s:
+        await send(text)
+        return
+    gap = 1.0 / tokens_per_s
+    for i, token in enumerate(tokens(text)):
+        if i:
+            await asyncio.sleep(gap)
+        await send(token)
+
+
+def _status_of_error(exc: BaseException) -> str:
+    return f"error:{getattr(exc, 'code', None) or type(exc).__name__}"
+
+
+@dataclass
+class WebSocketTarget:
+    url: str
+    api_key: str | None = None
+    voice: str | None = None
+
+    async def run_one(self, item: WorkItem, rate: float, arrival_s: float, tokens_per_s: float | None) \
+            -> RequestRecord:
+        from voxrt.client import OutputFormat, connect  # noqa: PLC0415
+
+        record = RequestRecord(item.id, rate, arrival_s, "error:unknown", None, 0, 0.0, 0.0, len(item.text))
+        t0 = time.monotonic()
+        listener = None
+        try:
+            async with connect(self.url, output=OutputFormat("pcm16", 24000, 20), api_key=self.api_key,
+                               voice=self.voice) as session:
+                record.connect_ms = (time.monotonic() - t0) * 1000.0
+                sample_rate = session.output.sample_rate
+                ctx = session.context()
+                listener = Listener(time.monotonic())
+                reporter = asyncio.create_task(_report(listener, ctx.playback, lambda s: s * 1000.0))
+                try:
+                    async def send(text: str) -> None:
+                        await ctx.send(text)
+                    await _send_text(send, item.text, tokens_per_s)
+                    await ctx.end()
+                    async for frame in ctx.frames():
+                        listener.on_audio(time.monotonic(), len(frame.payload) / 2 / sample_rate, frame.is_last)
+                    done = await ctx.done()
+                finally:
+                    reporter.cancel()
+                record.status = "ok" if done.reason == "completed" else done.reason
+                record.server_ttfa_ms = done.ttfa_ms
+        except Exception as exc:  # noqa: BLE001 (any failure is this request's status)
+            record.status = _status_of_error(exc)
+        _fill(record, listener)
+        return record
+
+
+@dataclass
+class EngineTarget:
+    client: object  # a started voxrt.engine.client.EngineClient
+    voice: str | None = None
+    pin_frames: bool = True
+
+    async def run_one(self, item: WorkItem, rate: float, arrival_s: float, tokens_per_s: float | None) \
+            -> RequestRecord:
+        from voxrt.engine.params import SamplingParams  # noqa: PLC0415
+
+        client = self.client
+        sample_rate = client.info.sample_rate
+        num_frames = item.num_frames if self.pin_frames else None
+        record = RequestRecord(item.id, rate, arrival_s, "error:unknown", None, 0, 0.0, 0.0, len(item.text),
+                               num_frames)
+        listener = Listener(time.monotonic())
+        reporter = None
+        try:
+            params = SamplingParams(num_frames=num_frames)
+            if tokens_per_s:
+                parts = tokens(item.text)
+                rid = await client.submit(voice=self.voice, params=params, text=parts[0], final=len(parts) == 1)
+
+                async def feed() -> None:
+                    for i, part in enumerate(parts[1:], 2):
+                        await asyncio.sleep(1.0 / tokens_per_s)
+                        await client.append_text(rid, part, final=i == len(parts))
+                feeder = asyncio.create_task(feed())
+            else:
+                rid = await client.submit(voice=self.voice, params=params, text=item.text, final=True)
+                feeder = None
+
+            async def report(played_s: float) -> None:
+                await client.set_playback(rid, int(played_s * sample_rate))
+            reporter = asyncio.create_task(_report(listener, report, lambda s: s))
+            try:
+                async for chunk in client.stream(rid):
+                    if chunk.num_samples or chunk.is_last:
+                        listener.on_audio(time.monotonic(), chunk.num_samples / chunk.sample_rate, chunk.is_last)
+            finally:
+                if feeder is not None:
+                    feeder.cancel()
+            record.status = "ok" if listener.is_finished else "cancelled"
+        except Exception as exc:  # noqa: BLE001
+            record.status = _status_of_error(exc)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+        _fill(record, listener)
+        return record
+
+
+async def _report(listener: Listener, send, convert) -> None:
+    """Every 100 ms, once audio has started, tell the server how much the listener played."""
+    try:
+        while not listener.is_finished:
+            await asyncio.sleep(PLAYBACK_REPORT_S)
+            if listener.first_audio_s is not None and not listener.is_finished:
+                await send(convert(listener.played_s(time.monotonic())))
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 (a report for a context that just ended: nothing to do)
+        return
+
+
+def _fill(record: RequestRecord, listener: Listener | None) -> None:
+    if listener is None:
+        return
+    record.ttfa_ms = listener.ttfa_ms
+    record.stalls = listener.num_stalls
+    record.stall_ms = listener.stall_ms
+    record.audio_s = listener.audio_s
+
+
+async def run_point(target, workload: list[WorkItem], rate: float, duration_s: float, *, seed: int = 0,
+                    tokens_per_s: float | None = None, max_requests: int | None = None,
+                    progress: bool = False, offset: int = 0) -> list[RequestRecord]:
+    """Requests arrive at Poisson times; workload rows are taken in order from `offset`, cycling. Returns the
+    records in arrival order once every request finished."""
+    times = arrival_times(rate, duration_s, seed, max_requests)
+    t0 = time.monotonic()
+    tasks = []
+    done_count = 0
+
+    async def one(i: int, at: float) -> RequestRecord:
+        nonlocal done_count
+        await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+        item = workload[(offset + i) % len(workload)]
+        try:
+            return await target.run_one(item, rate, at, tokens_per_s)
+        finally:
+            done_count += 1
+
+    for i, at in enumerate(times):
+        tasks.append(asyncio.create_task(one(i, at)))
+    if not progress:
+        return list(await asyncio.gather(*tasks))
+    everything = asyncio.gather(*tasks)
+    while True:
+        finished, _ = await asyncio.wait({everything}, timeout=PROGRESS_EVERY_S)
+        if finished:
+            break
+        print(f"  rate {rate:g}: {time.monotonic() - t0:.0f} s, {done_count}/{len(times)} requests done",
+              file=sys.stderr, flush=True)
+    return list(everything.result())
