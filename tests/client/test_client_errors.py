@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import httpx
@@ -10,7 +9,7 @@ import pytest
 
 from voxrt.client import AuthenticationError, ConnectError, ContextState, OutputFormat, VoxrtError, connect
 from voxrt.protocol.config import Limits
-from voxrt_live import live_server  # tests/support, on pytest's pythonpath
+from voxrt_live import live_server, run  # tests/support, on pytest's pythonpath
 
 PCM = OutputFormat("pcm16", 24000, 20)
 KEY = "k"
@@ -27,10 +26,6 @@ def live():
 def secured():
     with live_server(api_keys=(KEY,)) as server:
         yield server
-
-
-def run(coro, timeout_s: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 async def _expect(error_type, coro) -> VoxrtError:

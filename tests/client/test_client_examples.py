@@ -9,17 +9,9 @@ import types
 import wave
 from pathlib import Path
 
-import pytest
 
-from voxrt_live import live_server  # tests/support, on pytest's pythonpath
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
 
 
 def test_stream_tokens_to_wav_writes_a_valid_wav(live, tmp_path):

@@ -8,22 +8,12 @@ import pytest
 
 from voxrt.client import (Alignment, AudioFrame, Cancelled, ConnectionClosedError, ContextDone, ContextState,
                           ErrorEvent, Flushed, OutputFormat, VoxrtError, connect)
-from voxrt_live import live_server  # tests/support, on pytest's pythonpath
+from voxrt_live import run  # tests/support, on pytest's pythonpath
 
 PCM = OutputFormat("pcm16", 24000, 20)
 FRAME_BYTES = 24000 * 20 // 1000 * 2
 TOKENS = ["Hello", " there,", " this", " is", " a", " streamed", " answer.", " It", " has", " two", " sentences."]
 LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
-
-
-@pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
-
-
-def run(coro, timeout_s: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 async def _tokens(texts):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import GREEDY, assert_pools_empty, drain, make_core, pcm, submit
+from conftest import assert_pools_empty, drain, make_core, pcm, submit
 from voxrt.engine.errors import InvalidParamsError, UnknownModelError, UnknownVoiceError
 from voxrt.engine.messages import EngineConfig
 from voxrt.engine.params import SamplingParams

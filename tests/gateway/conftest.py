@@ -6,21 +6,10 @@ import asyncio
 import json
 
 import httpx
-import pytest
 import websockets
 
 from voxrt.protocol.frames import decode_audio_frame
-from voxrt_live import Live, live_server  # noqa: F401 (tests/support, on pytest's pythonpath)
-
-
-@pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
-
-
-def run(coro, timeout_s: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+from voxrt_live import Live, live_server, run  # noqa: F401 (tests/support, on pytest's pythonpath)
 
 
 async def recv_json(ws, timeout_s: float = 30) -> dict:

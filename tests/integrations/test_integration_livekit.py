@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
@@ -13,7 +12,7 @@ from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, APIConnectOptions  #
 
 from voxrt.client import ContextState  # noqa: E402
 from voxrt.integrations.livekit import VoxrtTTS  # noqa: E402
-from voxrt_live import live_server  # noqa: E402 (tests/support, on pytest's pythonpath)
+from voxrt_live import live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
 TOKENS = ["Hello", " there,", " this", " is", " voxrt", " speaking."]
 LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
@@ -21,19 +20,9 @@ NO_RETRY = APIConnectOptions(max_retry=0, timeout=10)
 
 
 @pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def secured():
     with live_server(api_keys=("k",)) as server:
         yield server
-
-
-def run(coro, timeout_s: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 def test_stream_tokens_to_frames_with_aligned_transcript(live):

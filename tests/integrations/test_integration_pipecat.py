@@ -19,7 +19,7 @@ from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from voxrt.client import ContextState  # noqa: E402
 from voxrt.integrations.pipecat import VoxrtTTSService  # noqa: E402
-from voxrt_live import live_server  # noqa: E402 (tests/support, on pytest's pythonpath)
+from voxrt_live import run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
 LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
 # Pipecat ends an audio context that gets no audio for stop_frame_timeout_s (3 s by default). The tiny model
@@ -29,16 +29,6 @@ QUIET_S = 60.0
 
 def _service(live, **kwargs) -> VoxrtTTSService:
     return VoxrtTTSService(url=live.ws, stop_frame_timeout_s=QUIET_S, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
-
-
-def run(coro, timeout_s: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 def _llm_turn(tokens: list[str]) -> list:

@@ -49,3 +49,10 @@ def live_server(**gateway_kwargs):
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def run(coro, timeout_s: float = 120):
+    """Runs a test's async scenario to completion, failing it after `timeout_s` instead of hanging."""
+    import asyncio  # noqa: PLC0415
+
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))

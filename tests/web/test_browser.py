@@ -36,12 +36,6 @@ LONG_TEXT = " ".join([
 
 
 @pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def browser():
     if sync_playwright is None:
         pytest.fail("the Python package `playwright` is missing: pip install -e '.[dev]'", pytrace=False)
