@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--api-key", action="append", default=[], help="an accepted API key (repeatable; "
                        "VOXRT_API_KEYS adds comma-separated keys)")
     serve.add_argument("--max-sessions", type=int, default=256)
+    serve.add_argument("--allow-pinned-lengths", action="store_true", help="honour the `num_frames` benchmark "
+                       "extension of `text` (pinned output length); off by default")
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="allow binding a non-loopback host without API keys")
 
@@ -87,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     loadgen.add_argument("--capacity", action="store_true", help="bisect for the highest rate with >= 90%% "
                          "and >= 99%% attainment")
     loadgen.add_argument("--engine-direct", action="store_true", help="drive the engine process directly "
-                         "(no HTTP/WebSocket), output lengths pinned from the text")
+                         "(no HTTP/WebSocket)")
+    loadgen.add_argument("--no-pin-frames", action="store_true", help="let the model decide output lengths "
+                         "(default: pinned from the text, 15 characters per audio second; over the WebSocket the "
+                         "server must run with --allow-pinned-lengths)")
     loadgen.add_argument("--tokens-per-s", type=float, default=None, help="send the text as a token stream "
                          "at this rate (default: whole)")
     loadgen.add_argument("--max-requests", type=int, default=None, help="at most this many requests per point")
@@ -152,7 +157,8 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     config = LoadgenConfig(workload=args.workload, rate=args.rate, duration_s=args.duration, out_dir=args.out,
                            url=args.url, sweep=sweep, capacity=args.capacity, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
-                           api_key=args.api_key, voice=args.voice)
+                           api_key=args.api_key, voice=args.voice,
+                           pin_frames=not args.no_pin_frames)
     try:
         asyncio.run(run_loadgen(config, _engine_config(args) if args.engine_direct else None))
     except (EngineError, ValueError, OSError) as exc:
@@ -174,7 +180,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"refusing to serve on {host} without API keys: pass --api-key (or VOXRT_API_KEYS), "
                      "or --insecure-no-auth")
     port = args.port or env.port or 8000
-    gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions)
+    gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions,
+                            allow_pinned_lengths=args.allow_pinned_lengths)
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
     make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning").run()
     return 0

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from voxrt.cli import main
-from voxrt_live import live_server  # tests/support, on pytest's pythonpath
+from voxrt.client import OutputFormat, connect
+from voxrt_live import live_server, run  # tests/support, on pytest's pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -41,14 +42,60 @@ def check_outputs(out: Path, max_requests: int) -> dict:
     return summary
 
 
-def test_websocket_short_run(workload, tmp_path, capsys):
-    with live_server() as live:
-        rc = main(["loadgen", "--url", live.ws, "--workload", str(workload), "--rate", "2", "--duration", "3",
-                   "--max-requests", "3", "--tokens-per-s", "40", "--out", str(tmp_path)])
+def check_pinned(out: Path) -> None:
+    lines = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["status"] == "ok":  # pinned: the audio is exactly the pinned frames at 12.5 frames/s
+            assert line["audio_s"] == pytest.approx(line["num_frames"] / 12.5, abs=0.05)
+    assert json.loads((out / "summary.json").read_text())["pinned_length_mismatches"] == 0
+
+
+@pytest.fixture(scope="module")
+def pinned_live():
+    with live_server(allow_pinned_lengths=True) as live:
+        yield live
+
+
+def test_websocket_short_run(workload, pinned_live, tmp_path, capsys):
+    rc = main(["loadgen", "--url", pinned_live.ws, "--workload", str(workload), "--rate", "2", "--duration", "3",
+               "--max-requests", "3", "--tokens-per-s", "40", "--out", str(tmp_path)])
     assert rc == 0
     summary = check_outputs(tmp_path, 3)
     assert summary["mode"].startswith("websocket")
+    assert summary["pinned_length_rule"].startswith("frames = ")
+    check_pinned(tmp_path)
     assert capsys.readouterr().out.rstrip().splitlines()[-1].split()[0] == "2"  # the table prints last
+
+
+def test_pinned_length_over_the_websocket(pinned_live):
+    """A server started with --allow-pinned-lengths gives exactly `num_frames` x 80 ms, whatever the text."""
+    async def scenario():
+        async with connect(pinned_live.ws, output=OutputFormat("pcm16", 24000, 20)) as session:
+            results = []
+            for bad in (0, -1, 2.5, True):
+                with pytest.raises(ValueError):
+                    session.context(num_frames=bad)
+            for num_frames in (3, 30):
+                ctx = session.context(num_frames=num_frames)
+                await ctx.send("A long sentence that would take several seconds of audio to speak out loud.")
+                await ctx.end()
+                audio = await ctx.audio()
+                results.append((len(audio) / 2 / 24000, (await ctx.done()).audio_ms))
+            return results
+
+    (short_s, short_ms), (long_s, long_ms) = run(scenario())
+    assert short_s == pytest.approx(3 * 0.08, abs=0.021) and short_ms == pytest.approx(240, abs=21)
+    assert long_s == pytest.approx(30 * 0.08, abs=0.021) and long_ms == pytest.approx(2400, abs=21)
+
+
+def test_server_without_the_flag_ignores_pinned_lengths(workload, live, tmp_path, capsys):
+    """The default server ignores `num_frames` (unknown-field rule); the load generator notices and says so."""
+    rc = main(["loadgen", "--url", live.ws, "--workload", str(workload), "--rate", "2", "--duration", "2",
+               "--max-requests", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pinned_length_mismatches"] >= 1
+    assert "--allow-pinned-lengths" in capsys.readouterr().err
 
 
 def test_engine_direct_short_run(workload, tmp_path):
@@ -59,10 +106,7 @@ def test_engine_direct_short_run(workload, tmp_path):
     summary = check_outputs(tmp_path, 3)
     assert summary["mode"].startswith("engine-direct")
     assert summary["pinned_length_rule"].startswith("frames = ")
-    lines = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    for line in lines:
-        if line["status"] == "ok":  # pinned: the audio is exactly the pinned frames at 12.5 frames/s
-            assert line["audio_s"] == pytest.approx(line["num_frames"] / 12.5, abs=0.05)
+    check_pinned(tmp_path)
 
 
 def test_loadgen_needs_one_target(workload, tmp_path):

@@ -42,6 +42,14 @@ def test_text_with_and_without_flush():
     assert parse({"type": "text", "context_id": "t1", "text": "x", "flush": None}).flush is False
 
 
+def test_text_num_frames_extension():
+    assert parse({"type": "text", "context_id": "t", "text": "Hi", "num_frames": 25}) == TextEvent("t", "Hi", False, 25)
+    assert parse({"type": "text", "context_id": "t", "text": "Hi", "num_frames": None}).num_frames is None
+    for bad in (0, -3, 2.5, "25", True, 10**7):
+        error = parse_error(json.dumps({"type": "text", "context_id": "t", "text": "Hi", "num_frames": bad}))
+        assert error.code == "invalid_message" and error.field == "num_frames" and error.context_id == "t"
+
+
 @pytest.mark.parametrize(("message", "event"), [
     ({"type": "flush", "context_id": "a"}, FlushEvent("a")),
     ({"type": "context.end", "context_id": "a"}, ContextEndEvent("a")),

@@ -189,6 +189,14 @@ def test_binary_before_start_is_non_fatal():
 # ---- text and contexts -----------------------------------------------------------------------------------------
 
 
+def test_pinned_length_goes_with_the_opening_text_only():
+    session = started()
+    actions = send(session, {"type": "text", "context_id": "p", "text": "Hi", "num_frames": 40})
+    assert actions[0] == OpenContext("p", 1, 40)
+    later = send(session, {"type": "text", "context_id": "p", "text": " there", "num_frames": 7})
+    assert later == [AppendText("p", " there")]  # an open context keeps its length
+
+
 def test_text_opens_a_context_then_appends():
     session = started()
     actions = text(session, "t1", "Sure, Dr. Smith's")

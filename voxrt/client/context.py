@@ -52,16 +52,17 @@ _ALLOWED = {
 }
 _FINISHED = frozenset({ContextState.DONE, ContextState.FAILED})
 # JSON overhead of a `text` message around its text, generously: {"type":"text","context_id":...,"text":...}
-_TEXT_MESSAGE_OVERHEAD_BYTES = 64
+_TEXT_MESSAGE_OVERHEAD_BYTES = 96
 
 
 class Context:
     """Create through `Session.context()`. Not safe to share across threads (one event loop, like the
     session); any number of tasks may send while one task reads."""
 
-    def __init__(self, session: Session, context_id: str) -> None:
+    def __init__(self, session: Session, context_id: str, num_frames: int | None = None) -> None:
         self._session = session
         self.id = context_id
+        self.num_frames = num_frames  # pinned output length asked for with the first text (benchmarks)
         self.state = ContextState.NEW
         self.started: ContextStarted | None = None  # the server's `context.started` (gives `index`)
         self.alignments: list[Alignment] = []  # every alignment received, in order
@@ -106,6 +107,8 @@ class Context:
             message = {"type": "text", "context_id": self.id, "text": part}
             if flush and i == len(parts) - 1:
                 message["flush"] = True
+            if self.state is ContextState.NEW and self.num_frames is not None:
+                message["num_frames"] = self.num_frames
             self._move(ContextState.OPEN)
             self.num_text_chars += len(part)
             await self._session._send(message)

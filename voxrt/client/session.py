@@ -102,8 +102,11 @@ class Session:
 
     # ---- the caller's side -------------------------------------------------------------------------------------
 
-    def context(self, context_id: str | None = None) -> Context:
-        """A new context (one agent turn). It opens on the server with its first text."""
+    def context(self, context_id: str | None = None, *, num_frames: int | None = None) -> Context:
+        """A new context (one agent turn). It opens on the server with its first text.
+
+        `num_frames` (benchmarks): ask the server to pin this context's output length to that many model
+        frames. Servers honour it only when started with `--allow-pinned-lengths`; others ignore it."""
         if self._closed_error is not None:
             raise self._closed_error
         if self._is_closing:
@@ -117,7 +120,10 @@ class Session:
         if context_id in self._used_ids:
             raise ValueError(f"context id {context_id!r} was already used in this session")
         self._used_ids.add(context_id)
-        context = Context(self, context_id)
+        if num_frames is not None and (isinstance(num_frames, bool) or not isinstance(num_frames, int)
+                                       or num_frames < 1):
+            raise ValueError(f"num_frames must be a positive integer or None, got {num_frames!r}")
+        context = Context(self, context_id, num_frames)
         self._contexts[context_id] = context
         return context
 

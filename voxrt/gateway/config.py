@@ -16,6 +16,9 @@ class GatewayConfig:
     max_sessions: int = 256  # concurrent WebSocket sessions; more are refused with 4029
     limits: Limits = field(default_factory=Limits)
     max_http_input_chars: int = 20000  # /v1/audio/speech and /generate
+    # Honour the `num_frames` benchmark extension of `text` (pinned output length). Off by default: it lets a
+    # client ask for audio out of proportion to its text; `voxrt serve --allow-pinned-lengths` turns it on.
+    allow_pinned_lengths: bool = False
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:

@@ -20,6 +20,7 @@ import numpy as np
 from voxrt.audio import OpusEncoder, StreamEncoder, alaw_encode, mulaw_encode, pcm16_encode
 from voxrt.engine.client import EngineClient
 from voxrt.engine.errors import EngineError
+from voxrt.engine.params import SamplingParams
 from voxrt.gateway.alignment import AlignmentTracker
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.protocol.clock import PlaybackClock
@@ -42,8 +43,10 @@ def now_ms() -> float:
 
 class ContextRunner:
     def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
-                 send_text: SendText, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics) -> None:
+                 send_text: SendText, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics,
+                 num_frames: int | None = None) -> None:
         self.context_id = context_id
+        self.num_frames = num_frames  # pinned output length (benchmark extension), None: the model decides
         self.index = index
         self.config = config
         self.engine = engine
@@ -71,7 +74,8 @@ class ContextRunner:
     # ---- text in -------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        self.request_id = await self.engine.submit(voice=self.config.voice, text="", final=False)
+        params = SamplingParams(num_frames=self.num_frames) if self.num_frames is not None else None
+        self.request_id = await self.engine.submit(voice=self.config.voice, params=params, text="", final=False)
         self._pump = asyncio.create_task(self._run_pump(), name=f"voxrt-context-{self.context_id}")
 
     async def append(self, text: str) -> None:

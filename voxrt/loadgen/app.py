@@ -8,6 +8,7 @@ printed last.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,9 @@ from voxrt.loadgen.metrics import TTFA_SLO_MS, summarize
 from voxrt.loadgen.plots import plot_summaries
 from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, run_point
 from voxrt.loadgen.sweep import Sweep, format_table
-from voxrt.loadgen.workload import PINNED_LENGTH_RULE, load_workload
+from voxrt.loadgen.workload import FRAMES_PER_S, PINNED_LENGTH_RULE, load_workload
+
+PINNED_TOLERANCE_S = 0.1  # audio of a pinned request vs num_frames / FRAMES_PER_S (frame padding, resampling)
 
 
 @dataclass
@@ -34,6 +37,7 @@ class LoadgenConfig:
     seed: int = 0
     api_key: str | None = None
     voice: str | None = None
+    pin_frames: bool = True  # pin each request's length from its text (PINNED_LENGTH_RULE)
 
 
 async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
@@ -45,21 +49,28 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         from voxrt.engine.client import EngineClient  # noqa: PLC0415
 
         client = await EngineClient.start(engine_config)
-        target = EngineTarget(client, voice=config.voice)
+        target = EngineTarget(client, voice=config.voice, pin_frames=config.pin_frames)
         mode = f"engine-direct ({engine_config.model})"
     else:
-        target = WebSocketTarget(config.url, api_key=config.api_key, voice=config.voice)
+        target = WebSocketTarget(config.url, api_key=config.api_key, voice=config.voice, pin_frames=config.pin_frames)
         mode = f"websocket ({config.url})"
     lines = open(out / "requests.jsonl", "w", encoding="utf-8")
     long_run = config.duration_s >= 20
     offset = 0
+    unpinned = 0  # completed pinned requests whose audio is not the pinned length (a server ignoring it)
 
     async def measure(rate: float) -> dict:
-        nonlocal offset
+        nonlocal offset, unpinned
         records = await run_point(target, workload, rate, config.duration_s, seed=config.seed + offset,
                                   tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
                                   progress=long_run, offset=offset)
         offset += len(records)
+        wrong = sum(r.status == "ok" and r.num_frames is not None
+                    and abs(r.audio_s - r.num_frames / FRAMES_PER_S) > PINNED_TOLERANCE_S for r in records)
+        if wrong and not unpinned:
+            print(f"[loadgen] warning: {wrong} requests did not get their pinned length; a server must be "
+                  f"started with --allow-pinned-lengths to honour it", file=sys.stderr, flush=True)
+        unpinned += wrong
         for record in records:
             lines.write(json.dumps(record.to_json()) + "\n")
         lines.flush()
@@ -83,8 +94,8 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         "mode": mode,
         "workload": config.workload,
         "slo": {"ttfa_ms": TTFA_SLO_MS, "stalls": 0},
-        "pinned_length_rule": PINNED_LENGTH_RULE if config.engine_direct else
-        "none: the gateway takes no pinned length; output lengths are the model's own",
+        "pinned_length_rule": PINNED_LENGTH_RULE if config.pin_frames else "none: output lengths are the model's own",
+        "pinned_length_mismatches": unpinned,
         "text_mode": f"token stream at {config.tokens_per_s:g} tokens/s" if config.tokens_per_s else "whole",
         "duration_s": config.duration_s,
         "max_requests": config.max_requests,

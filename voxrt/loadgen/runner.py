@@ -4,8 +4,8 @@ speaks one workload text and simulates its listener.
 - WebSocket (`WebSocketTarget`): one voxrt.client session per request (PCM16 24 kHz, 20 ms frames); the
   text is sent whole, or as a token stream (whitespace-led words) at `tokens_per_s`; the listener's
   `playback` is reported every 100 ms. TTFA is from the first text sent (as the server's own metric), the
-  handshake is recorded apart (`connect_ms`). The gateway takes no pinned length: output lengths are the
-  model's own.
+  handshake is recorded apart (`connect_ms`). The pinned length goes in the first `text` message's
+  `num_frames` (a voxrt extension the server honours when started with `--allow-pinned-lengths`).
 - Engine-direct (`EngineTarget`): `EngineClient.submit` with the pinned `num_frames`, the same text modes,
   `set_playback` every 100 ms.
 """
@@ -63,12 +63,15 @@ class WebSocketTarget:
     url: str
     api_key: str | None = None
     voice: str | None = None
+    pin_frames: bool = True
 
     async def run_one(self, item: WorkItem, rate: float, arrival_s: float, tokens_per_s: float | None) \
             -> RequestRecord:
         from voxrt.client import OutputFormat, connect  # noqa: PLC0415
 
-        record = RequestRecord(item.id, rate, arrival_s, "error:unknown", None, 0, 0.0, 0.0, len(item.text))
+        num_frames = item.num_frames if self.pin_frames else None
+        record = RequestRecord(item.id, rate, arrival_s, "error:unknown", None, 0, 0.0, 0.0, len(item.text),
+                               num_frames)
         t0 = time.monotonic()
         listener = None
         try:
@@ -76,7 +79,7 @@ class WebSocketTarget:
                                voice=self.voice) as session:
                 record.connect_ms = (time.monotonic() - t0) * 1000.0
                 sample_rate = session.output.sample_rate
-                ctx = session.context()
+                ctx = session.context(num_frames=num_frames)
                 listener = Listener(time.monotonic())
                 reporter = asyncio.create_task(_report(listener, ctx.playback, lambda s: s * 1000.0))
                 try:

@@ -38,10 +38,13 @@ class StartSession:
 
 @dataclass(frozen=True)
 class OpenContext:
-    """A new context (one agent turn): submit it to the engine. `index` goes into its audio frame headers."""
+    """A new context (one agent turn): submit it to the engine. `index` goes into its audio frame headers.
+    `num_frames`: the pinned output length the first `text` asked for (a benchmark extension the gateway
+    honours only when configured to), else None."""
 
     context_id: str
     index: int
+    num_frames: int | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from voxrt.protocol.config import Limits, OutputFormat
 from voxrt.protocol.errors import INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, ProtocolError, clip
 
 MAX_CONTEXT_ID_CHARS = 256
+MAX_PINNED_FRAMES = 1_000_000  # shape bound of the `num_frames` extension; the engine checks its own limit
 CANCEL_ALL = "*"  # `cancel`'s context_id for every context of the session; reserved, never a context's id
 DONE_REASONS = ("completed", "cancelled", "error")
 
@@ -38,6 +39,7 @@ class TextEvent:
     context_id: str
     text: str
     flush: bool = False
+    num_frames: int | None = None  # voxrt benchmark extension: pinned output length (docs/protocol.md)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,14 @@ class _Fields:
             raise self.fail(name, "must be a finite number >= 0")
         return float(value)
 
+    def read_count(self, name: str, maximum: int) -> int | None:
+        value = self.obj.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= maximum:
+            raise self.fail(name, f"must be an integer from 1 to {maximum}")
+        return value
+
     def read_object(self, name: str) -> dict | None:
         value = self.obj.get(name)
         if value is not None and not isinstance(value, dict):
@@ -152,7 +162,8 @@ def _ping(f: _Fields) -> PingEvent:
 
 _PARSERS: dict[str, Callable[[_Fields], ClientEvent]] = {
     "session.start": _session_start,
-    "text": lambda f: TextEvent(f.read_context_id(), f.read_string("text", required=True), f.read_flag("flush")),
+    "text": lambda f: TextEvent(f.read_context_id(), f.read_string("text", required=True), f.read_flag("flush"),
+                                f.read_count("num_frames", MAX_PINNED_FRAMES)),
     "flush": lambda f: FlushEvent(f.read_context_id()),
     "context.end": lambda f: ContextEndEvent(f.read_context_id()),
     "cancel": lambda f: CancelEvent(f.read_context_id(allow_all=True)),

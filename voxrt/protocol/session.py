@@ -252,7 +252,7 @@ class Session:
             context = Context(context_id, self._next_index)
             self._next_index += 1
             self._contexts[context_id] = context
-            actions += [OpenContext(context_id, context.index),
+            actions += [OpenContext(context_id, context.index, event.num_frames),
                         SendText(encode_context_started(context_id, context.index))]
         elif context.state is not ContextState.OPEN:
             raise ProtocolError(INVALID_MESSAGE, f"text: context {clip(context_id)!r} has already ended "
