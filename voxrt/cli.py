@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     loadgen.add_argument("--sweep", default=None, help="comma-separated rates, e.g. 1,2,4,8")
     loadgen.add_argument("--capacity", action="store_true", help="bisect for the highest rate with >= 90%% "
                          "and >= 99%% attainment")
+    loadgen.add_argument("--capacity-tol", type=float, default=0.05, help="relative width at which the "
+                         "bisection stops (default 0.05)")
     loadgen.add_argument("--engine-direct", action="store_true", help="drive the engine process directly "
                          "(no HTTP/WebSocket)")
     loadgen.add_argument("--no-pin-frames", action="store_true", help="let the model decide output lengths "
@@ -152,10 +154,13 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--rate, --sweep rates and --duration must be > 0")
     if args.tokens_per_s is not None and args.tokens_per_s <= 0:
         parser.error("--tokens-per-s must be > 0")
+    if not 0 < args.capacity_tol < 1:
+        parser.error("--capacity-tol must be between 0 and 1")
     if args.max_requests is not None and args.max_requests < 1:
         parser.error("--max-requests must be >= 1")
     config = LoadgenConfig(workload=args.workload, rate=args.rate, duration_s=args.duration, out_dir=args.out,
-                           url=args.url, sweep=sweep, capacity=args.capacity, engine_direct=args.engine_direct,
+                           url=args.url, sweep=sweep, capacity=args.capacity,
+                           capacity_tol=args.capacity_tol, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
                            api_key=args.api_key, voice=args.voice,
                            pin_frames=not args.no_pin_frames)

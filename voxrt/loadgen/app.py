@@ -31,6 +31,7 @@ class LoadgenConfig:
     url: str | None = None
     sweep: list[float] = field(default_factory=list)
     capacity: bool = False
+    capacity_tol: float = 0.05  # bisection stops when the bracket is within this fraction of its upper end
     engine_direct: bool = False
     tokens_per_s: float | None = None
     max_requests: int | None = None
@@ -84,7 +85,8 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         capacities = {}
         if config.capacity:
             for threshold in (0.90, 0.99):
-                capacities[f"{threshold:.0%}"] = await sweep.capacity(threshold, config.rate)
+                capacities[f"{threshold:.0%}"] = await sweep.capacity(threshold, config.rate,
+                                                                         rel_tol=config.capacity_tol)
     finally:
         lines.close()
         if client is not None:
