@@ -783,3 +783,18 @@ def test_prompt_over_the_prefill_budget_is_not_left_waiting_forever():
     assert r.state is not S.WAITING or failures, (
         f"prompt of {PROMPT_LEN} tokens with max_prefill_tokens={PROMPT_LEN - 1}: still WAITING after 20 steps, "
         f"no failure reported, has_work()={sched.has_work()}")
+
+
+def test_chunk_schedule_grows_from_the_first_chunk_and_codec_sizes_cover_starved_cuts():
+    from voxrt.engine.sched.plan import chunk_schedule, codec_sizes
+
+    assert chunk_schedule(2, 25) == [2, 4, 8, 16, 25]
+    assert chunk_schedule(2, 10) == [2, 4, 8, 10]
+    assert chunk_schedule(3, 3) == [3]
+    assert codec_sizes(2, 25) == [1, 2, 4, 8, 16, 25]
+    assert codec_sizes(4, 25) == [1, 2, 4, 8, 16, 25]
+    assert codec_sizes(1, 4) == [1, 2, 4]
+    spec = ProgramSpec(num_codebooks=K, chunk_frames=25, first_chunk_frames=2, consumes_text_incrementally=True,
+                       text_pad_id=0, eos_code=None, frames_per_text_token=None, default_max_frames=100)
+    assert [spec.chunk_size(i) for i in range(7)] == [2, 4, 8, 16, 25, 25, 25]
+    assert [spec.largest_codec_size(n) for n in (1, 3, 7, 15, 24, 40)] == [1, 2, 4, 8, 16, 25]

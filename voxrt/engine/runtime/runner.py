@@ -22,7 +22,7 @@ from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.engine.runtime.transfer import upload, upload_into
-from voxrt.engine.sched.plan import CodecJob, DecodeItem, StepPlan
+from voxrt.engine.sched.plan import CodecJob, DecodeItem, StepPlan, codec_sizes
 
 log = logging.getLogger("voxrt.engine.runner")
 
@@ -104,7 +104,7 @@ class ModelRunner:
         self.codec_stages = {
             frames: GraphedStage(f"codec[{frames}f]", codec_buckets, lambda b, g, f=frames: self._make_codec_buffers(b, f),
                                  self._codec_body, use_graphs, pool)
-            for frames in sorted({program.first_chunk_frames, program.chunk_frames})
+            for frames in codec_sizes(program.first_chunk_frames, program.chunk_frames)
         }
         self._pool = pool
         self._buckets = buckets
@@ -256,30 +256,38 @@ class ModelRunner:
         """Audio for each job (float32, mono, the model's rate). Jobs of one request are never in one call:
         the scheduler cuts one chunk per request per step, and the state is stateful per slot."""
         out: list[np.ndarray | None] = [None] * len(jobs)
-        groups: dict[int, list[int]] = {}
+        groups: dict[int, list[int]] = {}  # launch size -> jobs
+        sizes = sorted(self.codec_stages)
         for i, job in enumerate(jobs):
             if job.num_frames == 0:
                 out[i] = np.zeros(0, dtype=np.float32)
-            else:
-                groups.setdefault(job.num_frames, []).append(i)
+                continue
+            frames = job.num_frames
+            if frames not in self.codec_stages and job.is_last and frames < sizes[-1]:
+                # a last chunk of an odd size runs padded to the next captured size; the codec is causal, so
+                # the audio of its real frames is exact and the rest is cut (the slot's state is not used again)
+                frames = min(s for s in sizes if s > frames)
+            groups.setdefault(frames, []).append(i)
         limit = self.cfg.max_codec_batch
         batches = [(frames, idx[i:i + limit]) for frames, idx in groups.items() for i in range(0, len(idx), limit)]
         for frames, idx in batches:
             stage = self.codec_stages.get(frames)
-            if stage is None:  # odd-sized last chunks run eagerly
+            if stage is None:  # a size outside the schedule and not a last chunk: eagerly
                 stage = GraphedStage(f"codec[{frames}f]", [], lambda b, g, f=frames: self._make_codec_buffers(b, f),
                                      self._codec_body, False)
             group = [jobs[i] for i in idx]
             n = len(group)
 
             def fill(b: CodecBuffers, size: int, group=group, frames=frames) -> None:
-                codes = [job.request.frames[job.first_frame : job.first_frame + frames] for job in group]
                 k = self.program.num_codebooks
+                codes = [job.request.frames[job.first_frame : job.first_frame + job.num_frames]
+                         + [[0] * k] * (frames - job.num_frames) for job in group]
                 upload_into(b.codes, torch.tensor(codes + [[[0] * k] * frames] * (size - len(group)), dtype=torch.int64))
                 slots = [job.request.slot for job in group] + [self.scratch_slot] * (size - len(group))
                 upload_into(b.slots, torch.tensor(slots, dtype=torch.int64))
 
             audio = stage.run(n, fill).audio[:n].cpu().numpy()
+            spf = self.program.samples_per_frame
             for row, i in enumerate(idx):
-                out[i] = audio[row].copy()
+                out[i] = audio[row, : jobs[i].num_frames * spf].copy()
         return out  # type: ignore[return-value]

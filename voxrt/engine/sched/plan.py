@@ -7,6 +7,30 @@ from dataclasses import dataclass, field
 from voxrt.engine.sched.request import Request
 
 
+def chunk_schedule(first_chunk_frames: int, chunk_frames: int) -> list[int]:
+    """Frames of chunk 0, 1, 2, ...: the first chunk small for time to first audio, then doubling up to
+    `chunk_frames` (2, 4, 8, 16, 25, 25, ...). Each chunk is generated while the listener plays the ones
+    before, so with a frame time f and a frame of audio a, doubling keeps the stream ahead while a / f >= 2;
+    a jump straight from 2 frames to 25 would stall every stream (25 frames take longer to generate than
+    2 frames take to play). Returns the distinct sizes in order; the last one repeats."""
+    sizes = [first_chunk_frames]
+    while sizes[-1] < chunk_frames:
+        sizes.append(min(sizes[-1] * 2, chunk_frames))
+    return sizes
+
+
+def codec_sizes(first_chunk_frames: int, chunk_frames: int) -> list[int]:
+    """Every chunk size the codec is launched with (captured as graphs): the schedule, and the powers of two
+    below the first chunk so that a starved request's frames can always be cut into these sizes. A last
+    chunk of another size is padded up to the next of these sizes and its audio trimmed."""
+    sizes = set(chunk_schedule(first_chunk_frames, chunk_frames))
+    size = 1
+    while size < first_chunk_frames:
+        sizes.add(size)
+        size *= 2
+    return sorted(sizes)
+
+
 @dataclass(frozen=True)
 class ProgramSpec:
     """A model program's constants, as seen by the pure scheduler."""
@@ -26,6 +50,17 @@ class ProgramSpec:
     def __post_init__(self) -> None:
         if not (1 <= self.first_chunk_frames <= self.chunk_frames):
             raise ValueError("need 1 <= first_chunk_frames <= chunk_frames")
+        object.__setattr__(self, "_schedule", chunk_schedule(self.first_chunk_frames, self.chunk_frames))
+        object.__setattr__(self, "_sizes", codec_sizes(self.first_chunk_frames, self.chunk_frames))
+
+    def chunk_size(self, chunk_index: int) -> int:
+        """Frames of a request's chunk `chunk_index` in the growing schedule (`chunk_schedule`)."""
+        schedule = self._schedule  # type: ignore[attr-defined]
+        return schedule[min(chunk_index, len(schedule) - 1)]
+
+    def largest_codec_size(self, available: int) -> int:
+        """The largest codec size that fits in `available` (>= 1) frames."""
+        return max(s for s in self._sizes if s <= available)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

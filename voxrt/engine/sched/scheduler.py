@@ -187,15 +187,16 @@ class Scheduler(abc.ABC):
         if request.state not in (RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING):
             return None
         available = request.num_frames - request.num_frames_chunked
-        need = self.spec.first_chunk_frames if request.num_chunks == 0 else self.spec.chunk_frames
+        need = self.spec.chunk_size(request.num_chunks)
         if request.is_generation_done:
             is_last = available <= need
             num_frames = available if is_last else need
         elif available >= need:
             is_last, num_frames = False, need
         elif request.state is RequestState.STARVED and available > 0:
-            # the text ran out: decode what there is now rather than hold it until more text arrives
-            is_last, num_frames = False, available
+            # the text ran out: decode what there is now rather than hold it until more text arrives, cut to a
+            # size the codec runs as a graph (not last: no padding possible, the codec state must stay exact)
+            is_last, num_frames = False, self.spec.largest_codec_size(available)
         else:
             return None
         job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last)
