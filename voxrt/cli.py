@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                          "at this rate (default: whole)")
     loadgen.add_argument("--max-requests", type=int, default=None, help="at most this many requests per point")
     loadgen.add_argument("--seed", type=int, default=0)
+    loadgen.add_argument("--warmup", type=int, default=8, help="requests run at once before the first point, "
+                         "not recorded (default 8; 0: none)")
     loadgen.add_argument("--voice", default=None)
     loadgen.add_argument("--api-key", default=None, help="Bearer key for the WebSocket")
 
@@ -154,6 +156,8 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--rate, --sweep rates and --duration must be > 0")
     if args.tokens_per_s is not None and args.tokens_per_s <= 0:
         parser.error("--tokens-per-s must be > 0")
+    if args.warmup < 0:
+        parser.error("--warmup must be >= 0")
     if not 0 < args.capacity_tol < 1:
         parser.error("--capacity-tol must be between 0 and 1")
     if args.max_requests is not None and args.max_requests < 1:
@@ -163,7 +167,7 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            capacity_tol=args.capacity_tol, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
                            api_key=args.api_key, voice=args.voice,
-                           pin_frames=not args.no_pin_frames)
+                           pin_frames=not args.no_pin_frames, warmup=args.warmup)
     try:
         asyncio.run(run_loadgen(config, _engine_config(args) if args.engine_direct else None))
     except (EngineError, ValueError, OSError) as exc:

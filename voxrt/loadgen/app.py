@@ -7,6 +7,7 @@ printed last.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -39,6 +40,7 @@ class LoadgenConfig:
     api_key: str | None = None
     voice: str | None = None
     pin_frames: bool = True  # pin each request's length from its text (PINNED_LENGTH_RULE)
+    warmup: int = 8  # requests run at once before the first point and not recorded (first-use costs)
 
 
 async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
@@ -79,6 +81,12 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
 
     started = time.time()
     try:
+        if config.warmup:
+            rows = [workload[-1 - i % len(workload)] for i in range(config.warmup)]
+            warm = await asyncio.gather(*(target.run_one(item, 0.0, 0.0, None) for item in rows))
+            failed = [r.status for r in warm if r.status != "ok"]
+            print(f"[loadgen] warm-up: {config.warmup} requests, {len(failed)} failed {failed[:3] or ''}",
+                  file=sys.stderr, flush=True)
         sweep = Sweep(measure, progress=long_run or config.capacity or len(config.sweep) > 1)
         for rate in config.sweep or [config.rate]:
             await sweep.at(rate)
@@ -102,6 +110,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         "duration_s": config.duration_s,
         "max_requests": config.max_requests,
         "seed": config.seed,
+        "warmup_requests": config.warmup,
         "started_unix_s": started,
         "points": summaries,
         "capacity_rps": capacities,
