@@ -8,6 +8,8 @@
 #
 # Knobs (environment): SCHED (base), START (capacity search start rate), DURATION (s per point), TOL, SWEEP,
 # MAXREQ, CKPT (made here when missing), EXTRA (more flags for both the engine and the server).
+# The GPU image lacks the gateway's packages and libopus: carry their wheels and the library in .gpu/gw/ and
+# install them first (see bench/results/2026-11-29-loadgen/README.md).
 set -euo pipefail
 MODE=${MODE:-direct}
 OUT=${OUT:-out/lg}
@@ -39,7 +41,7 @@ else
   SERVER=$!
   trap 'kill $SERVER 2>/dev/null || true' EXIT
   for _ in $(seq 1 240); do
-    curl -sf http://127.0.0.1:8765/readyz > /dev/null && break
+    python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8765/readyz', timeout=2)" 2>/dev/null && break
     kill -0 $SERVER || { tail -30 "$OUT/serve-$SCHED.log"; exit 1; }
     sleep 1
   done
