@@ -99,7 +99,8 @@ class Qwen3TTSProgram(ModelProgram):
                            first_chunk_frames=self.first_chunk_frames, consumes_text_incrementally=True,
                            text_pad_id=self.cfg.tts_pad_token_id, eos_code=self.cfg.talker.codec_eos_id,
                            frames_per_text_token=None, default_max_frames=self.generation.max_new_tokens,
-                           text_eos_id=self.cfg.tts_eos_token_id)
+                           text_eos_id=self.cfg.tts_eos_token_id, samples_per_frame=self.samples_per_frame,
+                           sample_rate=self.sample_rate)
 
     @property
     def lm_geometry(self) -> LMGeometry:

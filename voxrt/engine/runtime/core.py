@@ -148,8 +148,10 @@ class EngineCore:
             except Exception:  # noqa: BLE001
                 log.exception("codec step failed; failing its %d requests", len(jobs))
                 self.num_failed_steps += 1
+                now_ns = time.monotonic_ns()
                 for job in jobs:
                     self.scheduler.fail(job.request, "request_failed", "the codec step decoding this request failed")
+                    self.scheduler.complete_codec(job, now_ns)  # the launch is over: a held slot returns
             else:
                 done_ns = time.monotonic_ns()
                 for job, pcm in zip(jobs, audio):

@@ -6,6 +6,13 @@ from dataclasses import dataclass, field
 
 from voxrt.engine.sched.request import Request
 
+# Codec lanes (issue 7): an urgent lane on the whole GPU at high priority (first chunks, chunks due soon) and a
+# background lane on an SM partition beside the LM. Without lanes (the time-shared loop, the CPU) both run in
+# order after the LM step.
+URGENT = "urgent"
+BACKGROUND = "background"
+LANES = (URGENT, BACKGROUND)
+
 
 def chunk_schedule(first_chunk_frames: int, chunk_frames: int) -> list[int]:
     """Frames of chunk 0, 1, 2, ...: the first chunk small for time to first audio, then doubling up to
@@ -46,6 +53,13 @@ class ProgramSpec:
     # Text-track input fed once after the last text token when the text is final, before the pads (Qwen3-TTS
     # streaming: trailing text = tokens, then tts_eos, then tts_pad). None: pads follow the text directly.
     text_eos_id: int | None = None
+    samples_per_frame: int = 1920  # audio samples per frame at `sample_rate`
+    sample_rate: int = 24000
+
+    @property
+    def frame_ns(self) -> float:
+        """Playback time of one frame, in nanoseconds."""
+        return self.samples_per_frame * 1e9 / self.sample_rate
 
     def __post_init__(self) -> None:
         if not (1 <= self.first_chunk_frames <= self.chunk_frames):
@@ -77,6 +91,8 @@ class CodecJob:
     num_frames: int  # may be 0 for an empty last chunk (nothing to decode)
     chunk_index: int
     is_last: bool
+    deadline_ns: int | None = None  # when the listener needs it (policies with deadlines set it)
+    lane: str = BACKGROUND  # URGENT or BACKGROUND; ignored without lanes
 
 
 @dataclass

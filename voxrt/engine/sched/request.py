@@ -78,6 +78,8 @@ class Request:
     frame_text_index: list[int] = field(default_factory=list)  # text tokens consumed when frame t was made
     num_frames_chunked: int = 0  # frames handed to the codec
     num_chunks: int = 0
+    num_chunks_in_flight: int = 0  # cut and not yet completed (at most 1: the codec state is per slot)
+    deferred_since_ns: int | None = None  # a policy deferred its admission since then (deadline policy)
     finish_reason: str | None = None
     playback: PlaybackAnchor | None = None
     first_chunk_ns: int | None = None

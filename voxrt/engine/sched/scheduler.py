@@ -14,7 +14,8 @@ from typing import Callable
 
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.pages import PagePool, SlotPool
-from voxrt.engine.sched.plan import CodecJob, DecodeItem, ProgramSpec, StepPlan
+from voxrt.engine.sched.costs import CostModel
+from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, DecodeItem, ProgramSpec, StepPlan
 from voxrt.engine.sched.request import PromptTokens, Request, RequestState
 from voxrt.engine.sched.text_feed import Tokenizer
 
@@ -26,6 +27,12 @@ class SchedulerConfig:
     max_batch_size: int = 64
     max_seq_len: int = 4096
     max_prefill_tokens: int = 4096
+    max_codec_batch: int = 16  # chunks in one codec launch
+    # deadline-aware policies (online, deadline):
+    deadline_startup_ms: float = 200.0  # a first chunk is due this long after the request arrived
+    urgent_ms: float = 100.0  # chunks due within this go to the urgent lane
+    max_prefill_deferral_ms: float = 100.0  # a new request's admission is deferred at most this long
+    dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,14 @@ class Scheduler(abc.ABC):
         self._tokenize = tokenize
         self.requests: dict[str, Request] = {}  # live (non-terminal) requests, in arrival order
         self._failures: list[Failure] = []
+        # Set by the runtime before each `schedule`: whether it runs codec lanes beside the LM, and which lane
+        # can take a launch now (each lane keeps one batch in flight). Without lanes both are always free.
+        self.has_lanes = False
+        self.lanes_free: dict[str, bool] = {URGENT: True, BACKGROUND: True}
+        self.costs = CostModel()  # the runtime replaces it with figures measured at start-up
+        # Slots of ended requests whose chunk is still in flight on a lane: released when it completes, so that
+        # a new owner's reset can never race the old owner's codec launch.
+        self._held_slots: dict[str, int] = {}
 
     # ---- commands --------------------------------------------------------------------------------------
 
@@ -111,8 +126,15 @@ class Scheduler(abc.ABC):
                 self._end_generation(request, reason)
 
     def complete_codec(self, job: CodecJob, now_ns: int) -> None:
+        """A chunk's launch completed (in the time-shared loop: in the same step it was cut)."""
         request = job.request
+        request.num_chunks_in_flight = max(0, request.num_chunks_in_flight - 1)
         if request.is_terminal:
+            held = self._held_slots.pop(request.request_id, None)
+            if held is not None and request.num_chunks_in_flight == 0:
+                self.slots.release(held)
+            elif held is not None:
+                self._held_slots[request.request_id] = held
             return
         if request.first_chunk_ns is None:
             request.first_chunk_ns = now_ns
@@ -186,6 +208,8 @@ class Scheduler(abc.ABC):
         """The next codec chunk of a request when it is ready (frames cut in order, one at a time)."""
         if request.state not in (RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING):
             return None
+        if request.num_chunks_in_flight:  # chunks of one request decode in order, one at a time
+            return None
         available = request.num_frames - request.num_frames_chunked
         need = self.spec.chunk_size(request.num_chunks)
         if request.is_generation_done:
@@ -202,6 +226,7 @@ class Scheduler(abc.ABC):
         job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last)
         request.num_frames_chunked += num_frames
         request.num_chunks += 1
+        request.num_chunks_in_flight += 1
         return job
 
     def fail_one_blocked_on_pages(self, blocked: list[Request]) -> None:
@@ -224,7 +249,8 @@ class Scheduler(abc.ABC):
 
     def check_integrity(self) -> None:
         self.pages.check_integrity({r.request_id: r.pages for r in self.requests.values()})
-        self.slots.check_integrity({r.slot for r in self.requests.values() if r.slot is not None})
+        self.slots.check_integrity({r.slot for r in self.requests.values() if r.slot is not None}
+                                   | set(self._held_slots.values()))
 
     # ---- internals ---------------------------------------------------------------------------------------
 
@@ -256,7 +282,10 @@ class Scheduler(abc.ABC):
             self.pages.release(request.pages)
             request.pages = []
         if request.slot is not None:
-            self.slots.release(request.slot)
+            if request.num_chunks_in_flight:
+                self._held_slots[request.request_id] = request.slot  # returns when its launch completes
+            else:
+                self.slots.release(request.slot)
             request.slot = None
         request.transition(state)
         self.requests.pop(request.request_id, None)
