@@ -21,16 +21,77 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--num-pages", type=int, default=None, help="KV pages (default: sized from memory)")
     p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--scheduler-type", default="base")
+    p.add_argument("--max-codec-batch", type=int, default=16, help="chunks per codec launch")
+    p.add_argument("--scheduler-type", default="base", help="base, online, offline or deadline (see ARCHITECTURE.md)")
+    p.add_argument("--lanes", default="auto", choices=["auto", "off", "green", "streams", "inline"],
+                   help="codec lanes beside the LM: auto (green contexts, else streams, on a GPU; off on the CPU); "
+                   "off = the time-shared synchronous loop")
+    p.add_argument("--sm-modes", default=None, help="comma-separated SM counts for the background codec lane, "
+                   "e.g. 48,64,80 (default: half the GPU)")
+    p.add_argument("--sm-mode", default="0", help="index into --sm-modes")
+    p.add_argument("--deadline-startup-ms", type=float, default=200.0, help="a first chunk is due this long after "
+                   "its request arrived")
+    p.add_argument("--urgent-ms", type=float, default=100.0, help="chunks due within this run on the urgent lane")
+    p.add_argument("--deadline-max-prefill-deferral-ms", type=float, default=100.0,
+                   help="the deadline policy defers a new request's prefill at most this long")
+    p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
+                   "ready chunks (or earlier when a deadline nears or the LM is idle)")
+    p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
+                   "(fields of voxrt.engine.sched.costs.CostModel)")
+    p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
+
+
+def _parse_costs(text: str | None) -> tuple[tuple[str, float], ...]:
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out.append((name.strip(), float(value)))
+        except ValueError:
+            raise SystemExit(f"error: --costs: expected name=number pairs separated by commas, got {part!r}") from None
+    return tuple(out)
+
+
+def _codec_sms(args: argparse.Namespace) -> int | None:
+    if not args.sm_modes:
+        return None
+    try:
+        modes = [int(x) for x in args.sm_modes.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --sm-modes: expected comma-separated SM counts, got {args.sm_modes!r}") from None
+    if args.sm_mode == "adaptive":
+        raise SystemExit("error: --sm-mode adaptive is not implemented yet; give an index into --sm-modes "
+                         "(`voxrt profile-split` recommends one)")
+    try:
+        index = int(args.sm_mode)
+        return modes[index]
+    except (ValueError, IndexError):
+        raise SystemExit(f"error: --sm-mode must be an index into --sm-modes {modes}, got {args.sm_mode!r}") from None
 
 
 def _engine_config(args: argparse.Namespace):
     from voxrt.engine.messages import EngineConfig  # noqa: PLC0415
+    from voxrt.engine.sched.policies import POLICIES  # noqa: PLC0415
 
+    if args.scheduler_type not in POLICIES:
+        raise SystemExit(f"error: unknown scheduler type {args.scheduler_type!r}; available: {', '.join(sorted(POLICIES))}")
+    for name in ("deadline_startup_ms", "urgent_ms", "deadline_max_prefill_deferral_ms"):
+        if not getattr(args, name) >= 0:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
+    if args.dec_batch < 1 or args.max_codec_batch < 1:
+        raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
     return EngineConfig(model=args.model, checkpoint=args.checkpoint, device=args.device, dtype=args.dtype,
                         attention_backend=args.attention_backend, use_cuda_graphs=not args.no_cuda_graphs,
                         scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
-                        max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len)
+                        max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
+                        max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=_codec_sms(args),
+                        deadline_startup_ms=args.deadline_startup_ms, urgent_ms=args.urgent_ms,
+                        max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
+                        costs=_parse_costs(args.costs), trace_dir=args.trace_dir)
 
 
 def _check_model(name: str) -> None:

@@ -29,6 +29,17 @@ class EngineConfig:
     max_seq_len: int = 4096  # tokens of KV per request (prompt + frames)
     max_prefill_tokens: int = 4096  # prompt tokens admitted in one step
     seed: int = 0
+    # Lanes (voxrt/engine/runtime/lanes.py): "auto", "off" (the time-shared synchronous loop), "green",
+    # "streams", "inline" (CPU: the lane bookkeeping in order). `codec_sms`: SMs of the background codec lane.
+    lanes: str = "auto"
+    codec_sms: int | None = None
+    # Deadline-aware policies (see SchedulerConfig).
+    deadline_startup_ms: float = 200.0
+    urgent_ms: float = 100.0
+    max_prefill_deferral_ms: float = 100.0
+    dec_batch: int = 8
+    costs: tuple[tuple[str, float], ...] = ()  # CostModel fields that override the start-up measurement
+    trace_dir: str | None = None  # JSON lines: each launch's GPU time and each decision
 
 
 @dataclass(frozen=True)

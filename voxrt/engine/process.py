@@ -39,6 +39,8 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
         _loop(core, conn)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         log.info("client went away; engine exits")
+    finally:
+        core.close()
 
 
 def _loop(core, conn: Connection) -> None:

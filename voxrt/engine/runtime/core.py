@@ -7,6 +7,7 @@ exception in a step fails the requests of that step (their pages and slots retur
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -16,10 +17,14 @@ from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
                                    SubmitRequest)
 from voxrt.engine.runtime.attention import bytes_per_page
+from voxrt.engine.runtime.lanes import make_lanes
+from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram
-from voxrt.engine.runtime.runner import ModelRunner, RunnerConfig, resolve_backend
+from voxrt.engine.runtime.runner import CodecLaunch, ModelRunner, RunnerConfig, resolve_backend
+from voxrt.engine.runtime.trace import Tracer
+from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.pages import PagePool, SlotPool
-from voxrt.engine.sched.plan import CodecJob
+from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
@@ -59,15 +64,34 @@ class EngineCore:
         page_bytes = bytes_per_page(geom.num_layers, config.page_size, geom.num_kv_heads, geom.head_dim, dtype)
         num_pages = config.num_pages or self._default_num_pages(config, device, page_bytes, program)
         num_slots = 2 * config.max_batch_size  # draining requests keep their codec slot
+        policy = policy_class(config.scheduler_type)  # an unknown name fails before any GPU work
+        cost_overrides = dict(config.costs)
+        unknown = sorted(set(cost_overrides) - set(CostModel.__dataclass_fields__))
+        if unknown:
+            raise InvalidParamsError(f"unknown cost names {unknown}; known: {sorted(CostModel.__dataclass_fields__)}")
+        self.lanes = make_lanes(config.lanes, device, config.codec_sms)
+        log.info("%s", self.lanes.describe())
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
             max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len,
-            max_codec_batch=config.max_codec_batch))
+            max_codec_batch=config.max_codec_batch), self.lanes)
         self.program = self.runner.program
-        self.scheduler = policy_class(config.scheduler_type)(
+        self.scheduler = policy(
             program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
-            program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens))
+            program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens,
+                                              max_codec_batch=config.max_codec_batch,
+                                              deadline_startup_ms=config.deadline_startup_ms,
+                                              urgent_ms=config.urgent_ms,
+                                              max_prefill_deferral_ms=config.max_prefill_deferral_ms,
+                                              dec_batch=config.dec_batch))
+        self.scheduler.has_lanes = self.lanes.enabled
+        self._cost_overrides = cost_overrides
+        if cost_overrides:
+            self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
+        self._in_flight: dict[str, CodecLaunch | None] = {lane: None for lane in LANES}
+        self._queued: dict[str, list[CodecJob]] = {lane: [] for lane in LANES}
+        self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
         self.info = ModelInfo(
             name=program.name, sample_rate=program.sample_rate, frame_rate_hz=program.frame_rate_hz,
             samples_per_frame=program.samples_per_frame, num_codebooks=program.num_codebooks,
@@ -93,6 +117,11 @@ class EngineCore:
 
     def warmup(self) -> None:
         self.runner.capture_graphs()
+        if self.runner.use_graphs:
+            measured = measure_costs(self.runner)
+            self.scheduler.costs = dataclasses.replace(measured, **self._cost_overrides)
+            log.info("costs (measured at start-up%s): %s", ", with overrides" if self._cost_overrides else "",
+                     self.scheduler.costs)
 
     # ---- commands -------------------------------------------------------------------------------------------
 
@@ -123,13 +152,23 @@ class EngineCore:
         return self.scheduler.cancel(request_id) is not None
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        """Live requests to serve, or codec launches still in flight or queued (a cancelled request's launch
+        must still complete so that its slot returns)."""
+        return (self.scheduler.has_work() or any(x is not None for x in self._in_flight.values())
+                or any(self._queued.values()))
 
     # ---- the loop body -----------------------------------------------------------------------------------------
 
     def step(self, now_ns: int | None = None) -> list[EngineMessage]:
+        if self.lanes.enabled:
+            return self._step_lanes(now_ns)
+        return self._step_sync(now_ns)
+
+    def _step_sync(self, now_ns: int | None) -> list[EngineMessage]:
+        """The time-shared synchronous loop: LM step, then the step's codec chunks, in order."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         plan = self.scheduler.schedule(now_ns)
+        self._trace_plan(now_ns, plan)
         events: list[EngineMessage] = []
         if plan.prefill or plan.decode:
             try:
@@ -142,6 +181,9 @@ class EngineCore:
             else:
                 self.scheduler.update_lm(plan, codes)
         jobs = [job for job in plan.codec if not job.request.is_terminal]
+        for job in plan.codec:
+            if job.request.is_terminal:  # ended during the LM step: its chunk is not decoded, its slot returns
+                self.scheduler.complete_codec(job, time.monotonic_ns())
         if jobs:
             try:
                 audio = self.runner.run_codec(jobs)
@@ -161,6 +203,118 @@ class EngineCore:
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
         return events
+
+    def _step_lanes(self, now_ns: int | None) -> list[EngineMessage]:
+        """Lanes: codec launches go to the urgent or background lane and run beside the LM step; each lane
+        keeps one launch in flight and is refilled when its event fires."""
+        sched = self.scheduler
+        events: list[EngineMessage] = []
+        self._collect(events)
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        sched.lanes_free = {lane: self._in_flight[lane] is None and not self._queued[lane] for lane in LANES}
+        plan = sched.schedule(now_ns)
+        self._trace_plan(now_ns, plan)
+        for job in plan.codec:
+            self._queued[job.lane if job.lane in LANES else BACKGROUND].append(job)
+        self._launch(events)  # before the LM step, so that the codec runs beside it
+        if plan.prefill or plan.decode:
+            self._run_lm(plan)
+            self._collect(events)
+            self._launch(events)
+        elif any(self._in_flight.values()):  # nothing for the LM: wait for the first launch to finish
+            launch = min((x for x in self._in_flight.values() if x is not None), key=lambda x: x.launched_ns)
+            launch.wait()
+            self._collect(events)
+            self._launch(events)
+        for failure in sched.pop_failures():
+            events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
+        self.num_steps += 1
+        return events
+
+    def _run_lm(self, plan) -> None:
+        t0 = time.monotonic_ns()
+        try:
+            codes = self.runner.run_lm(plan)
+        except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
+            log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
+            self.num_failed_steps += 1
+            for request in plan.lm_requests:
+                self.scheduler.fail(request, "request_failed", "the engine step generating this request failed")
+            return
+        self.scheduler.update_lm(plan, codes)
+        if self.tracer is not None:
+            self.tracer.write(kind="lm", t_ms=t0 / 1e6, ms=(time.monotonic_ns() - t0) / 1e6,
+                              prefill=len(plan.prefill), decode=len(plan.decode),
+                              prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None))
+
+    def _launch(self, events: list[EngineMessage]) -> None:
+        """Starts the queued chunks of every free lane (urgent first), up to one launch per lane."""
+        for lane in (URGENT, BACKGROUND):
+            if self._in_flight[lane] is not None or not self._queued[lane]:
+                continue
+            queued, self._queued[lane] = self._queued[lane], []
+            jobs = []
+            for job in queued:
+                if job.request.is_terminal:  # cancelled while queued: never decoded, its slot returns
+                    self.scheduler.complete_codec(job, time.monotonic_ns())
+                else:
+                    jobs.append(job)
+            if not jobs:
+                continue
+            try:
+                self._in_flight[lane] = self.runner.launch_codec(jobs, lane, timing=self.tracer is not None)
+            except Exception:  # noqa: BLE001
+                self._codec_failed(jobs)
+            else:
+                if not self.lanes.is_async:  # inline: done at once
+                    self._collect(events)
+
+    def _collect(self, events: list[EngineMessage]) -> None:
+        """Turns every finished launch into chunks (a failed one fails its requests)."""
+        for lane, launch in self._in_flight.items():
+            if launch is None or not launch.is_done():
+                continue
+            self._in_flight[lane] = None
+            try:
+                audio = launch.results()
+            except Exception:  # noqa: BLE001 (a device error surfaces here)
+                self._codec_failed(launch.jobs)
+                continue
+            done_ns = time.monotonic_ns()
+            for job, pcm in zip(launch.jobs, audio):
+                if not job.request.is_terminal:
+                    events.append(self._chunk_event(job, pcm))
+                self.scheduler.complete_codec(job, done_ns)
+            if self.tracer is not None:
+                self.tracer.write(kind="codec", lane=lane, t_ms=launch.launched_ns / 1e6,
+                                  host_ms=(done_ns - launch.launched_ns) / 1e6, gpu_ms=launch.gpu_ms(),
+                                  jobs=len(launch.jobs), frames=[j.num_frames for j in launch.jobs],
+                                  first=[j.chunk_index == 0 for j in launch.jobs],
+                                  slack_ms=[None if j.deadline_ns is None else (j.deadline_ns - done_ns) / 1e6
+                                            for j in launch.jobs])
+
+    def _codec_failed(self, jobs: list[CodecJob]) -> None:
+        log.exception("codec launch failed; failing its %d requests", len(jobs))
+        self.num_failed_steps += 1
+        now_ns = time.monotonic_ns()
+        for job in jobs:
+            self.scheduler.fail(job.request, "request_failed", "the codec step decoding this request failed")
+            self.scheduler.complete_codec(job, now_ns)
+
+    def _trace_plan(self, now_ns: int, plan) -> None:
+        if self.tracer is None:
+            return
+        lanes: dict[str, int] = {}
+        for job in plan.codec:
+            lanes[job.lane] = lanes.get(job.lane, 0) + 1
+        self.tracer.write(kind="plan", t_ms=now_ns / 1e6, prefill=len(plan.prefill), decode=len(plan.decode),
+                          codec=lanes, waiting=sum(1 for r in self.scheduler.requests.values()
+                                                   if r.state.value == "waiting"),
+                          deferred=sum(1 for r in self.scheduler.requests.values() if r.deferred_since_ns))
+
+    def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
 
     def _chunk_event(self, job: CodecJob, pcm) -> AudioChunk:
         request = job.request

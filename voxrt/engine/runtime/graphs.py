@@ -37,23 +37,27 @@ class GraphedStage(Generic[B]):
         self.buffers: dict[int, B] = {}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
-    def capture(self, prepare: Callable[[B], None]) -> None:
+    def capture(self, prepare: Callable[[B], None], stream: Any = None) -> None:
         """Captures every bucket, largest first (smaller ones reuse its pool memory). `prepare` fills
-        buffers with a valid dummy batch (e.g. all rows padding) before the warm-up runs."""
+        buffers with a valid dummy batch (e.g. all rows padding) before the warm-up runs. `stream`: the lane
+        the graphs belong to (a graph keeps the SM partition and priority of its capture stream)."""
         if not self.use_graphs:
             return
         for size in reversed(self.buckets):
             bufs = self.make_buffers(size, True)
             prepare(bufs)
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
+            side = stream if stream is not None else torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
                 for _ in range(2):  # warm-up: lazy inits, cuBLAS handles, autotuning happen outside capture
                     self.body(bufs)
-            torch.cuda.current_stream().wait_stream(stream)
+            side.synchronize()  # a green-context stream is not covered by a device-wide synchronize
+            torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
                 self.body(bufs)
+            if stream is not None:
+                stream.synchronize()
             self.buffers[size] = bufs
             self.graphs[size] = graph
         log.info("captured %s graphs for batch sizes %s", self.name, self.buckets)

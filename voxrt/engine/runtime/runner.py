@@ -10,8 +10,9 @@ for padding rows.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -19,12 +20,51 @@ import torch
 from voxrt.engine.runtime.attention import (AttentionContext, FlashInferAttention, KVCache, SeqSlice,
                                             TorchAttention, flashinfer_available)
 from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
+from voxrt.engine.runtime.lanes import LM, Lanes
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.engine.runtime.transfer import upload, upload_into
-from voxrt.engine.sched.plan import CodecJob, DecodeItem, StepPlan, codec_sizes
+from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, DecodeItem, StepPlan, codec_sizes
 
 log = logging.getLogger("voxrt.engine.runner")
+
+
+@dataclass
+class CodecLaunch:
+    """One codec launch on a lane: in flight until its event fires (at once on the CPU)."""
+
+    lane: str
+    jobs: list[CodecJob]
+    launched_ns: int
+    parts: list[tuple[list[int], torch.Tensor]] = field(default_factory=list)  # (job indexes, host audio rows)
+    empty: list[int] = field(default_factory=list)  # jobs with no frames (an empty last chunk)
+    event: Any = None  # cuda event recorded after the launch's last copy
+    start_event: Any = None  # with timing: recorded before its first kernel
+    samples_per_frame: int = 0
+
+    def is_done(self) -> bool:
+        return self.event is None or self.event.query()
+
+    def wait(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+    def gpu_ms(self) -> float | None:
+        """GPU time from the launch's first kernel to its last copy (when launched with timing)."""
+        if self.start_event is None or self.event is None:
+            return None
+        return self.start_event.elapsed_time(self.event)
+
+    def results(self) -> list[np.ndarray]:
+        """Audio per job, in job order; call once `is_done()`."""
+        out: list[np.ndarray | None] = [None] * len(self.jobs)
+        for i in self.empty:
+            out[i] = np.zeros(0, dtype=np.float32)
+        for idx, host in self.parts:
+            rows = host.float().numpy()
+            for row, i in enumerate(idx):
+                out[i] = rows[row, : self.jobs[i].num_frames * self.samples_per_frame].copy()
+        return out  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -78,8 +118,9 @@ class CodecBuffers:
 
 
 class ModelRunner:
-    def __init__(self, program: ModelProgram, cfg: RunnerConfig) -> None:
+    def __init__(self, program: ModelProgram, cfg: RunnerConfig, lanes: Lanes | None = None) -> None:
         self.cfg = cfg
+        self.lanes = lanes if lanes is not None else Lanes("off")
         self.program = program.to(device=cfg.device, dtype=cfg.dtype).eval()
         geom = program.lm_geometry
         self.geom = geom
@@ -97,15 +138,22 @@ class ModelRunner:
         if cfg.attention_backend == "flashinfer":
             self._workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=cfg.device)
         pool = torch.cuda.graph_pool_handle() if use_graphs else None
+        lm_pool = self.lanes.pool(LM) or pool  # lanes replay at the same time: one memory pool each
         buckets = batch_buckets(cfg.max_batch_size)
-        self.decode_stage = GraphedStage("decode", buckets, self._make_decode_buffers, self._decode_body, use_graphs, pool)
-        self.depth_stage = GraphedStage("depth", buckets, self._make_depth_buffers, self._depth_body, use_graphs, pool)
+        self.decode_stage = GraphedStage("decode", buckets, self._make_decode_buffers, self._decode_body, use_graphs, lm_pool)
+        self.depth_stage = GraphedStage("depth", buckets, self._make_depth_buffers, self._depth_body, use_graphs, lm_pool)
         codec_buckets = batch_buckets(min(cfg.max_codec_batch, cfg.max_batch_size))
-        self.codec_stages = {
-            frames: GraphedStage(f"codec[{frames}f]", codec_buckets, lambda b, g, f=frames: self._make_codec_buffers(b, f),
-                                 self._codec_body, use_graphs, pool)
-            for frames in codec_sizes(program.first_chunk_frames, program.chunk_frames)
+        # Each codec lane has its own graphs (captured on its stream: partition and priority) and buffers, over
+        # the same per-slot codec state. Without lanes one set serves every chunk.
+        codec_lanes = (BACKGROUND, URGENT) if self.lanes.enabled else (BACKGROUND,)
+        self.codec_stages_by_lane = {
+            lane: {frames: GraphedStage(f"codec[{frames}f]" + (f"/{lane}" if self.lanes.enabled else ""), codec_buckets,
+                                        lambda b, g, f=frames: self._make_codec_buffers(b, f), self._codec_body,
+                                        use_graphs, self.lanes.pool(lane) or pool)
+                   for frames in codec_sizes(program.first_chunk_frames, program.chunk_frames)}
+            for lane in codec_lanes
         }
+        self.codec_stages = self.codec_stages_by_lane[BACKGROUND]
         self._pool = pool
         self._buckets = buckets
 
@@ -115,10 +163,23 @@ class ModelRunner:
     def capture_graphs(self) -> None:
         if not self.use_graphs:
             return
-        self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []))
-        self.depth_stage.capture(lambda b: None)
-        for stage in self.codec_stages.values():
-            stage.capture(lambda b: b.slots.fill_(self.scratch_slot))
+        lm_stream = self.lanes.stream(LM)
+        with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
+            self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []),
+                                      lm_stream)
+            self.depth_stage.capture(lambda b: None, lm_stream)
+        for lane, stages in self.codec_stages_by_lane.items():
+            with self.lanes.on(lane):
+                for stage in stages.values():
+                    stage.capture(lambda b: b.slots.fill_(self.scratch_slot), self.lanes.stream(lane))
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        """Waits for every lane (a device-wide synchronize does not cover green-context streams)."""
+        if self.cfg.device.type != "cuda":
+            return
+        for stream in self.lanes.streams.values():
+            stream.synchronize()
         torch.cuda.synchronize()
 
     def _attention(self, num_seqs: int, num_tokens: int, is_decode: bool, graphed: bool) -> AttentionContext:
@@ -182,9 +243,14 @@ class ModelRunner:
 
     # ---- the step --------------------------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def run_lm(self, plan: StepPlan) -> list[tuple[int, ...]]:
-        """One frame for every LM request of the plan (prefills first, then decodes)."""
+        """One frame for every LM request of the plan (prefills first, then decodes), on the LM lane. Waits for
+        the LM lane only (the codes go to the host), never for the codec lanes."""
+        with self.lanes.on(LM):
+            return self._run_lm(plan)
+
+    @torch.inference_mode()
+    def _run_lm(self, plan: StepPlan) -> list[tuple[int, ...]]:
         hidden_parts, code0_parts = [], []
         if plan.prefill:
             hidden, code0 = self._prefill(plan)
@@ -251,43 +317,63 @@ class ModelRunner:
         b.sampling.fill_from_params(params, pad_to=size)
         b.attn.fill(seqs)
 
-    @torch.inference_mode()
     def run_codec(self, jobs: Sequence[CodecJob]) -> list[np.ndarray]:
-        """Audio for each job (float32, mono, the model's rate). Jobs of one request are never in one call:
-        the scheduler cuts one chunk per request per step, and the state is stateful per slot."""
-        out: list[np.ndarray | None] = [None] * len(jobs)
+        """Audio for each job (float32, mono, the model's rate), at once: the time-shared loop's codec step."""
+        launch = self.launch_codec(jobs, BACKGROUND)
+        launch.wait()
+        return launch.results()
+
+    @torch.inference_mode()
+    def launch_codec(self, jobs: Sequence[CodecJob], lane: str = BACKGROUND, timing: bool = False) -> "CodecLaunch":
+        """Starts decoding `jobs` on `lane` and returns at once on the GPU (the audio lands in pinned host
+        memory; `CodecLaunch.is_done()` polls its event). Jobs of one request are never in one launch: the
+        scheduler keeps one chunk per request in flight, and the codec state is per slot."""
+        stages = self.codec_stages_by_lane.get(lane, self.codec_stages)
+        is_cuda = self.cfg.device.type == "cuda"
+        launch = CodecLaunch(lane=lane, jobs=list(jobs), launched_ns=time.monotonic_ns())
         groups: dict[int, list[int]] = {}  # launch size -> jobs
-        sizes = sorted(self.codec_stages)
+        sizes = sorted(stages)
         for i, job in enumerate(jobs):
             if job.num_frames == 0:
-                out[i] = np.zeros(0, dtype=np.float32)
+                launch.empty.append(i)
                 continue
             frames = job.num_frames
-            if frames not in self.codec_stages and job.is_last and frames < sizes[-1]:
+            if frames not in stages and job.is_last and frames < sizes[-1]:
                 # a last chunk of an odd size runs padded to the next captured size; the codec is causal, so
                 # the audio of its real frames is exact and the rest is cut (the slot's state is not used again)
                 frames = min(s for s in sizes if s > frames)
             groups.setdefault(frames, []).append(i)
         limit = self.cfg.max_codec_batch
         batches = [(frames, idx[i:i + limit]) for frames, idx in groups.items() for i in range(0, len(idx), limit)]
-        for frames, idx in batches:
-            stage = self.codec_stages.get(frames)
-            if stage is None:  # a size outside the schedule and not a last chunk: eagerly
-                stage = GraphedStage(f"codec[{frames}f]", [], lambda b, g, f=frames: self._make_codec_buffers(b, f),
-                                     self._codec_body, False)
-            group = [jobs[i] for i in idx]
-            n = len(group)
+        with self.lanes.on(lane):
+            if is_cuda and timing:
+                launch.start_event = torch.cuda.Event(enable_timing=True)
+                launch.start_event.record()
+            for frames, idx in batches:
+                stage = stages.get(frames)
+                if stage is None:  # a size outside the schedule and not a last chunk: eagerly
+                    stage = GraphedStage(f"codec[{frames}f]", [], lambda b, g, f=frames: self._make_codec_buffers(b, f),
+                                         self._codec_body, False)
+                group = [jobs[i] for i in idx]
+                n = len(group)
 
-            def fill(b: CodecBuffers, size: int, group=group, frames=frames) -> None:
-                k = self.program.num_codebooks
-                codes = [job.request.frames[job.first_frame : job.first_frame + job.num_frames]
-                         + [[0] * k] * (frames - job.num_frames) for job in group]
-                upload_into(b.codes, torch.tensor(codes + [[[0] * k] * frames] * (size - len(group)), dtype=torch.int64))
-                slots = [job.request.slot for job in group] + [self.scratch_slot] * (size - len(group))
-                upload_into(b.slots, torch.tensor(slots, dtype=torch.int64))
+                def fill(b: CodecBuffers, size: int, group=group, frames=frames) -> None:
+                    k = self.program.num_codebooks
+                    codes = [job.request.frames[job.first_frame : job.first_frame + job.num_frames]
+                             + [[0] * k] * (frames - job.num_frames) for job in group]
+                    upload_into(b.codes, torch.tensor(codes + [[[0] * k] * frames] * (size - len(group)), dtype=torch.int64))
+                    slots = [job.request.slot for job in group] + [self.scratch_slot] * (size - len(group))
+                    upload_into(b.slots, torch.tensor(slots, dtype=torch.int64))
 
-            audio = stage.run(n, fill).audio[:n].cpu().numpy()
-            spf = self.program.samples_per_frame
-            for row, i in enumerate(idx):
-                out[i] = audio[row, : jobs[i].num_frames * spf].copy()
-        return out  # type: ignore[return-value]
+                audio = stage.run(n, fill).audio[:n]
+                if is_cuda:
+                    host = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=True)
+                    host.copy_(audio, non_blocking=True)
+                else:
+                    host = audio.clone()
+                launch.parts.append((idx, host))
+            if is_cuda:
+                launch.event = torch.cuda.Event(enable_timing=timing)
+                launch.event.record()
+        launch.samples_per_frame = self.program.samples_per_frame
+        return launch

@@ -1,0 +1,183 @@
+"""The lane runtime on the CPU (`lanes="inline"`: the same queueing, launch and completion bookkeeping as on
+a GPU, launches done at once): same tokens and audio as the time-shared loop, pools empty after cancels and
+failures, traces written; and the lane modes' fallbacks without a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_pools_empty, drain, make_core, pcm, submit
+from voxrt.engine.errors import InvalidParamsError
+from voxrt.engine.messages import AudioChunk
+from voxrt.engine.runtime.lanes import make_lanes
+from voxrt.engine.sched.plan import BACKGROUND, URGENT
+
+TEXTS = ["Hello there, this is the lane test.", "A second request, a little longer than the first one.",
+         "Third."]
+
+
+def run_all(core) -> dict[str, np.ndarray]:
+    for i, text in enumerate(TEXTS):
+        submit(core, f"r{i}", text)
+    chunks, failures = drain(core)
+    assert not failures
+    for rid, cs in chunks.items():
+        assert [c.chunk_index for c in cs] == list(range(len(cs))) and cs[-1].is_last
+    return {rid: pcm(cs) for rid, cs in chunks.items()}
+
+
+def test_inline_lanes_equal_the_time_shared_loop():
+    sync, inline = make_core(lanes="off"), make_core(lanes="inline")
+    assert not sync.lanes.enabled and inline.lanes.enabled and inline.scheduler.has_lanes
+    a, b = run_all(sync), run_all(inline)
+    assert a.keys() == b.keys()
+    for rid in a:
+        np.testing.assert_allclose(b[rid], a[rid], rtol=0, atol=1e-5)
+    assert_pools_empty(sync)
+    assert_pools_empty(inline)
+
+
+def test_cancel_with_chunks_queued_returns_every_slot():
+    core = make_core(lanes="inline")
+    for i, text in enumerate(TEXTS):
+        submit(core, f"c{i}", text)
+    for _ in range(4):
+        core.step()
+    for i in range(len(TEXTS)):
+        core.cancel(f"c{i}")
+    events = []
+    while core.has_work():
+        events += core.step()
+    assert not [e for e in events if isinstance(e, AudioChunk)]  # nothing of a cancelled request is emitted
+    assert_pools_empty(core)
+
+
+class HeldLaunch:
+    """A launch that stays in flight until released, like a GPU launch whose event has not fired."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.released = inner, False
+        self.jobs, self.launched_ns, self.lane = inner.jobs, inner.launched_ns, inner.lane
+
+    def is_done(self) -> bool:
+        return self.released
+
+    def wait(self) -> None:
+        self.released = True
+
+    def results(self):
+        return self.inner.results()
+
+    def gpu_ms(self):
+        return None
+
+
+def test_in_flight_launches_keep_order_and_a_cancelled_request_keeps_its_slot_until_its_launch_ends():
+    core = make_core(lanes="inline")
+    core.lanes.mode = "streams"  # the asynchronous path: launches complete when their event fires
+    held = []
+    original = core.runner.launch_codec
+
+    def launch(jobs, lane=BACKGROUND, timing=False):
+        held.append(HeldLaunch(original(jobs, lane, timing)))
+        return held[-1]
+    core.runner.launch_codec = launch
+    submit(core, "a", TEXTS[1])
+    submit(core, "b", TEXTS[0])
+    while not held:
+        core.step()
+    (first,) = held
+    for _ in range(5):  # the launch is in flight: no second chunk of its requests is cut
+        core.step()
+        assert len(held) == 1
+    in_flight = {j.request.request_id for j in first.jobs}
+    assert in_flight and all(core.scheduler.requests[r].num_chunks_in_flight == 1 for r in in_flight)
+    rid = sorted(in_flight)[0]
+    slots_free = core.scheduler.slots.num_free
+    core.cancel(rid)
+    assert core.scheduler.slots.num_free == slots_free  # held: the launch still writes that slot's codec state
+    core.scheduler.check_integrity()
+    first.released = True
+    events = core.step()
+    assert not [e for e in events if isinstance(e, AudioChunk) and e.request_id == rid]
+    assert core.scheduler.slots.num_free >= slots_free + 1
+    while core.has_work():
+        for launch_ in held:
+            launch_.released = True
+        core.step()
+    assert_pools_empty(core)
+
+
+def test_a_codec_launch_that_raises_fails_its_requests_and_returns_their_slots():
+    core = make_core(lanes="inline")
+    submit(core, "ok-later", TEXTS[0])
+    original = core.runner.launch_codec
+    core.runner.launch_codec = lambda jobs, lane=BACKGROUND, timing=False: (_ for _ in ()).throw(RuntimeError("boom"))
+    _, failures = drain(core)
+    assert failures["ok-later"].code == "request_failed"
+    assert_pools_empty(core)
+    core.runner.launch_codec = original
+    submit(core, "after", TEXTS[1])
+    chunks, failures = drain(core)
+    assert not failures and chunks["after"][-1].is_last
+    assert_pools_empty(core)
+
+
+def test_urgent_and_background_jobs_run_on_their_lanes(monkeypatch):
+    core = make_core(lanes="inline")
+    seen = []
+    original = core.runner.launch_codec
+
+    def spy(jobs, lane=BACKGROUND, timing=False):
+        seen.append((lane, [(j.request.request_id, j.chunk_index) for j in jobs]))
+        return original(jobs, lane, timing)
+    monkeypatch.setattr(core.runner, "launch_codec", spy)
+    schedule = core.scheduler.schedule
+
+    def route_first_chunks_urgent(now_ns):
+        plan = schedule(now_ns)
+        import dataclasses  # noqa: PLC0415
+        plan.codec = [dataclasses.replace(j, lane=URGENT if j.chunk_index == 0 else BACKGROUND) for j in plan.codec]
+        return plan
+    monkeypatch.setattr(core.scheduler, "schedule", route_first_chunks_urgent)
+    run_all(core)
+    urgent = [x for lane, jobs in seen if lane == URGENT for x in jobs]
+    background = [x for lane, jobs in seen if lane == BACKGROUND for x in jobs]
+    assert urgent and all(index == 0 for _, index in urgent)
+    assert background and all(index > 0 for _, index in background)
+    assert {rid for rid, _ in urgent} == {"r0", "r1", "r2"}
+    assert_pools_empty(core)
+
+
+def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path):
+    core = make_core(lanes="inline", trace_dir=str(tmp_path))
+    run_all(core)
+    core.close()
+    (path,) = tmp_path.glob("engine-*.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    kinds = {r["kind"] for r in records}
+    assert kinds == {"plan", "lm", "codec"}
+    codec = [r for r in records if r["kind"] == "codec"]
+    assert sum(r["jobs"] for r in codec) == sum(len(r["frames"]) for r in codec) > 0
+    assert all(r["lane"] in (URGENT, BACKGROUND) for r in codec)
+
+
+@pytest.mark.parametrize(("mode", "resolved"), [("auto", "off"), ("off", "off"), ("inline", "inline"),
+                                                 ("green", "off"), ("streams", "off")])
+def test_lane_modes_without_a_gpu(mode, resolved):
+    lanes = make_lanes(mode, torch.device("cpu"))
+    assert lanes.mode == resolved
+    assert lanes.describe()  # the log line says which
+
+
+def test_unknown_lane_mode_and_cost_names_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown lanes mode"):
+        make_lanes("fast", torch.device("cpu"))
+    with pytest.raises(InvalidParamsError, match="unknown cost names"):
+        make_core(costs=(("lm_speed", 1.0),))
+    core = make_core(costs=(("lm_base_ms", 5.0),))
+    assert core.scheduler.costs.lm_base_ms == 5.0

@@ -1,0 +1,136 @@
+"""Where each kind of GPU work runs (issue 7): the LM lane, a background codec lane, an urgent lane.
+
+Modes (`EngineConfig.lanes`, `voxrt serve --lanes`):
+
+- `off`: the time-shared synchronous loop. LM step, then the step's codec chunks, on one stream, in order.
+  The baseline every improvement is measured against.
+- `green`: the LM lane and the background codec lane on disjoint SM partitions from ONE split of the GPU's
+  SMs (`cuDevSmResourceSplitByCount`: separately created green contexts overlap), the urgent lane on the whole
+  GPU at high stream priority. `codec_sms` SMs go to the codec lane (rounded to the driver's groups of 8).
+- `streams`: the same three lanes as CUDA streams without partitions (LM normal, background low priority,
+  urgent high priority): used when green contexts are unavailable.
+- `inline`: the lane logic without a GPU: launches run at once, in order. What `auto` means on the CPU is
+  `off`; `inline` exists so that the lane bookkeeping is tested on the CPU.
+- `auto`: `green` on CUDA when the driver bindings allow it, else `streams`; `off` on the CPU.
+
+A CUDA graph keeps the SM partition and the priority of the stream it was captured on, so each lane captures
+its own graphs (and its own graph memory pool: two lanes replay at the same time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from voxrt.engine.sched.plan import BACKGROUND, URGENT
+
+log = logging.getLogger("voxrt.engine.lanes")
+
+LANE_MODES = ("auto", "off", "green", "streams", "inline")
+LM = "lm"
+
+
+@dataclass
+class Lanes:
+    mode: str  # resolved: off, green, streams or inline
+    streams: dict[str, Any] = field(default_factory=dict)  # LM / URGENT / BACKGROUND -> torch stream (cuda)
+    pools: dict[str, Any] = field(default_factory=dict)  # lane -> graph memory pool handle (cuda)
+    sm_counts: dict[str, int] = field(default_factory=dict)  # green: SMs of the LM and background partitions
+    note: str = ""  # why this mode (a fallback names its reason)
+
+    @property
+    def enabled(self) -> bool:
+        """Codec lanes run beside the LM (every mode but `off`)."""
+        return self.mode != "off"
+
+    @property
+    def is_async(self) -> bool:
+        return self.mode in ("green", "streams")
+
+    def on(self, lane: str):
+        """Context manager: run the enclosed work on `lane`'s stream (nothing on the CPU or without lanes)."""
+        stream = self.streams.get(lane)
+        return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+    def stream(self, lane: str):
+        return self.streams.get(lane)
+
+    def pool(self, lane: str):
+        return self.pools.get(lane)
+
+    def describe(self) -> str:
+        if self.mode == "green":
+            return (f"lanes: green contexts, LM {self.sm_counts.get(LM)} SMs | background codec "
+                    f"{self.sm_counts.get(BACKGROUND)} SMs | urgent lane on the whole GPU at high priority")
+        if self.mode == "streams":
+            return f"lanes: CUDA streams without SM partitions ({self.note})" if self.note else \
+                "lanes: CUDA streams without SM partitions"
+        if self.mode == "inline":
+            return "lanes: in order on the host (no GPU): lane bookkeeping, no overlap"
+        return f"lanes off: time-shared synchronous loop (LM step, then codec, one stream){self.note}"
+
+
+def make_lanes(mode: str, device: torch.device, codec_sms: int | None = None) -> Lanes:
+    if mode not in LANE_MODES:
+        raise ValueError(f"unknown lanes mode {mode!r}; choose one of {', '.join(LANE_MODES)}")
+    if device.type != "cuda":
+        if mode in ("green", "streams"):
+            return Lanes("off", note=f" ({mode} lanes need a CUDA device)")
+        return Lanes("inline" if mode == "inline" else "off", note="" if mode != "auto" else " (no GPU)")
+    if mode == "inline":
+        raise ValueError("lanes mode 'inline' is for the CPU; on CUDA use auto, green, streams or off")
+    if mode == "off":
+        return Lanes("off")
+    lanes = Lanes("streams")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if mode in ("auto", "green"):
+        try:
+            lm_stream, bg_stream, counts = green_streams(index, codec_sms)
+            lanes = Lanes("green", sm_counts=counts)
+            lanes.streams[LM] = lm_stream
+            lanes.streams[BACKGROUND] = bg_stream
+        except Exception as exc:  # noqa: BLE001 (no driver bindings, an old driver, MIG: fall back, say why)
+            if mode == "green":
+                raise RuntimeError(f"green contexts unavailable: {type(exc).__name__}: {exc}") from exc
+            lanes.note = f"green contexts unavailable: {type(exc).__name__}: {exc}"
+    if lanes.mode == "streams":
+        low, _ = _priority_range()
+        lanes.streams[LM] = torch.cuda.Stream(device)
+        lanes.streams[BACKGROUND] = torch.cuda.Stream(device, priority=low)
+    _, high = _priority_range()
+    lanes.streams[URGENT] = torch.cuda.Stream(device, priority=high)
+    for lane in (LM, URGENT, BACKGROUND):
+        lanes.pools[lane] = torch.cuda.graph_pool_handle()
+    return lanes
+
+
+def _priority_range() -> tuple[int, int]:
+    """(lowest, highest) stream priority; CUDA counts down: the highest priority is the most negative."""
+    try:
+        low, high = torch.cuda.Stream.priority_range()
+        return low, high
+    except Exception:  # noqa: BLE001
+        return 0, -1
+
+
+def green_streams(device_index: int, codec_sms: int | None) -> tuple[Any, Any, dict[str, int]]:
+    """Two streams on disjoint SM partitions of one split: (LM stream, codec stream, SM counts), through
+    FlashInfer's green-context helpers (cuda-python driver bindings underneath). The codec lane gets
+    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default half the GPU), the LM lane
+    the remaining SMs."""
+    from flashinfer.green_ctx import split_device_green_ctx_by_sm_count  # noqa: PLC0415 (GPU only)
+
+    device = torch.device("cuda", device_index)
+    total = torch.cuda.get_device_properties(device).multi_processor_count
+    if codec_sms is None:
+        codec_sms = total // 2
+    if not 0 < codec_sms < total:
+        raise ValueError(f"codec SMs must be between 1 and {total - 1} on this GPU, got {codec_sms}")
+    streams, resources = split_device_green_ctx_by_sm_count(device, [codec_sms])
+    codec_stream, lm_stream = streams[0], streams[1]
+    counts = {BACKGROUND: int(resources[0].sm.smCount), LM: int(resources[1].sm.smCount)}
+    return lm_stream, codec_stream, counts

@@ -1,0 +1,55 @@
+"""Start-up measurement of what the policies' cost model needs: the LM step (decode + code predictor) at the
+smallest and largest batch bucket, and codec launches per chunk size and batch, each replayed as the graphs
+the engine will run, on their lanes. Fitted into a `CostModel` (flags may override any field)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from voxrt.engine.runtime.lanes import LM
+from voxrt.engine.sched.costs import CostModel
+from voxrt.engine.sched.plan import BACKGROUND
+
+
+def _time_ms(fn, stream, repeats: int = 5) -> float:
+    fn()
+    if stream is not None:
+        stream.synchronize()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    if stream is not None:
+        stream.synchronize()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1000.0 / repeats
+
+
+@torch.inference_mode()
+def measure_costs(runner) -> CostModel:
+    """Replays captured graphs on their padding rows (scratch page and slot): no request state is touched."""
+    lanes = runner.lanes
+    lm_points = []
+    lm_stream = lanes.stream(LM)
+    for size in sorted({runner.decode_stage.buckets[0], runner.decode_stage.buckets[-1]}):
+        decode, depth = runner.decode_stage.graphs[size], runner.depth_stage.graphs[size]
+
+        def step(decode=decode, depth=depth) -> None:
+            with lanes.on(LM):
+                decode.replay()
+                depth.replay()
+        lm_points.append((size, _time_ms(step, lm_stream)))
+    codec_points = []
+    stages = runner.codec_stages_by_lane.get(BACKGROUND, runner.codec_stages)
+    stream = lanes.stream(BACKGROUND)
+    for frames, stage in sorted(stages.items()):
+        for size in sorted({stage.buckets[0], stage.buckets[-1]}):
+            graph = stage.graphs[size]
+
+            def run(graph=graph) -> None:
+                with lanes.on(BACKGROUND):
+                    graph.replay()
+            codec_points.append((size, frames, _time_ms(run, stream)))
+    return CostModel.fit(lm_points, codec_points)

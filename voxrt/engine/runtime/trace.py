@@ -1,0 +1,24 @@
+"""`--trace-dir`: one JSON line per decision (`plan`) and per launch (`lm`, `codec` with its GPU time), so a
+run can be replayed and the scheduler's choices checked against what the GPU did. Times in milliseconds on
+the engine's monotonic clock."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+class Tracer:
+    def __init__(self, trace_dir: str) -> None:
+        path = Path(trace_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path / f"engine-{os.getpid()}.jsonl"
+        self._file = open(self.path, "a", encoding="utf-8", buffering=1 << 16)
+
+    def write(self, **record) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
