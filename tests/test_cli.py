@@ -6,6 +6,8 @@ import subprocess
 import sys
 import wave
 
+import pytest
+
 
 def voxrt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "voxrt.cli", *args], capture_output=True, text=True, timeout=timeout)
@@ -33,3 +35,21 @@ def test_unknown_model_is_an_error_listing_the_available_ones():
 def test_models_lists_tiny():
     result = voxrt("models")
     assert result.returncode == 0 and "tiny" in result.stdout.split()
+
+
+def test_profile_split_without_a_gpu_says_why(capsys):
+    from voxrt.cli import main  # noqa: PLC0415
+
+    assert main(["profile-split", "--model", "tiny"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--scheduler-type", "fastest"], ["--costs", "lm_base_ms"],
+                                   ["--sm-modes", "32,x"], ["--sm-modes", "32,48", "--sm-mode", "5"],
+                                   ["--sm-modes", "32", "--sm-mode", "adaptive"], ["--dec-batch", "0"]])
+def test_bad_engine_flags_are_clear_errors(flags):
+    from voxrt.cli import main  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--model", "tiny", "--device", "cpu", "--requests", "1", *flags])
+    assert "error" in str(info.value.code)

@@ -101,6 +101,36 @@ def _check_model(name: str) -> None:
         raise SystemExit(f"error: unknown model {name!r}; available: {', '.join(available_models())}")
 
 
+def _profile_split(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    _check_model(args.model)
+    config = _engine_config(args)
+    try:
+        modes = [int(x) for x in args.sm_modes.split(",") if x.strip()] if args.sm_modes else None
+    except ValueError:
+        raise SystemExit(f"error: --sm-modes: expected comma-separated SM counts, got {args.sm_modes!r}") from None
+    try:
+        import torch  # noqa: PLC0415
+
+        if not torch.cuda.is_available():
+            print("error: profile-split needs a CUDA GPU: it splits the GPU's SMs between the LM and the codec "
+                  "with green contexts", file=sys.stderr)
+            return 2
+        from voxrt.engine.runtime.profile_split import format_rows, profile_split  # noqa: PLC0415
+
+        rows, best = profile_split(config, modes, batch=args.batch, codec_batch=config.max_codec_batch,
+                                   context=args.context)
+    except (EngineError, RuntimeError, ValueError) as exc:
+        print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"rows": rows, "recommended": best}, f, indent=2)
+    print(format_rows(rows, best), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="voxrt", description="Realtime voice gateway and speech-LM engine")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -165,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     loadgen.add_argument("--voice", default=None)
     loadgen.add_argument("--api-key", default=None, help="Bearer key for the WebSocket")
 
+    profile = sub.add_parser("profile-split", help="LM and codec throughput per SM split of the GPU (green "
+                             "contexts), and the split to use")
+    _engine_args(profile)
+    profile.add_argument("--batch", type=int, default=64, help="requests per LM step")
+    profile.add_argument("--context", type=int, default=128, help="tokens of KV per request")
+    profile.add_argument("--out", default=None, help="write the rows as JSON to this file")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -186,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc.message}", file=sys.stderr)
             return 2
         return 0
+    if args.command == "profile-split":
+        return _profile_split(args)
     if args.command == "serve":
         return _serve(args, parser)
     if args.command == "loadgen":
