@@ -31,7 +31,7 @@ if [ "$MODEL" = qwen3-tts ]; then
   MODEL_ARGS+=(--checkpoint "$CKPT")
 fi
 COMMON=(--workload "$WORKLOAD" --rate "$START" --sweep "$SWEEP" --capacity --capacity-tol "$TOL"
-        --duration "$DURATION" --max-requests "$MAXREQ" --out "$OUT/$MODE-$SCHED")
+        --duration "$DURATION" --max-requests "$MAXREQ" --out "$OUT/$MODE-${TAG:-$SCHED}")
 if [ "$MODE" = direct ]; then
   python -m voxrt.cli loadgen --engine-direct "${MODEL_ARGS[@]}" --scheduler-type "$SCHED" \
     $EXTRA "${COMMON[@]}"

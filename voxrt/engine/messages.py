@@ -59,6 +59,8 @@ class ModelInfo:
     device: str
     attention_backend: str
     use_cuda_graphs: bool
+    lanes: str = ""  # how GPU work is laid out (runtime/lanes.py: Lanes.describe())
+    scheduler_type: str = "base"
 
 
 # ---- client -> engine -------------------------------------------------------------------------------

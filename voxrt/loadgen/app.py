@@ -53,7 +53,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
 
         client = await EngineClient.start(engine_config)
         target = EngineTarget(client, voice=config.voice, pin_frames=config.pin_frames)
-        mode = f"engine-direct ({engine_config.model})"
+        mode = f"engine-direct ({engine_config.model}, {client.info.scheduler_type}; {client.info.lanes})"
     else:
         target = WebSocketTarget(config.url, api_key=config.api_key, voice=config.voice, pin_frames=config.pin_frames)
         mode = f"websocket ({config.url})"

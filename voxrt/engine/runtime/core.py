@@ -98,7 +98,8 @@ class EngineCore:
             chunk_frames=program.chunk_frames, first_chunk_frames=program.first_chunk_frames,
             voices=tuple(program.voices), default_voice=program.default_voice,
             consumes_text_incrementally=program.consumes_text_incrementally, device=str(device),
-            attention_backend=backend, use_cuda_graphs=self.runner.use_graphs)
+            attention_backend=backend, use_cuda_graphs=self.runner.use_graphs, lanes=self.lanes.describe(),
+            scheduler_type=config.scheduler_type)
         self.num_steps = 0
         self.num_failed_steps = 0
         log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens",

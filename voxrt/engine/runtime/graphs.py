@@ -54,7 +54,11 @@ class GraphedStage(Generic[B]):
             side.synchronize()  # a green-context stream is not covered by a device-wide synchronize
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+            # On a lane stream the capture is "relaxed": the first GPU run of the lanes had a capture on the
+            # urgent stream invalidated ("operation not permitted when stream is capturing") by an unsafe API
+            # call that the default global mode forbids process-wide.
+            mode = "relaxed" if stream is not None else "global"
+            with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode=mode):
                 self.body(bufs)
             if stream is not None:
                 stream.synchronize()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 7's comparison in one GPU call: SLO capacity (engine-direct, LibriTTS test-clean, Poisson, pinned
+# lengths) of (c) `deadline` with green-context lanes and the urgent lane, (b) `base` with the same lanes,
+# (a) `base` in the time-shared synchronous loop (--lanes off). Then a short lanes smoke test (tokens and audio
+# against the loop). Run from the repository root on the GPU machine:
+#
+#   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_deadline.sh
+#
+# Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), DURATION, TOL, START, PER_RUN_S.
+set -uo pipefail
+OUT=${OUT:-out/deadline}
+SPLIT=${SPLIT:-32}
+PER_RUN_S=${PER_RUN_S:-160}
+export DURATION=${DURATION:-10} TOL=${TOL:-0.15} START=${START:-8} SWEEP=${SWEEP:-8} MODE=direct OUT
+python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b /tmp/q17 --tokenizer-dir .gpu/qwen-tokenizer > "$OUT/mk.log" 2>&1
+run() {  # TAG SCHED EXTRA
+  TAG=$1 SCHED=$2 EXTRA=$3 timeout "$PER_RUN_S" bash bench/gpu_loadgen.sh > "$OUT/$1.log" 2>&1
+  echo "== $1 (rc $?)"; grep -E "capacity at|lanes|error|Error" "$OUT/$1.log" | grep -v INFO | tail -4
+}
+mkdir -p "$OUT"
+run deadline-lanes deadline "--lanes auto --sm-modes $SPLIT --trace-dir $OUT/trace-deadline"
+run base-lanes base "--lanes auto --sm-modes $SPLIT"
+run base-sync base "--lanes off"
+for t in deadline-lanes base-lanes base-sync; do
+  echo "== $t"; sed -n '/rate   reqs/,$p' "$OUT/$t.log"
+done

@@ -1,0 +1,98 @@
+"""Lanes on the GPU, first contact: the same greedy requests through the time-shared loop, CUDA-stream lanes
+and green-context lanes (and with the deadline policy), checking tokens and audio against the loop and
+timing each. Prints a table last.
+
+    python bench/gpu_lanes_smoke.py --checkpoint /tmp/q17 [--model qwen3-tts] [--policy deadline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import torch
+
+from voxrt.engine.messages import AudioChunk, EngineConfig, RequestFailed, SubmitRequest
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.core import EngineCore
+from voxrt.models.registry import build_program
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "A second request, a little longer than the first.",
+         "Short one.", "Numbers like three point five and ten thirty are read aloud."] * 4
+
+
+def run(core: EngineCore, frames: int) -> tuple[dict, float, float]:
+    t0 = time.monotonic()
+    for i, text in enumerate(TEXTS):
+        core.submit(SubmitRequest(f"r{i}", core.info.default_voice, SamplingParams(greedy=True, num_frames=frames),
+                                  text, True))
+    out: dict[str, list] = {}
+    first = {}
+    while core.has_work():
+        for e in core.step():
+            if isinstance(e, AudioChunk):
+                out.setdefault(e.request_id, []).append(np.frombuffer(e.pcm, dtype="<f4"))
+                first.setdefault(e.request_id, time.monotonic() - t0)
+            elif isinstance(e, RequestFailed):
+                raise RuntimeError(f"{e.request_id} failed: {e.code} {e.message}")
+    wall = time.monotonic() - t0
+    audio = {rid: np.concatenate(parts) for rid, parts in out.items()}
+    return audio, wall, float(np.median(list(first.values())))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="qwen3-tts")
+    ap.add_argument("--checkpoint", default=None)
+    ap.add_argument("--policy", default="deadline")
+    ap.add_argument("--frames", type=int, default=60)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    program = build_program(args.model, args.checkpoint)
+    rows, ref = [], None
+    for lanes, policy in [("off", "base"), ("green", "base"), ("green", args.policy), ("streams", "base")]:
+        t0 = time.monotonic()
+        try:
+            core = EngineCore(EngineConfig(model=args.model, checkpoint=args.checkpoint, max_batch_size=16,
+                                           max_seq_len=512, lanes=lanes, scheduler_type=policy), program=program)
+            core.warmup()
+        except Exception as exc:  # noqa: BLE001 (report and go on to the next mode)
+            rows.append(dict(lanes=lanes, policy=policy, error=f"{type(exc).__name__}: {exc}"))
+            print(rows[-1], flush=True)
+            continue
+        setup_s = time.monotonic() - t0
+        run(core, 8)  # warm
+        audio, wall, ttfa = run(core, args.frames)
+        row = dict(lanes=lanes, policy=policy, mode=core.lanes.mode, describe=core.lanes.describe(),
+                   setup_s=round(setup_s, 1), wall_s=round(wall, 3), median_first_chunk_s=round(ttfa, 4),
+                   requests=len(audio), costs=str(core.scheduler.costs))
+        if ref is None:
+            ref = audio
+        else:
+            row["same_lengths"] = all(len(audio[k]) == len(ref[k]) for k in ref)
+            row["max_abs_audio_diff"] = float(max(np.abs(audio[k] - ref[k]).max() for k in ref
+                                                  if len(audio[k]) == len(ref[k])))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        core.close()
+        del core
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "lanes_smoke.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    print("\nlanes    policy    mode     wall_s  first_chunk_s  same_len  max_diff")
+    for r in rows:
+        print(f"{r['lanes']:8} {r['policy']:9} {r.get('mode', 'ERROR'):8} {r.get('wall_s', '-')!s:7} "
+              f"{r.get('median_first_chunk_s', '-')!s:14} {r.get('same_lengths', '-')!s:9} "
+              f"{r.get('max_abs_audio_diff', '-')!s}  {r.get('error', '')}")
+
+
+if __name__ == "__main__":
+    main()
