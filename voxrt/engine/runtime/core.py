@@ -311,7 +311,8 @@ class EngineCore:
         self.tracer.write(kind="plan", t_ms=now_ns / 1e6, prefill=len(plan.prefill), decode=len(plan.decode),
                           codec=lanes, waiting=sum(1 for r in self.scheduler.requests.values()
                                                    if r.state.value == "waiting"),
-                          deferred=sum(1 for r in self.scheduler.requests.values() if r.deferred_since_ns))
+                          deferred=sum(1 for r in self.scheduler.requests.values()
+                                       if r.deferred_since_ns and r.state.value == "waiting"))
 
     def close(self) -> None:
         if self.tracer is not None:

@@ -1,16 +1,17 @@
 """The scheduler: owns the requests, their pages and slots, and decides what each step runs.
 
 `Scheduler` holds the state and the mechanics every policy shares (admission, page growth, text feeding,
-stop rules, chunk cutting, cancel). A policy implements `schedule(now_ns)`; `BaseScheduler` in
-`base_policy.py` is the first one. Pure: no torch, no clock (time is an argument).
+stop rules, chunk cutting, cancel) and the steps policies compose (`admit`, `decode`, `peek_chunk`/`cut`).
+A policy implements `schedule(now_ns)`; `BaseScheduler` in `base_policy.py` is the first one, `policies.py`
+lists them all. Pure: no torch, no clock (time is an argument).
 """
 
 from __future__ import annotations
 
 import abc
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.pages import PagePool, SlotPool
@@ -228,6 +229,76 @@ class Scheduler(abc.ABC):
         request.num_chunks += 1
         request.num_chunks_in_flight += 1
         return job
+
+    def admission_prompt(self, request: Request) -> PromptTokens | None:
+        """The prompt a waiting request would be prefilled with (built once, as `try_admit` does); None while
+        its text does not allow admission yet (no token, or a segment program before the final text)."""
+        feed = request.feed
+        if not feed.token_ids or (not self.spec.consumes_text_incrementally and not feed.is_final):
+            return None
+        if request.prompt is None:
+            request.prompt = self._build_prompt(request)
+        return request.prompt
+
+    def admit(self, plan: StepPlan, candidates: Iterable[Request], num_running: int,
+              may_admit: Callable[[Request, int], bool] | None = None) -> None:
+        """Prefills `candidates` in order (`try_admit`) while the batch has room and the step's prompt-token
+        budget lasts. `may_admit(request, prefill_tokens_so_far)` lets a policy hold one back this step."""
+        budget = self.config.max_prefill_tokens
+        for request in candidates:
+            if num_running + len(plan.prefill) >= self.config.max_batch_size:
+                break
+            if may_admit is not None and not may_admit(request, self.config.max_prefill_tokens - budget):
+                continue
+            taken = self.try_admit(request, budget)
+            if taken:
+                budget -= taken
+                plan.prefill.append(request)
+
+    def decode(self, plan: StepPlan, running: list[Request]) -> None:
+        """One frame for every running request that can take one (`next_decode`). When nothing at all can run
+        because every candidate waits for a page and none is free, the newest is failed (never a hang)."""
+        blocked = []
+        for request in running:
+            item = self.next_decode(request)
+            if item is not None:
+                plan.decode.append(item)
+            elif request.state is RequestState.RUNNING:
+                blocked.append(request)  # waits for a page
+        if blocked and not plan.prefill and not plan.decode and not self.pages.can_allocate(1):
+            self.fail_one_blocked_on_pages(blocked)
+
+    def is_lane_free(self, lane: str) -> bool:
+        """Whether a chunk may be cut for `lane` now: always without lanes, else while it has no batch in flight."""
+        return not self.has_lanes or self.lanes_free[lane]
+
+    def peek_chunk(self, request: Request) -> CodecJob | None:
+        """The chunk `next_chunk` would cut now, without cutting it (a policy that may leave a ready chunk for
+        a later step looks first). `next_chunk` stays the one statement of the rule: it is called and its
+        three counters are put back."""
+        job = self.next_chunk(request)
+        if job is not None:
+            request.num_frames_chunked -= job.num_frames
+            request.num_chunks -= 1
+            request.num_chunks_in_flight -= 1
+        return job
+
+    def ready_chunks(self) -> list[CodecJob]:
+        """Every live request's next chunk that is ready now, uncut, in arrival order (`peek_chunk`)."""
+        jobs = []
+        for request in self.requests.values():
+            job = self.peek_chunk(request)
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
+    def cut(self, job: CodecJob) -> CodecJob:
+        """Cuts a chunk seen by `peek_chunk` (nothing of its request changed since), keeping the policy's
+        deadline and lane."""
+        cut = self.next_chunk(job.request)
+        assert cut is not None and (cut.first_frame, cut.num_frames, cut.chunk_index, cut.is_last) == (
+            job.first_frame, job.num_frames, job.chunk_index, job.is_last), (job, cut)
+        return replace(cut, deadline_ns=job.deadline_ns, lane=job.lane)
 
     def fail_one_blocked_on_pages(self, blocked: list[Request]) -> None:
         """Called when no LM work could run because every candidate waits for a page: the newest one is

@@ -1,0 +1,102 @@
+"""When a chunk is due (deadlines.chunk_deadline_ns) and what a codec launch costs (codec_launch_ms), on
+hand-made requests and jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.sched.costs import CostModel
+from voxrt.engine.sched.deadlines import chunk_deadline_ns, codec_launch_ms, launch_frames, with_deadline
+from voxrt.engine.sched.plan import CodecJob, ProgramSpec
+from voxrt.engine.sched.request import PlaybackAnchor, Request
+
+MS = 1_000_000
+SPEC = ProgramSpec(num_codebooks=1, chunk_frames=25, first_chunk_frames=2, consumes_text_incrementally=True,
+                   text_pad_id=0, eos_code=None, frames_per_text_token=None, default_max_frames=1000)
+FRAME_NS = 80 * MS  # 1920 samples at 24 kHz
+SPF = SPEC.samples_per_frame
+STARTUP_NS = 200 * MS
+ARRIVAL_NS = 5_000 * MS
+
+
+def request(first_chunk_ns: int | None = None, playback: PlaybackAnchor | None = None) -> Request:
+    r = Request.create("r", "voice", SamplingParams(), lambda text: ([], []), arrival_ns=ARRIVAL_NS)
+    r.first_chunk_ns = first_chunk_ns
+    r.playback = playback
+    return r
+
+
+def test_frame_time_of_the_spec():
+    assert SPEC.frame_ns == FRAME_NS
+
+
+@pytest.mark.parametrize("r", [
+    request(),
+    request(first_chunk_ns=ARRIVAL_NS + 50 * MS),
+    request(first_chunk_ns=ARRIVAL_NS + 50 * MS, playback=PlaybackAnchor(0, ARRIVAL_NS + 150 * MS, True)),
+])
+def test_first_chunk_is_due_startup_after_arrival(r):
+    assert chunk_deadline_ns(r, 0, SPEC, STARTUP_NS) == ARRIVAL_NS + STARTUP_NS
+
+
+def test_without_a_report_playback_starts_when_the_first_chunk_completed():
+    first_ns = ARRIVAL_NS + 70 * MS
+    r = request(first_chunk_ns=first_ns)
+    assert chunk_deadline_ns(r, 2, SPEC, STARTUP_NS) == first_ns + 2 * FRAME_NS
+    assert chunk_deadline_ns(r, 30, SPEC, STARTUP_NS) == first_ns + 30 * FRAME_NS
+
+
+def test_while_the_first_chunk_is_in_flight_playback_is_assumed_to_start_at_its_deadline():
+    r = request()
+    assert chunk_deadline_ns(r, 2, SPEC, STARTUP_NS) == ARRIVAL_NS + STARTUP_NS + 2 * FRAME_NS
+
+
+def test_a_playback_report_anchors_the_deadline():
+    anchor_ns = ARRIVAL_NS + 1_000 * MS
+    # 5.5 frames heard at the anchor: frame 14 is reached 8.5 frames later
+    r = request(first_chunk_ns=ARRIVAL_NS + 60 * MS, playback=PlaybackAnchor(int(5.5 * SPF), anchor_ns, False))
+    assert chunk_deadline_ns(r, 14, SPEC, STARTUP_NS) == anchor_ns + round(8.5 * FRAME_NS)
+    # the report wins over the first-chunk assumption (the listener may have stalled before it)
+    assert chunk_deadline_ns(r, 14, SPEC, STARTUP_NS) != r.first_chunk_ns + 14 * FRAME_NS
+
+
+def test_a_report_that_the_listener_is_stalled_makes_the_chunk_overdue():
+    anchor_ns = ARRIVAL_NS + 1_000 * MS
+    r = request(first_chunk_ns=ARRIVAL_NS + 60 * MS, playback=PlaybackAnchor(6 * SPF, anchor_ns, True))
+    assert chunk_deadline_ns(r, 6, SPEC, STARTUP_NS) == anchor_ns
+    assert chunk_deadline_ns(r, 14, SPEC, STARTUP_NS) == anchor_ns
+
+
+def test_with_deadline_sets_the_job_deadline_and_nothing_else():
+    r = request(first_chunk_ns=ARRIVAL_NS + 60 * MS)
+    job = CodecJob(r, first_frame=6, num_frames=8, chunk_index=2, is_last=False)
+    dated = with_deadline(job, SPEC, STARTUP_NS)
+    assert dated.deadline_ns == ARRIVAL_NS + 60 * MS + 6 * FRAME_NS
+    assert (dated.request, dated.first_frame, dated.num_frames, dated.chunk_index, dated.is_last, dated.lane) == (
+        job.request, job.first_frame, job.num_frames, job.chunk_index, job.is_last, job.lane)
+
+
+def job(frames: int, is_last: bool = False) -> CodecJob:
+    return CodecJob(request(), first_frame=0, num_frames=frames, chunk_index=1, is_last=is_last)
+
+
+@pytest.mark.parametrize(("frames", "is_last", "launched"), [
+    (0, True, 0), (2, False, 2), (4, False, 4), (3, True, 4), (5, True, 8), (17, True, 25), (25, True, 25),
+    (1, False, 1),  # a starved cut is always a codec size already
+])
+def test_launch_frames_pads_an_odd_last_chunk_to_the_next_size(frames, is_last, launched):
+    assert launch_frames(job(frames, is_last), SPEC) == launched
+
+
+def test_codec_launch_cost_groups_by_size_and_splits_at_the_batch_limit():
+    costs = CostModel(codec_base_ms=2.0, codec_per_frame_ms=0.1)
+    assert codec_launch_ms(costs, [], SPEC, 16) == 0.0
+    assert codec_launch_ms(costs, [job(0, True)], SPEC, 16) == 0.0
+    assert codec_launch_ms(costs, [job(2)], SPEC, 16) == pytest.approx(2.0 + 0.1 * 2)
+    # two sizes: two launches; the odd last chunk of 3 runs with the chunks of 4
+    jobs = [job(2), job(2), job(4), job(3, True)]
+    assert codec_launch_ms(costs, jobs, SPEC, 16) == pytest.approx((2.0 + 0.1 * 2 * 2) + (2.0 + 0.1 * 2 * 4))
+    # 20 chunks of 25 frames with at most 16 a launch: 16 + 4
+    assert codec_launch_ms(costs, [job(25)] * 20, SPEC, 16) == pytest.approx(
+        costs.codec_ms(16, 25) + costs.codec_ms(4, 25))

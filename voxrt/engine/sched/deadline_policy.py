@@ -1,0 +1,169 @@
+"""The `deadline` policy: every chunk by its deadline, the urgent ones on the whole GPU (issue 7).
+
+Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Each step:
+
+1. Admission by first-audio deadline (arrival + `deadline_startup_ms`: earliest arrival first). A prefill is
+   deferred when it would make a running stream miss its next chunk: the step time it adds (prompt tokens and
+   one more request, `CostModel.lm_step_ms`) exceeds the slack of the most urgent running stream (its next
+   chunk's deadline, less now, less the LM steps its missing frames still take at the current step time, less
+   its codec launch), while that slack is not already negative (deferring cannot save a stream that is late
+   anyway). A request is deferred at most `max_prefill_deferral_ms` from its first deferral
+   (`request.deferred_since_ns`): it is not deferred past a step that would end after that bound (by the cost
+   model's step time), so it is admitted by then (a step longer than its estimate may overrun by the error).
+   `should_defer_prefill` is the rule as a pure function.
+2. The LM: every running request decodes a frame (as the base policy).
+3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within
+   `urgent_ms` plus what a background launch would take to deliver them, go to the urgent lane, at most
+   `max_codec_batch` a launch. The others go to the background lane once `dec_batch` of them are ready (a
+   bigger launch costs less per chunk), or earlier when the earliest would turn urgent before the next step
+   (due within the launch's time plus `urgent_ms` plus an LM step), or when the LM has nothing to do this
+   step. A lane with a batch in flight gets nothing (the chunk stays ready for the next step). Without lanes
+   the same rules pick the chunks, which then run after the LM step (urgent ones first).
+
+   What a background launch takes is `codec_launch_ms` times `background_slowdown`, learned from the launches
+   seen completing (cut to `complete_codec`, an exponential average): the background lane runs on an SM
+   partition beside the LM, several times slower than the cost model's whole GPU, and its completion is seen
+   between LM steps. With `urgent_ms` alone, a stream's second chunk (due 160 ms after its first) joined a
+   background launch of 16 chunks that took longer than that on the partition, and the stream stalled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from voxrt.engine.sched.costs import CostModel
+from voxrt.engine.sched.deadlines import chunk_deadline_ns, codec_launch_ms, with_deadline
+from voxrt.engine.sched.pages import PagePool, SlotPool
+from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, ProgramSpec, StepPlan
+from voxrt.engine.sched.request import Request, RequestState
+from voxrt.engine.sched.scheduler import PromptBuilder, Scheduler, SchedulerConfig
+from voxrt.engine.sched.text_feed import Tokenizer
+
+
+def should_defer_prefill(now_ns: int, deferred_since_ns: int | None, max_deferral_ns: int, extra_step_ns: float,
+                         min_slack_ns: float | None, step_ns: float = 0.0) -> bool:
+    """Whether to hold a new request's prefill back this step: its extra step time `extra_step_ns` would eat
+    the running streams' least slack `min_slack_ns` (None: no running stream), and deferring it past this
+    step (`step_ns`: its estimated time, until the next chance to admit) keeps its deferral under
+    `max_deferral_ns` (`deferred_since_ns`: when it was first deferred, None if never; a bound of 0 never
+    defers)."""
+    deferred_ns = 0 if deferred_since_ns is None else now_ns - deferred_since_ns
+    if deferred_ns + step_ns >= max_deferral_ns:
+        return False
+    return min_slack_ns is not None and 0 <= min_slack_ns < extra_step_ns
+
+
+def next_chunk_slack_ns(request: Request, now_ns: int, spec: ProgramSpec, costs: CostModel, step_ms: float,
+                        startup_ns: int) -> float:
+    """Time to spare before a running request's next chunk is late: its deadline less now, less the LM steps
+    its missing frames still take at `step_ms` each, less the chunk's codec launch."""
+    first_frame = request.num_frames_chunked
+    size = spec.chunk_size(request.num_chunks)
+    have = request.num_frames - first_frame
+    missing = 0 if request.is_generation_done else max(0, size - have)
+    due_ns = chunk_deadline_ns(request, first_frame, spec, startup_ns)
+    return due_ns - now_ns - (missing * step_ms + costs.codec_ms(1, size)) * 1e6
+
+
+@dataclass(frozen=True)
+class _LaunchRecord:
+    cut_ns: int
+    estimate_ns: float  # `codec_launch_ms` of the batch
+    chunks: frozenset[tuple[str, int]]  # (request id, chunk index) of its jobs
+
+
+_SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slowdown (an exponential average)
+
+
+class DeadlineScheduler(Scheduler):
+    name = "deadline"
+
+    def __init__(self, spec: ProgramSpec, pages: PagePool, slots: SlotPool, build_prompt: PromptBuilder,
+                 tokenize: Tokenizer, config: SchedulerConfig) -> None:
+        super().__init__(spec, pages, slots, build_prompt, tokenize, config)
+        # A background launch's time from cut to `complete_codec` over its `codec_launch_ms` (module docstring)
+        self.background_slowdown = 1.0
+        self._background_batch: _LaunchRecord | None = None
+
+    def schedule(self, now_ns: int) -> StepPlan:
+        plan = StepPlan()
+        running = self.running()
+        by_first_audio = sorted(self.waiting(), key=lambda r: r.arrival_ns)  # due at arrival + startup
+        self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
+        self.decode(plan, running)
+        self._plan_codec(plan, now_ns)
+        return plan
+
+    @property
+    def _startup_ns(self) -> int:
+        return round(self.config.deadline_startup_ms * 1e6)
+
+    def _deferral_rule(self, plan: StepPlan, running: list[Request], now_ns: int
+                       ) -> Callable[[Request, int], bool] | None:
+        """`may_admit` for `Scheduler.admit`: False defers the request (see `should_defer_prefill`)."""
+        generating = [r for r in running if r.state is RequestState.RUNNING]
+        if not generating:
+            return None
+        batch = len(generating)
+        step_ms = self.costs.lm_step_ms(batch)
+        min_slack_ns = min(next_chunk_slack_ns(r, now_ns, self.spec, self.costs, step_ms, self._startup_ns)
+                           for r in generating)
+        max_deferral_ns = round(self.config.max_prefill_deferral_ms * 1e6)
+
+        def may_admit(request: Request, prefill_tokens: int) -> bool:
+            prompt = self.admission_prompt(request)
+            if prompt is None:
+                return True  # nothing to prefill yet: `try_admit` decides (waits, or ends an empty text)
+            new_batch = batch + len(plan.prefill) + 1
+            extra_ns = (self.costs.lm_step_ms(new_batch, prefill_tokens + len(prompt)) - step_ms) * 1e6
+            step_ns = self.costs.lm_step_ms(new_batch - 1, prefill_tokens) * 1e6  # this step without it
+            if should_defer_prefill(now_ns, request.deferred_since_ns, max_deferral_ns, extra_ns, min_slack_ns,
+                                    step_ns):
+                if request.deferred_since_ns is None:
+                    request.deferred_since_ns = now_ns
+                return False
+            return True
+
+        return may_admit
+
+    def complete_codec(self, job: CodecJob, now_ns: int) -> None:
+        batch = self._background_batch
+        if batch is not None and (job.request.request_id, job.chunk_index) in batch.chunks:  # first one seen
+            if batch.estimate_ns > 0:  # (a batch of empty last chunks costs nothing: nothing to learn)
+                observed = (now_ns - batch.cut_ns) / batch.estimate_ns
+                self.background_slowdown += _SLOWDOWN_WEIGHT * (observed - self.background_slowdown)
+            self._background_batch = None
+        super().complete_codec(job, now_ns)
+
+    def _plan_codec(self, plan: StepPlan, now_ns: int) -> None:
+        jobs = sorted((with_deadline(job, self.spec, self._startup_ns) for job in self.ready_chunks()),
+                      key=lambda job: job.deadline_ns)  # stable: arrival order breaks ties
+        limit = self.config.max_codec_batch
+        urgent_ns = self.config.urgent_ms * 1e6
+        # what a background launch of all the chunks that might wait would take, cut to delivered
+        later = [job for job in jobs if job.chunk_index > 0][:limit]
+        horizon_ns = urgent_ns + self._background_latency_ns(later)
+        urgent, background = [], []
+        for job in jobs:
+            is_urgent = job.chunk_index == 0 or job.deadline_ns - now_ns <= horizon_ns
+            (urgent if is_urgent else background).append(job)
+        if urgent and self.is_lane_free(URGENT):
+            plan.codec.extend(self.cut(replace(job, lane=URGENT)) for job in urgent[:limit])
+        if not background or not self.is_lane_free(BACKGROUND):
+            return
+        batch = background[:limit]
+        estimate_ns = codec_launch_ms(self.costs, batch, self.spec, limit) * 1e6
+        is_lm_idle = not (plan.prefill or plan.decode)
+        # the next chance to launch is a step away: go now if the earliest would turn urgent by then
+        step_ns = self.costs.lm_step_ms(len(plan.lm_requests)) * 1e6
+        is_due_soon = batch[0].deadline_ns - now_ns <= urgent_ns + self.background_slowdown * estimate_ns + step_ns
+        if len(background) >= self.config.dec_batch or is_lm_idle or is_due_soon:
+            cut = [self.cut(replace(job, lane=BACKGROUND)) for job in batch]
+            plan.codec.extend(cut)
+            chunks = frozenset((job.request.request_id, job.chunk_index) for job in cut)
+            self._background_batch = _LaunchRecord(now_ns, estimate_ns, chunks)
+
+    def _background_latency_ns(self, jobs: list[CodecJob]) -> float:
+        limit = self.config.max_codec_batch
+        return self.background_slowdown * codec_launch_ms(self.costs, jobs, self.spec, limit) * 1e6
