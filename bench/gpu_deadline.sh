@@ -19,8 +19,12 @@ run() {  # TAG SCHED EXTRA
 }
 mkdir -p "$OUT"
 run deadline-lanes deadline "--lanes auto --sm-modes $SPLIT --trace-dir $OUT/trace-deadline"
-run base-lanes base "--lanes auto --sm-modes $SPLIT"
+if ! grep -q "capacity at" "$OUT/deadline-lanes.log"; then  # lanes failed: the policy alone, on one stream
+  run deadline-sync deadline "--lanes off"
+fi
 run base-sync base "--lanes off"
-for t in deadline-lanes base-lanes base-sync; do
+run base-lanes base "--lanes auto --sm-modes $SPLIT"
+for t in deadline-lanes deadline-sync base-lanes base-sync; do
+  [ -f "$OUT/$t.log" ] || continue
   echo "== $t"; sed -n '/rate   reqs/,$p' "$OUT/$t.log"
 done
