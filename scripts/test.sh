@@ -12,4 +12,10 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "test: /usr/bin/chromium is missing; the browser test will fail (sudo apt-get install chromium)" >&2
   fi
 fi
-exec .venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "$@"
+if [ "$#" -eq 0 ]; then
+  # The gateway and client suites again with the deadline policy on inline lanes (the lane bookkeeping
+  # without a GPU): `voxrt serve --scheduler-type deadline` must pass everything the gateway passes.
+  echo "== gateway and client suites with --scheduler-type deadline --lanes inline"
+  VOXRT_TEST_SCHEDULER=deadline VOXRT_TEST_LANES=inline .venv/bin/python -m pytest -q tests/gateway tests/client
+fi

@@ -256,3 +256,13 @@ def test_alignment_segments_and_words_are_in_time_order(live):
     for items in (segments, words):
         for a, b in zip(items, items[1:]):
             assert a["start_ms"] <= a["end_ms"] <= b["start_ms"] + 1, (a, b)  # ms rounding
+
+
+def test_the_engine_runs_the_policy_and_lanes_this_pass_asked_for(live):
+    """scripts/test.sh runs these suites twice: base (lanes off on the CPU), then deadline on inline lanes."""
+    import os  # noqa: PLC0415
+
+    info = live.state.engine.info
+    assert info.scheduler_type == os.environ.get("VOXRT_TEST_SCHEDULER", "base")
+    expected = "in order on the host" if os.environ.get("VOXRT_TEST_LANES") == "inline" else "lanes off"
+    assert expected in info.lanes
