@@ -85,7 +85,8 @@ class EngineClient:
     # ---- commands --------------------------------------------------------------------------------------------
 
     async def submit(self, voice: str | None = None, params: SamplingParams | dict | None = None, text: str = "",
-                     final: bool = False, request_id: str | None = None, arrival_ns: int | None = None) -> str:
+                     final: bool = False, request_id: str | None = None, arrival_ns: int | None = None,
+                     streaming: bool = True) -> str:
         """Starts a request and returns its id. Bad voice or parameters raise a typed error here."""
         self._check_alive()
         info = self.info
@@ -102,7 +103,7 @@ class EngineClient:
         if request_id in self._streams:
             raise InvalidParamsError(f"request id {request_id!r} is already in use")
         self._streams[request_id] = _Stream()
-        self._send(SubmitRequest(request_id, voice, params, text, final, arrival_ns or time.monotonic_ns()))
+        self._send(SubmitRequest(request_id, voice, params, text, final, arrival_ns or time.monotonic_ns(), streaming))
         return request_id
 
     async def append_text(self, request_id: str, text: str, final: bool = False) -> None:

@@ -74,6 +74,9 @@ class SubmitRequest:
     text: str = ""
     is_text_final: bool = False
     arrival_ns: int = 0  # time.monotonic_ns() at the client; the engine stamps its own when 0
+    # False for a request whose audio nobody plays as it comes (HTTP /v1/audio/speech, /generate, batch jobs):
+    # deadline-aware policies serve it with what streams leave.
+    streaming: bool = True
 
 
 @dataclass(frozen=True)

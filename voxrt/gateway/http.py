@@ -115,7 +115,7 @@ async def _start(request: Request, text: str, voice: str | None) -> tuple[object
         raise HTTPError(400, "text_too_long", f"input has {len(text)} characters; the limit is {state.config.max_http_input_chars}")
     if voice is not None and voice not in engine.info.voices:
         raise HTTPError(400, "unknown_voice", f"unknown voice {voice!r}; available: {', '.join(engine.info.voices)}")
-    request_id = await engine.submit(voice=voice, text=_speakable(text), final=True)
+    request_id = await engine.submit(voice=voice, text=_speakable(text), final=True, streaming=False)
     return engine, request_id
 
 

@@ -129,7 +129,8 @@ class EngineCore:
     def submit(self, msg: SubmitRequest, now_ns: int | None = None) -> Request:
         if msg.voice not in self.info.voices:
             raise UnknownVoiceError(f"unknown voice {msg.voice!r}; available: {', '.join(self.info.voices)}")
-        request = self.scheduler.add(msg.request_id, msg.voice, msg.params, msg.arrival_ns or now_ns or time.monotonic_ns())
+        request = self.scheduler.add(msg.request_id, msg.voice, msg.params, msg.arrival_ns or now_ns or time.monotonic_ns(),
+                                     msg.streaming)
         if msg.text or msg.is_text_final:
             self.scheduler.append_text(msg.request_id, msg.text, msg.is_text_final)
         return request

@@ -19,6 +19,9 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    (due within the launch's time plus `urgent_ms` plus an LM step), or when the LM has nothing to do this
    step. A lane with a batch in flight gets nothing (the chunk stays ready for the next step). Without lanes
    the same rules pick the chunks, which then run after the LM step (urgent ones first).
+4. Non-streaming requests (`is_streaming` False: HTTP speech, batch jobs) use what streams leave: admitted
+   after every waiting stream, and held back (without the deferral bound) while admitting them would make a
+   running stream miss its next chunk; their chunks have no deadline, never go urgent and come last.
 
    What a background launch takes is `codec_launch_ms` times `background_slowdown`, learned from the launches
    seen completing (cut to `complete_codec`, an exponential average): the background lane runs on an SM
@@ -89,7 +92,8 @@ class DeadlineScheduler(Scheduler):
     def schedule(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
         running = self.running()
-        by_first_audio = sorted(self.waiting(), key=lambda r: r.arrival_ns)  # due at arrival + startup
+        # streams by first-audio deadline (arrival + startup), then the non-streaming ones
+        by_first_audio = sorted(self.waiting(), key=lambda r: (not r.is_streaming, r.arrival_ns))
         self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
         self.decode(plan, running)
         self._plan_codec(plan, now_ns)
@@ -103,12 +107,13 @@ class DeadlineScheduler(Scheduler):
                        ) -> Callable[[Request, int], bool] | None:
         """`may_admit` for `Scheduler.admit`: False defers the request (see `should_defer_prefill`)."""
         generating = [r for r in running if r.state is RequestState.RUNNING]
-        if not generating:
+        streams = [r for r in generating if r.is_streaming]
+        if not streams:
             return None
         batch = len(generating)
         step_ms = self.costs.lm_step_ms(batch)
         min_slack_ns = min(next_chunk_slack_ns(r, now_ns, self.spec, self.costs, step_ms, self._startup_ns)
-                           for r in generating)
+                           for r in streams)
         max_deferral_ns = round(self.config.max_prefill_deferral_ms * 1e6)
 
         def may_admit(request: Request, prefill_tokens: int) -> bool:
@@ -118,6 +123,12 @@ class DeadlineScheduler(Scheduler):
             new_batch = batch + len(plan.prefill) + 1
             extra_ns = (self.costs.lm_step_ms(new_batch, prefill_tokens + len(prompt)) - step_ms) * 1e6
             step_ns = self.costs.lm_step_ms(new_batch - 1, prefill_tokens) * 1e6  # this step without it
+            if not request.is_streaming:  # what streams leave: held while a stream would miss, unbounded
+                if 0 <= min_slack_ns < extra_ns:
+                    if request.deferred_since_ns is None:
+                        request.deferred_since_ns = now_ns
+                    return False
+                return True
             if should_defer_prefill(now_ns, request.deferred_since_ns, max_deferral_ns, extra_ns, min_slack_ns,
                                     step_ns):
                 if request.deferred_since_ns is None:
@@ -137,8 +148,10 @@ class DeadlineScheduler(Scheduler):
         super().complete_codec(job, now_ns)
 
     def _plan_codec(self, plan: StepPlan, now_ns: int) -> None:
-        jobs = sorted((with_deadline(job, self.spec, self._startup_ns) for job in self.ready_chunks()),
+        ready = self.ready_chunks()
+        jobs = sorted((with_deadline(job, self.spec, self._startup_ns) for job in ready if job.request.is_streaming),
                       key=lambda job: job.deadline_ns)  # stable: arrival order breaks ties
+        batch_jobs = [job for job in ready if not job.request.is_streaming]  # no deadline: last, background
         limit = self.config.max_codec_batch
         urgent_ns = self.config.urgent_ms * 1e6
         # what a background launch of all the chunks that might wait would take, cut to delivered
@@ -150,7 +163,13 @@ class DeadlineScheduler(Scheduler):
             (urgent if is_urgent else background).append(job)
         if urgent and self.is_lane_free(URGENT):
             plan.codec.extend(self.cut(replace(job, lane=URGENT)) for job in urgent[:limit])
-        if not background or not self.is_lane_free(BACKGROUND):
+        if not self.is_lane_free(BACKGROUND):
+            return
+        if not background:  # only what streams leave: non-streaming chunks when the LM idles or they fill a launch
+            is_lm_idle = not (plan.prefill or plan.decode)
+            is_drained = any(job.request.is_generation_done for job in batch_jobs)  # so that its slot returns
+            if batch_jobs and (is_lm_idle or is_drained or len(batch_jobs) >= self.config.dec_batch):
+                plan.codec.extend(self.cut(replace(job, lane=BACKGROUND)) for job in batch_jobs[:limit])
             return
         batch = background[:limit]
         estimate_ns = codec_launch_ms(self.costs, batch, self.spec, limit) * 1e6
@@ -160,6 +179,8 @@ class DeadlineScheduler(Scheduler):
         is_due_soon = batch[0].deadline_ns - now_ns <= urgent_ns + self.background_slowdown * estimate_ns + step_ns
         if len(background) >= self.config.dec_batch or is_lm_idle or is_due_soon:
             cut = [self.cut(replace(job, lane=BACKGROUND)) for job in batch]
+            # room left in the launch goes to non-streaming chunks (what streams leave)
+            cut += [self.cut(replace(job, lane=BACKGROUND)) for job in batch_jobs[: limit - len(batch)]]
             plan.codec.extend(cut)
             chunks = frozenset((job.request.request_id, job.chunk_index) for job in cut)
             self._background_batch = _LaunchRecord(now_ns, estimate_ns, chunks)

@@ -80,6 +80,7 @@ class Request:
     num_chunks: int = 0
     num_chunks_in_flight: int = 0  # cut and not yet completed (at most 1: the codec state is per slot)
     deferred_since_ns: int | None = None  # a policy deferred its admission since then (deadline policy)
+    is_streaming: bool = True  # False: nobody plays its audio as it comes (no chunk deadlines)
     finish_reason: str | None = None
     playback: PlaybackAnchor | None = None
     first_chunk_ns: int | None = None

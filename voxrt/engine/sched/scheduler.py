@@ -65,10 +65,12 @@ class Scheduler(abc.ABC):
 
     # ---- commands --------------------------------------------------------------------------------------
 
-    def add(self, request_id: str, voice: str, params: SamplingParams, arrival_ns: int) -> Request:
+    def add(self, request_id: str, voice: str, params: SamplingParams, arrival_ns: int,
+            streaming: bool = True) -> Request:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already live")
         request = Request.create(request_id, voice, params, self._tokenize, arrival_ns)
+        request.is_streaming = streaming
         self.requests[request_id] = request
         return request
 
