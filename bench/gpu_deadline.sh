@@ -6,7 +6,9 @@
 #
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_deadline.sh
 #
-# Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), DURATION, TOL, START, PER_RUN_S.
+# Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), DURATION, TOL, START, PER_RUN_S, CONFIGS (which
+# of deadline-lanes base-sync base-lanes to run: split them over calls when points are long, e.g. DURATION=30
+# takes ~260 s per config). The 2026-11-29 run used the defaults below and its 150 s limit cut (c) short.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
 SPLIT=${SPLIT:-32}
@@ -18,12 +20,18 @@ run() {  # TAG SCHED EXTRA
   echo "== $1 (rc $?)"; grep -E "capacity at|lanes|error|Error" "$OUT/$1.log" | grep -v INFO | tail -4
 }
 mkdir -p "$OUT"
-run deadline-lanes deadline "--lanes auto --sm-modes $SPLIT --trace-dir $OUT/trace-deadline"
-if ! grep -q "capacity at" "$OUT/deadline-lanes.log"; then  # lanes failed: the policy alone, on one stream
-  run deadline-sync deadline "--lanes off"
-fi
-run base-sync base "--lanes off"
-run base-lanes base "--lanes auto --sm-modes $SPLIT"
+CONFIGS=${CONFIGS:-deadline-lanes base-sync base-lanes}
+for c in $CONFIGS; do
+  case $c in
+    deadline-lanes) run deadline-lanes deadline "--lanes auto --sm-modes $SPLIT --trace-dir $OUT/trace-deadline"
+      if ! grep -q "capacity at" "$OUT/deadline-lanes.log"; then  # lanes failed: the policy alone, one stream
+        run deadline-sync deadline "--lanes off"
+      fi ;;
+    base-sync) run base-sync base "--lanes off" ;;
+    base-lanes) run base-lanes base "--lanes auto --sm-modes $SPLIT" ;;
+    *) echo "unknown config $c" ;;
+  esac
+done
 for t in deadline-lanes deadline-sync base-lanes base-sync; do
   [ -f "$OUT/$t.log" ] || continue
   echo "== $t"; sed -n '/rate   reqs/,$p' "$OUT/$t.log"
