@@ -118,3 +118,38 @@ def test_run_point_with_a_fake_target_and_progress(monkeypatch, capsys):
     assert [r.id for r in records] == ["b", "a", "b", "a"][:len(records)]
     assert records and [r.arrival_s for r in records] == sorted(r.arrival_s for r in records)
     assert "requests done" in capsys.readouterr().err
+
+
+def test_a_point_depends_only_on_its_rate_and_seed(tmp_path):
+    """Two runs (say two policies) at the same rate get the same arrivals and rows, whatever came before."""
+    import asyncio  # noqa: PLC0415
+
+    from voxrt.loadgen.app import LoadgenConfig, run_loadgen  # noqa: PLC0415
+    from voxrt.loadgen.metrics import RequestRecord  # noqa: PLC0415
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: dict[float, list[tuple[str, float]]] = {}
+
+        async def run_one(self, item, rate, arrival_s, tokens_per_s):
+            self.seen.setdefault(rate, []).append((item.id, round(arrival_s, 9)))
+            return RequestRecord(item.id, rate, arrival_s, "ok", 50.0, 0, 0.0, 1.0, len(item.text))
+
+    rows = "".join(f'{{"id": "r{i}", "text": "text number {i} here."}}\n' for i in range(50))
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(rows)
+    seen = []
+    for sweep in ([2.0, 4.0], [4.0]):
+        recorder = Recorder()
+        import voxrt.loadgen.app as app  # noqa: PLC0415
+
+        original = app.WebSocketTarget
+        app.WebSocketTarget = lambda *a, **k: recorder
+        try:
+            asyncio.run(run_loadgen(LoadgenConfig(workload=str(workload), rate=1.0, duration_s=2.0,
+                                                  out_dir=str(tmp_path / f"o{len(seen)}"), url="ws://x",
+                                                  sweep=sweep, warmup=0)))
+        finally:
+            app.WebSocketTarget = original
+        seen.append(recorder.seen)
+    assert seen[0][4.0] == seen[1][4.0] and seen[0][4.0]

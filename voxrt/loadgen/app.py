@@ -59,15 +59,16 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         mode = f"websocket ({config.url})"
     lines = open(out / "requests.jsonl", "w", encoding="utf-8")
     long_run = config.duration_s >= 20
-    offset = 0
     unpinned = 0  # completed pinned requests whose audio is not the pinned length (a server ignoring it)
 
     async def measure(rate: float) -> dict:
-        nonlocal offset, unpinned
-        records = await run_point(target, workload, rate, config.duration_s, seed=config.seed + offset,
+        nonlocal unpinned
+        # A point depends only on its rate and the seed, not on the points before it: two runs (two policies)
+        # at the same rate see the same arrival times and the same workload rows.
+        key = round(rate * 1000)
+        records = await run_point(target, workload, rate, config.duration_s, seed=config.seed * 1_000_003 + key,
                                   tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
-                                  progress=long_run, offset=offset)
-        offset += len(records)
+                                  progress=long_run, offset=(key * 7919) % len(workload))
         wrong = sum(r.status == "ok" and r.num_frames is not None
                     and abs(r.audio_s - r.num_frames / FRAMES_PER_S) > PINNED_TOLERANCE_S for r in records)
         if wrong and not unpinned:
