@@ -7,7 +7,7 @@
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_deadline.sh
 #
 # Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), DURATION, TOL, START, PER_RUN_S, CONFIGS (which
-# of deadline-lanes base-sync base-lanes to run: split them over calls when points are long, e.g. DURATION=30
+# of smoke deadline-lanes base-sync base-lanes to run (smoke: tokens and audio of the lanes against the loop): split them over calls when points are long, e.g. DURATION=30
 # takes ~260 s per config). The 2026-11-29 run used the defaults below and its 150 s limit cut (c) short.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
@@ -29,6 +29,8 @@ for c in $CONFIGS; do
       fi ;;
     base-sync) run base-sync base "--lanes off" ;;
     base-lanes) run base-lanes base "--lanes auto --sm-modes $SPLIT" ;;
+    smoke) timeout "$PER_RUN_S" python -u bench/gpu_lanes_smoke.py --checkpoint /tmp/q17 --out "$OUT" \
+             > "$OUT/smoke.log" 2>&1; echo "== smoke (rc $?)"; sed -n '/^lanes /,$p' "$OUT/smoke.log" ;;
     *) echo "unknown config $c" ;;
   esac
 done
