@@ -181,3 +181,20 @@ def test_unknown_lane_mode_and_cost_names_are_clear_errors():
         make_core(costs=(("lm_speed", 1.0),))
     core = make_core(costs=(("lm_base_ms", 5.0),))
     assert core.scheduler.costs.lm_base_ms == 5.0
+
+
+@pytest.mark.parametrize(("lanes", "policy", "launch_lanes", "timed"), [
+    ("off", "base", {"loop"}, False),  # base sets no deadlines: nothing to time
+    ("inline", "deadline", {URGENT, BACKGROUND}, True),
+])
+def test_stats_count_launches_per_lane_and_chunk_timing(lanes, policy, launch_lanes, timed):
+    core = make_core(lanes=lanes, scheduler_type=policy)
+    run_all(core)
+    stats = core.stats()
+    launches = dict(stats.codec_launches)
+    assert set(launches) <= launch_lanes and sum(launches.values()) > 0
+    if lanes == "inline":
+        assert launches.get(URGENT, 0) > 0  # first chunks
+    timed_chunks = stats.chunks_on_time + stats.chunks_late
+    assert (timed_chunks > 0) == timed
+    assert stats.deferred_admissions >= 0 and stats.pool_ok

@@ -9,6 +9,7 @@ import wave
 import httpx
 import numpy as np
 
+from conftest import metric, run
 from voxrt.audio import OpusDecoder
 
 
@@ -98,3 +99,28 @@ def test_metrics_exposes_gateway_and_engine(live):
     for name in ("voxrt_sessions", "voxrt_contexts", "voxrt_ttfa_seconds_bucket", "voxrt_frames_sent_total",
                  "voxrt_engine_queue_depth", "voxrt_engine_kv_pages_free"):
         assert name in text, name
+
+
+def test_metrics_count_codec_launches_and_chunk_timing(live):
+    """After some speech, /metrics counts codec launches by lane; the deadline pass also times the chunks of a
+    streamed context (an HTTP request is not streamed: its chunks have no deadline)."""
+    import os  # noqa: PLC0415
+
+    from voxrt.client import connect  # noqa: PLC0415
+
+    async def speak() -> None:
+        async with connect(live.ws) as session:
+            ctx = session.context()
+            await ctx.send("Metrics, please, for a streamed context.")
+            await ctx.end()
+            await ctx.audio()
+
+    run(speak())
+    text = httpx.get(f"{live.http}/metrics", timeout=10).text
+    launches = [line for line in text.splitlines() if line.startswith("voxrt_engine_codec_launches_total{")]
+    assert launches and sum(float(line.rsplit(" ", 1)[1]) for line in launches) > 0
+    chunks = {timing: metric(live, f'voxrt_engine_chunks_total{{timing="{timing}"}}')
+              for timing in ("on_time", "late")}
+    if os.environ.get("VOXRT_TEST_SCHEDULER") == "deadline":
+        assert chunks["on_time"] + chunks["late"] > 0
+    assert metric(live, "voxrt_engine_deferred_admissions_total") >= 0

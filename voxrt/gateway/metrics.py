@@ -25,6 +25,13 @@ class GatewayMetrics:
         self.engine_pages_total = Gauge("voxrt_engine_kv_pages_total", "KV-cache pages", registry=r)
         self.engine_slots_free = Gauge("voxrt_engine_slots_free", "free per-request state slots", registry=r)
         self.engine_pool_ok = Gauge("voxrt_engine_pool_ok", "1 when the page and slot pools pass their integrity check", registry=r)
+        self.engine_codec_launches = Counter("voxrt_engine_codec_launches", "codec launches by lane (loop: the "
+                                             "time-shared loop)", ["lane"], registry=r)
+        self.engine_chunks = Counter("voxrt_engine_chunks", "audio chunks with a deadline, decoded on time or late",
+                                     ["timing"], registry=r)
+        self.engine_deferred = Counter("voxrt_engine_deferred_admissions", "admissions a policy deferred to "
+                                       "protect running streams", registry=r)
+        self._last: dict[tuple[str, str], int] = {}  # engine totals already counted
 
     def update_engine(self, stats) -> None:
         self.engine_waiting.set(stats.num_waiting)
@@ -34,6 +41,18 @@ class GatewayMetrics:
         self.engine_pages_total.set(stats.num_pages_total)
         self.engine_slots_free.set(stats.num_slots_free)
         self.engine_pool_ok.set(1 if stats.pool_ok else 0)
+        for lane, total in stats.codec_launches:
+            self._advance(self.engine_codec_launches.labels(lane), ("launches", lane), total)
+        self._advance(self.engine_chunks.labels("on_time"), ("chunks", "on_time"), stats.chunks_on_time)
+        self._advance(self.engine_chunks.labels("late"), ("chunks", "late"), stats.chunks_late)
+        self._advance(self.engine_deferred, ("deferred", ""), stats.deferred_admissions)
+
+    def _advance(self, counter, key: tuple[str, str], total: int) -> None:
+        """Engine totals -> Prometheus counters (incremented by what is new since the last scrape)."""
+        delta = total - self._last.get(key, 0)
+        if delta > 0:
+            counter.inc(delta)
+            self._last[key] = total
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -92,6 +92,10 @@ class EngineCore:
         self._in_flight: dict[str, CodecLaunch | None] = {lane: None for lane in LANES}
         self._queued: dict[str, list[CodecJob]] = {lane: [] for lane in LANES}
         self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
+        self.codec_launches: dict[str, int] = {}
+        self.chunks_on_time = 0
+        self.chunks_late = 0
+        self.deferred_admissions = 0
         self.info = ModelInfo(
             name=program.name, sample_rate=program.sample_rate, frame_rate_hz=program.frame_rate_hz,
             samples_per_frame=program.samples_per_frame, num_codebooks=program.num_codebooks,
@@ -198,8 +202,10 @@ class EngineCore:
                     self.scheduler.complete_codec(job, now_ns)  # the launch is over: a held slot returns
             else:
                 done_ns = time.monotonic_ns()
+                self.codec_launches["loop"] = self.codec_launches.get("loop", 0) + 1
                 for job, pcm in zip(jobs, audio):
                     events.append(self._chunk_event(job, pcm))
+                    self._count_timing(job, done_ns)
                     self.scheduler.complete_codec(job, done_ns)
         for failure in self.scheduler.pop_failures():
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
@@ -283,9 +289,11 @@ class EngineCore:
                 self._codec_failed(launch.jobs)
                 continue
             done_ns = time.monotonic_ns()
+            self.codec_launches[lane] = self.codec_launches.get(lane, 0) + 1
             for job, pcm in zip(launch.jobs, audio):
                 if not job.request.is_terminal:
                     events.append(self._chunk_event(job, pcm))
+                    self._count_timing(job, done_ns)
                 self.scheduler.complete_codec(job, done_ns)
             if self.tracer is not None:
                 self.tracer.write(kind="codec", lane=lane, t_ms=launch.launched_ns / 1e6,
@@ -303,7 +311,16 @@ class EngineCore:
             self.scheduler.fail(job.request, "request_failed", "the codec step decoding this request failed")
             self.scheduler.complete_codec(job, now_ns)
 
+    def _count_timing(self, job: CodecJob, done_ns: int) -> None:
+        if job.deadline_ns is None:
+            return
+        if done_ns <= job.deadline_ns:
+            self.chunks_on_time += 1
+        else:
+            self.chunks_late += 1
+
     def _trace_plan(self, now_ns: int, plan) -> None:
+        self.deferred_admissions += sum(1 for r in plan.prefill if r.deferred_since_ns is not None)
         if self.tracer is None:
             return
         lanes: dict[str, int] = {}
@@ -338,7 +355,10 @@ class EngineCore:
                            num_requests=len(sched.requests), num_pages_total=sched.pages.num_pages,
                            num_pages_free=sched.pages.num_free, num_slots_total=sched.slots.num_slots,
                            num_slots_free=sched.slots.num_free, num_steps=self.num_steps,
-                           num_failed_steps=self.num_failed_steps, pool_ok=pool_ok)
+                           num_failed_steps=self.num_failed_steps, pool_ok=pool_ok,
+                           codec_launches=tuple(sorted(self.codec_launches.items())),
+                           chunks_on_time=self.chunks_on_time, chunks_late=self.chunks_late,
+                           deferred_admissions=self.deferred_admissions)
 
 
 def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:
