@@ -153,8 +153,9 @@ def test_urgent_and_background_jobs_run_on_their_lanes(monkeypatch):
     assert_pools_empty(core)
 
 
-def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path):
-    core = make_core(lanes="inline", trace_dir=str(tmp_path))
+@pytest.mark.parametrize("lanes", ["inline", "off"])
+def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path, lanes):
+    core = make_core(lanes=lanes, trace_dir=str(tmp_path))
     run_all(core)
     core.close()
     (path,) = tmp_path.glob("engine-*.jsonl")
@@ -163,7 +164,8 @@ def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path):
     assert kinds == {"plan", "lm", "codec"}
     codec = [r for r in records if r["kind"] == "codec"]
     assert sum(r["jobs"] for r in codec) == sum(len(r["frames"]) for r in codec) > 0
-    assert all(r["lane"] in (URGENT, BACKGROUND) for r in codec)
+    assert all(r["lane"] in ((URGENT, BACKGROUND) if lanes == "inline" else ("loop",)) for r in codec)
+    assert all(r["ms"] >= 0 and "gpu_ms" in r for r in records if r["kind"] == "lm")
 
 
 @pytest.mark.parametrize(("mode", "resolved"), [("auto", "off"), ("off", "off"), ("inline", "inline"),

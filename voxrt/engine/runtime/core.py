@@ -17,7 +17,7 @@ from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
                                    SubmitRequest)
 from voxrt.engine.runtime.attention import bytes_per_page
-from voxrt.engine.runtime.lanes import make_lanes
+from voxrt.engine.runtime.lanes import LM, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.runner import CodecLaunch, ModelRunner, RunnerConfig, resolve_backend
@@ -177,20 +177,13 @@ class EngineCore:
         self._trace_plan(now_ns, plan)
         events: list[EngineMessage] = []
         if plan.prefill or plan.decode:
-            try:
-                codes = self.runner.run_lm(plan)
-            except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
-                log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
-                self.num_failed_steps += 1
-                for request in plan.lm_requests:
-                    self.scheduler.fail(request, "request_failed", "the engine step generating this request failed")
-            else:
-                self.scheduler.update_lm(plan, codes)
+            self._run_lm(plan)
         jobs = [job for job in plan.codec if not job.request.is_terminal]
         for job in plan.codec:
             if job.request.is_terminal:  # ended during the LM step: its chunk is not decoded, its slot returns
                 self.scheduler.complete_codec(job, time.monotonic_ns())
         if jobs:
+            t0 = time.monotonic_ns()
             try:
                 audio = self.runner.run_codec(jobs)
             except Exception:  # noqa: BLE001
@@ -207,6 +200,7 @@ class EngineCore:
                     events.append(self._chunk_event(job, pcm))
                     self._count_timing(job, done_ns)
                     self.scheduler.complete_codec(job, done_ns)
+                self._trace_codec("loop", jobs, t0, done_ns, None)
         for failure in self.scheduler.pop_failures():
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
@@ -241,6 +235,11 @@ class EngineCore:
 
     def _run_lm(self, plan) -> None:
         t0 = time.monotonic_ns()
+        timing = None
+        if self.tracer is not None and self.runner.cfg.device.type == "cuda":  # GPU time on the LM lane
+            stream = self.lanes.stream(LM) or torch.cuda.current_stream()
+            timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), stream)
+            timing[0].record(stream)
         try:
             codes = self.runner.run_lm(plan)
         except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
@@ -251,7 +250,12 @@ class EngineCore:
             return
         self.scheduler.update_lm(plan, codes)
         if self.tracer is not None:
-            self.tracer.write(kind="lm", t_ms=t0 / 1e6, ms=(time.monotonic_ns() - t0) / 1e6,
+            gpu_ms = None
+            if timing is not None:
+                timing[1].record(timing[2])
+                timing[1].synchronize()
+                gpu_ms = timing[0].elapsed_time(timing[1])
+            self.tracer.write(kind="lm", t_ms=t0 / 1e6, ms=(time.monotonic_ns() - t0) / 1e6, gpu_ms=gpu_ms,
                               prefill=len(plan.prefill), decode=len(plan.decode),
                               prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None))
 
@@ -295,13 +299,7 @@ class EngineCore:
                     events.append(self._chunk_event(job, pcm))
                     self._count_timing(job, done_ns)
                 self.scheduler.complete_codec(job, done_ns)
-            if self.tracer is not None:
-                self.tracer.write(kind="codec", lane=lane, t_ms=launch.launched_ns / 1e6,
-                                  host_ms=(done_ns - launch.launched_ns) / 1e6, gpu_ms=launch.gpu_ms(),
-                                  jobs=len(launch.jobs), frames=[j.num_frames for j in launch.jobs],
-                                  first=[j.chunk_index == 0 for j in launch.jobs],
-                                  slack_ms=[None if j.deadline_ns is None else (j.deadline_ns - done_ns) / 1e6
-                                            for j in launch.jobs])
+            self._trace_codec(lane, launch.jobs, launch.launched_ns, done_ns, launch.gpu_ms())
 
     def _codec_failed(self, jobs: list[CodecJob]) -> None:
         log.exception("codec launch failed; failing its %d requests", len(jobs))
@@ -310,6 +308,15 @@ class EngineCore:
         for job in jobs:
             self.scheduler.fail(job.request, "request_failed", "the codec step decoding this request failed")
             self.scheduler.complete_codec(job, now_ns)
+
+    def _trace_codec(self, lane: str, jobs: list[CodecJob], launched_ns: int, done_ns: int,
+                     gpu_ms: float | None) -> None:
+        if self.tracer is None:
+            return
+        self.tracer.write(kind="codec", lane=lane, t_ms=launched_ns / 1e6, host_ms=(done_ns - launched_ns) / 1e6,
+                          gpu_ms=gpu_ms, jobs=len(jobs), frames=[j.num_frames for j in jobs],
+                          first=[j.chunk_index == 0 for j in jobs],
+                          slack_ms=[None if j.deadline_ns is None else (j.deadline_ns - done_ns) / 1e6 for j in jobs])
 
     def _count_timing(self, job: CodecJob, done_ns: int) -> None:
         if job.deadline_ns is None:
