@@ -174,33 +174,19 @@ class EngineCore:
         """The time-shared synchronous loop: LM step, then the step's codec chunks, in order."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         plan = self.scheduler.schedule(now_ns)
-        self._trace_plan(now_ns, plan)
+        self._on_plan(now_ns, plan)
         events: list[EngineMessage] = []
         if plan.prefill or plan.decode:
             self._run_lm(plan)
-        jobs = [job for job in plan.codec if not job.request.is_terminal]
-        for job in plan.codec:
-            if job.request.is_terminal:  # ended during the LM step: its chunk is not decoded, its slot returns
-                self.scheduler.complete_codec(job, time.monotonic_ns())
+        jobs = self._live(plan.codec)  # a request ended during the LM step: its chunk is not decoded
         if jobs:
             t0 = time.monotonic_ns()
             try:
                 audio = self.runner.run_codec(jobs)
-            except Exception:  # noqa: BLE001
-                log.exception("codec step failed; failing its %d requests", len(jobs))
-                self.num_failed_steps += 1
-                now_ns = time.monotonic_ns()
-                for job in jobs:
-                    self.scheduler.fail(job.request, "request_failed", "the codec step decoding this request failed")
-                    self.scheduler.complete_codec(job, now_ns)  # the launch is over: a held slot returns
+            except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
+                self._codec_failed(jobs)
             else:
-                done_ns = time.monotonic_ns()
-                self.codec_launches["loop"] = self.codec_launches.get("loop", 0) + 1
-                for job, pcm in zip(jobs, audio):
-                    events.append(self._chunk_event(job, pcm))
-                    self._count_timing(job, done_ns)
-                    self.scheduler.complete_codec(job, done_ns)
-                self._trace_codec("loop", jobs, t0, done_ns, None)
+                self._deliver("loop", jobs, audio, t0, None, events)
         for failure in self.scheduler.pop_failures():
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
@@ -215,7 +201,7 @@ class EngineCore:
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         sched.lanes_free = {lane: self._in_flight[lane] is None and not self._queued[lane] for lane in LANES}
         plan = sched.schedule(now_ns)
-        self._trace_plan(now_ns, plan)
+        self._on_plan(now_ns, plan)
         for job in plan.codec:
             self._queued[job.lane if job.lane in LANES else BACKGROUND].append(job)
         self._launch(events)  # before the LM step, so that the codec runs beside it
@@ -265,12 +251,7 @@ class EngineCore:
             if self._in_flight[lane] is not None or not self._queued[lane]:
                 continue
             queued, self._queued[lane] = self._queued[lane], []
-            jobs = []
-            for job in queued:
-                if job.request.is_terminal:  # cancelled while queued: never decoded, its slot returns
-                    self.scheduler.complete_codec(job, time.monotonic_ns())
-                else:
-                    jobs.append(job)
+            jobs = self._live(queued)  # cancelled while queued: never decoded
             if not jobs:
                 continue
             try:
@@ -292,14 +273,29 @@ class EngineCore:
             except Exception:  # noqa: BLE001 (a device error surfaces here)
                 self._codec_failed(launch.jobs)
                 continue
-            done_ns = time.monotonic_ns()
-            self.codec_launches[lane] = self.codec_launches.get(lane, 0) + 1
-            for job, pcm in zip(launch.jobs, audio):
-                if not job.request.is_terminal:
-                    events.append(self._chunk_event(job, pcm))
-                    self._count_timing(job, done_ns)
-                self.scheduler.complete_codec(job, done_ns)
-            self._trace_codec(lane, launch.jobs, launch.launched_ns, done_ns, launch.gpu_ms())
+            self._deliver(lane, launch.jobs, audio, launch.launched_ns, launch.gpu_ms(), events)
+
+    def _live(self, jobs: list[CodecJob]) -> list[CodecJob]:
+        """The jobs whose request is still live; the others are completed undecoded, so their slot returns."""
+        live = []
+        for job in jobs:
+            if job.request.is_terminal:
+                self.scheduler.complete_codec(job, time.monotonic_ns())
+            else:
+                live.append(job)
+        return live
+
+    def _deliver(self, lane: str, jobs: list[CodecJob], audio, launched_ns: int, gpu_ms: float | None,
+                 events: list[EngineMessage]) -> None:
+        """A finished launch: chunk events (not for requests that ended meanwhile), counters, completion."""
+        done_ns = time.monotonic_ns()
+        self.codec_launches[lane] = self.codec_launches.get(lane, 0) + 1
+        for job, pcm in zip(jobs, audio):
+            if not job.request.is_terminal:
+                events.append(self._chunk_event(job, pcm))
+                self._count_timing(job, done_ns)
+            self.scheduler.complete_codec(job, done_ns)  # the launch is over: a held slot returns
+        self._trace_codec(lane, jobs, launched_ns, done_ns, gpu_ms)
 
     def _codec_failed(self, jobs: list[CodecJob]) -> None:
         log.exception("codec launch failed; failing its %d requests", len(jobs))
@@ -326,18 +322,18 @@ class EngineCore:
         else:
             self.chunks_late += 1
 
-    def _trace_plan(self, now_ns: int, plan) -> None:
+    def _on_plan(self, now_ns: int, plan) -> None:
+        """Counts the step's deferred admissions and traces the decision."""
         self.deferred_admissions += sum(1 for r in plan.prefill if r.deferred_since_ns is not None)
         if self.tracer is None:
             return
+        waiting = self.scheduler.waiting()
         lanes: dict[str, int] = {}
         for job in plan.codec:
             lanes[job.lane] = lanes.get(job.lane, 0) + 1
         self.tracer.write(kind="plan", t_ms=now_ns / 1e6, prefill=len(plan.prefill), decode=len(plan.decode),
-                          codec=lanes, waiting=sum(1 for r in self.scheduler.requests.values()
-                                                   if r.state.value == "waiting"),
-                          deferred=sum(1 for r in self.scheduler.requests.values()
-                                       if r.deferred_since_ns and r.state.value == "waiting"))
+                          codec=lanes, waiting=len(waiting),
+                          deferred=sum(1 for r in waiting if r.deferred_since_ns is not None))
 
     def close(self) -> None:
         if self.tracer is not None:
