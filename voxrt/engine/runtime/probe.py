@@ -4,8 +4,6 @@ the engine will run, on their lanes. Fitted into a `CostModel` (flags may overri
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from voxrt.engine.runtime.lanes import LM
@@ -13,18 +11,19 @@ from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.plan import BACKGROUND
 
 
-def _time_ms(fn, stream, repeats: int = 5) -> float:
+def lane_time_ms(fn, stream, repeats: int = 5) -> float:
+    """GPU milliseconds per call of `fn` (which launches on `stream`, None: the current stream), after one
+    warm call: CUDA events on that stream (a device-wide synchronize misses green-context streams)."""
+    stream = stream or torch.cuda.current_stream()
     fn()
-    if stream is not None:
-        stream.synchronize()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    stream.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
     for _ in range(repeats):
         fn()
-    if stream is not None:
-        stream.synchronize()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1000.0 / repeats
+    end.record(stream)
+    end.synchronize()
+    return start.elapsed_time(end) / repeats
 
 
 @torch.inference_mode()
@@ -40,7 +39,7 @@ def measure_costs(runner) -> CostModel:
             with lanes.on(LM):
                 decode.replay()
                 depth.replay()
-        lm_points.append((size, _time_ms(step, lm_stream)))
+        lm_points.append((size, lane_time_ms(step, lm_stream)))
     codec_points = []
     stages = runner.codec_stages_by_lane.get(BACKGROUND, runner.codec_stages)
     stream = lanes.stream(BACKGROUND)
@@ -51,5 +50,5 @@ def measure_costs(runner) -> CostModel:
             def run(graph=graph) -> None:
                 with lanes.on(BACKGROUND):
                     graph.replay()
-            codec_points.append((size, frames, _time_ms(run, stream)))
+            codec_points.append((size, frames, lane_time_ms(run, stream)))
     return CostModel.fit(lm_points, codec_points)

@@ -18,7 +18,8 @@ import torch
 from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.lanes import LM
-from voxrt.engine.sched.plan import BACKGROUND, URGENT
+from voxrt.engine.runtime.probe import lane_time_ms
+from voxrt.engine.sched.plan import BACKGROUND
 
 log = logging.getLogger("voxrt.engine.profile_split")
 
@@ -50,20 +51,9 @@ def _measure(core, batch: int, codec_batch: int, context: int, iters: int) -> di
         with lanes.on(BACKGROUND):
             codec.run(codec_batch, lambda b, s: None)
 
-    def timed(fn, lane: str, n: int) -> float:
-        stream = lanes.stream(lane) or torch.cuda.current_stream()
-        fn()
-        stream.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        for _ in range(n):
-            fn()
-        end.record(stream)
-        return _elapsed_ms(start, end) / n
-
     with torch.inference_mode():
-        lm_alone = timed(lm_frame, LM, iters)
-        codec_alone = timed(codec_launch, BACKGROUND, max(3, iters // 4))
+        lm_alone = lane_time_ms(lm_frame, lanes.stream(LM), iters)
+        codec_alone = lane_time_ms(codec_launch, lanes.stream(BACKGROUND), max(3, iters // 4))
         if lanes.enabled:  # together, each on its lane, for about the same wall time
             n_lm = iters
             n_codec = max(2, round(iters * lm_alone / codec_alone))
