@@ -97,11 +97,10 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | None = None) ->
             if mode == "green":
                 raise RuntimeError(f"green contexts unavailable: {type(exc).__name__}: {exc}") from exc
             lanes.note = f"green contexts unavailable: {type(exc).__name__}: {exc}"
+    low, high = _priority_range()
     if lanes.mode == "streams":
-        low, _ = _priority_range()
         lanes.streams[LM] = torch.cuda.Stream(device)
         lanes.streams[BACKGROUND] = torch.cuda.Stream(device, priority=low)
-    _, high = _priority_range()
     lanes.streams[URGENT] = torch.cuda.Stream(device, priority=high)
     for lane in (LM, URGENT, BACKGROUND):
         lanes.pools[lane] = torch.cuda.graph_pool_handle()
