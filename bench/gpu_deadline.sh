@@ -1,40 +1,80 @@
 #!/usr/bin/env bash
-# Issue 7's comparison in one GPU call: SLO capacity (engine-direct, LibriTTS test-clean, Poisson, pinned
-# lengths) of (c) `deadline` with green-context lanes and the urgent lane, (b) `base` with the same lanes,
-# (a) `base` in the time-shared synchronous loop (--lanes off). Then a short lanes smoke test (tokens and audio
-# against the loop). Run from the repository root on the GPU machine:
+# Issue 7's comparison in one GPU call: SLO attainment over one grid of rates (engine-direct `voxrt loadgen`,
+# LibriTTS test-clean, Poisson, pinned lengths, the same arrivals and rows at each rate for every config) of
+#   (a) `base` in the time-shared synchronous loop (--lanes off),
+#   (b) `base` with the lanes (LM and codec on green-context SM partitions, urgent lane),
+#   (c) `deadline` with the lanes and the urgent lane,
+# then a lanes smoke test (tokens and audio of the lanes against the loop) and `voxrt profile-split`.
+# Capacity is read on the grid: the highest rate with every rate up to it at or above 90% / 99%.
+# Each sweep climbs the grid and stops after a point below STOP (an overloaded point only takes long to drain).
+# On a machine with two GPUs the configs run as two groups in parallel, one GPU each (GROUP0, GROUP1);
+# on one GPU, one after the other. Run from the repository root on the GPU machine:
 #
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_deadline.sh
 #
-# Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), DURATION, TOL, START, PER_RUN_S, CONFIGS (which
-# of smoke deadline-lanes base-sync base-lanes to run (smoke: tokens and audio of the lanes against the loop): split them over calls when points are long, e.g. DURATION=30
-# takes ~260 s per config). The 2026-11-29 run used the defaults below and its 150 s limit cut (c) short.
+# Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), RATES, DURATION (s of arrivals per point), STOP,
+# SEED, PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among base-sync base-lanes deadline-lanes smoke
+# split). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
 SPLIT=${SPLIT:-32}
-PER_RUN_S=${PER_RUN_S:-160}
-export DURATION=${DURATION:-10} TOL=${TOL:-0.15} START=${START:-8} SWEEP=${SWEEP:-8} MODE=direct OUT
-python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b /tmp/q17 --tokenizer-dir .gpu/qwen-tokenizer > "$OUT/mk.log" 2>&1
-run() {  # TAG SCHED EXTRA
-  TAG=$1 SCHED=$2 EXTRA=$3 timeout "$PER_RUN_S" bash bench/gpu_loadgen.sh > "$OUT/$1.log" 2>&1
-  echo "== $1 (rc $?)"; grep -E "capacity at|lanes|error|Error" "$OUT/$1.log" | grep -v INFO | tail -4
+RATES=${RATES:-6,8,10,12,14,16,18,20,22,24}
+DURATION=${DURATION:-15}
+STOP=${STOP:-0.8}
+SEED=${SEED:-0}
+PER_RUN_S=${PER_RUN_S:-280}
+GROUP0=${GROUP0:-base-sync base-lanes}
+GROUP1=${GROUP1:-deadline-lanes smoke split}
+CKPT=/tmp/q17
+MODEL=${MODEL:-qwen3-tts}  # MODEL=tiny: a CPU dry run of the script (GROUP1="deadline-lanes", tiny RATES)
+MODEL_ARGS=(--model "$MODEL")
+[ "$MODEL" = qwen3-tts ] && MODEL_ARGS+=(--checkpoint $CKPT)
+R=$OUT/runs
+mkdir -p "$R"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt" 2>&1
+python -c "import torch, flashinfer; print('torch', torch.__version__, 'flashinfer', flashinfer.__version__)" \
+  >> "$R/gpu.txt" 2>&1
+[ "$MODEL" = qwen3-tts ] && python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+
+limit() {  # the time limit of one config: LIMIT_<config with _ for -> or PER_RUN_S
+  local var="LIMIT_${1//-/_}"; echo "${!var:-$PER_RUN_S}"
 }
-mkdir -p "$OUT"
-CONFIGS=${CONFIGS:-deadline-lanes base-sync base-lanes}
-for c in $CONFIGS; do
-  case $c in
-    deadline-lanes) run deadline-lanes deadline "--lanes auto --sm-modes $SPLIT --trace-dir $OUT/trace-deadline"
-      if ! grep -q "capacity at" "$OUT/deadline-lanes.log"; then  # lanes failed: the policy alone, one stream
-        run deadline-sync deadline "--lanes off"
-      fi ;;
-    base-sync) run base-sync base "--lanes off" ;;
-    base-lanes) run base-lanes base "--lanes auto --sm-modes $SPLIT" ;;
-    smoke) timeout "$PER_RUN_S" python -u bench/gpu_lanes_smoke.py --checkpoint /tmp/q17 --out "$OUT" \
-             > "$OUT/smoke.log" 2>&1; echo "== smoke (rc $?)"; sed -n '/^lanes /,$p' "$OUT/smoke.log" ;;
-    *) echo "unknown config $c" ;;
+loadgen() {  # TAG SCHED EXTRA...
+  local tag=$1 sched=$2; shift 2
+  timeout "$(limit "$tag")" python -m voxrt.cli -v loadgen --engine-direct "${MODEL_ARGS[@]}" \
+    --scheduler-type "$sched" "$@" --workload bench/workloads/libritts_test_clean.jsonl --sweep "$RATES" \
+    --stop-below "$STOP" --duration "$DURATION" --seed "$SEED" --max-requests 600 --out "$R/$tag" \
+    > "$R/$tag.log" 2>&1
+  echo "== $tag (rc $?)"; sed -n '/rate   reqs/,$p' "$R/$tag.log"
+}
+config() {
+  case $1 in
+    base-sync) loadgen base-sync base --lanes off ;;
+    base-lanes) loadgen base-lanes base --lanes auto --sm-modes "$SPLIT" ;;
+    deadline-lanes) loadgen deadline-lanes deadline --lanes auto --sm-modes "$SPLIT" ;;
+    smoke) timeout "$(limit smoke)" python -u bench/gpu_lanes_smoke.py --checkpoint $CKPT --out "$R" > "$R/smoke.log" 2>&1
+           echo "== smoke (rc $?)"; sed -n '/^lanes /,$p' "$R/smoke.log" ;;
+    split) timeout "$(limit split)" python -m voxrt.cli profile-split --model qwen3-tts --checkpoint $CKPT \
+             --sm-modes 16,32,48,64,96 --out "$R/profile-split.json" > "$R/profile-split.log" 2>&1
+           echo "== profile-split (rc $?)"; grep -v INFO "$R/profile-split.log" | tail -12 ;;
+    *) echo "unknown config $1" ;;
   esac
+}
+group() {  # GPU CONFIGS...
+  local gpu=$1; shift
+  for c in "$@"; do CUDA_VISIBLE_DEVICES=$gpu config "$c"; done > "$R/group$gpu.out" 2>&1
+}
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  group 0 $GROUP0 & group 1 $GROUP1 & wait
+else
+  group 0 $GROUP0 $GROUP1
+fi
+cat "$R"/group*.out
+runs=()
+for pair in "(a) base, time-shared loop=base-sync" "(b) base, lanes=base-lanes" \
+            "(c) deadline, lanes + urgent lane=deadline-lanes"; do
+  [ -f "$R/${pair##*=}/summary.json" ] && runs+=("${pair%=*}=$R/${pair##*=}")
 done
-for t in deadline-lanes deadline-sync base-lanes base-sync; do
-  [ -f "$OUT/$t.log" ] || continue
-  echo "== $t"; sed -n '/rate   reqs/,$p' "$OUT/$t.log"
-done
+[ ${#runs[@]} -gt 0 ] && python -m voxrt.loadgen.compare --out "$R" "${runs[@]}"
+cp "$R"/compare.md "$OUT"/ 2>/dev/null
+tar czf "$OUT/deadline.tgz" -C "$OUT" runs && rm -rf "$R"

@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                          "and >= 99%% attainment")
     loadgen.add_argument("--capacity-tol", type=float, default=0.05, help="relative width at which the "
                          "bisection stops (default 0.05)")
+    loadgen.add_argument("--stop-below", type=float, default=None, help="run the --sweep rates in ascending "
+                         "order and stop after the first point below this attainment (e.g. 0.8); without "
+                         "--capacity the capacities are read on the swept grid")
     loadgen.add_argument("--engine-direct", action="store_true", help="drive the engine process directly "
                          "(no HTTP/WebSocket)")
     loadgen.add_argument("--no-pin-frames", action="store_true", help="let the model decide output lengths "
@@ -262,9 +265,11 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--capacity-tol must be between 0 and 1")
     if args.max_requests is not None and args.max_requests < 1:
         parser.error("--max-requests must be >= 1")
+    if args.stop_below is not None and not 0 < args.stop_below <= 1:
+        parser.error("--stop-below must be an attainment between 0 and 1, e.g. 0.8")
     config = LoadgenConfig(workload=args.workload, rate=args.rate, duration_s=args.duration, out_dir=args.out,
                            url=args.url, sweep=sweep, capacity=args.capacity,
-                           capacity_tol=args.capacity_tol, engine_direct=args.engine_direct,
+                           capacity_tol=args.capacity_tol, stop_below=args.stop_below, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
                            api_key=args.api_key, voice=args.voice,
                            pin_frames=not args.no_pin_frames, warmup=args.warmup)

@@ -112,3 +112,29 @@ def test_engine_direct_short_run(workload, tmp_path):
 def test_loadgen_needs_one_target(workload, tmp_path):
     with pytest.raises(SystemExit):
         main(["loadgen", "--workload", str(workload), "--out", str(tmp_path)])
+
+
+def test_engine_direct_sweep_reads_capacity_on_the_grid(workload, tmp_path):
+    rc = main(["loadgen", "--engine-direct", "--model", "tiny", "--device", "cpu", "--max-seq-len", "1024",
+               "--workload", str(workload), "--sweep", "2,1", "--stop-below", "0.5", "--duration", "2",
+               "--max-requests", "2", "--warmup", "0", "--out", str(tmp_path)])
+    assert rc == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["capacity_method"].startswith("grid") and summary["complete"] is True
+    rates = [p["rate"] for p in summary["points"]]
+    assert rates[0] == 1.0 and set(rates) | set(summary["skipped_rates"]) == {1.0, 2.0}
+    for name in ("90%", "99%"):  # whatever the CPU managed, the reading follows the rule on the points
+        expected = None
+        for p in summary["points"]:
+            if p["attainment"] < float(name[:-1]) / 100:
+                break
+            expected = p["rate"]
+        assert summary["capacity_rps"][name] == expected
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
+def test_stop_below_must_be_an_attainment(workload, tmp_path, value, capsys):
+    with pytest.raises(SystemExit):
+        main(["loadgen", "--engine-direct", "--workload", str(workload), "--sweep", "1,2", "--stop-below", value,
+              "--out", str(tmp_path)])
+    assert "--stop-below" in capsys.readouterr().err

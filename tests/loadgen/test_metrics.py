@@ -102,6 +102,36 @@ def test_capacity_bisection_on_a_model_curve():
     assert table.splitlines()[-1].startswith("capacity at 99% attainment")
 
 
+def test_ascending_sweep_stops_below_and_reads_capacity_on_the_grid(capsys):
+    # a noisy curve: 14 misses 99% but 16 meets it again; 18 is below the stop mark, so 20 and 22 never run
+    curve = {8.0: 1.0, 10.0: 0.995, 12.0: 0.95, 14.0: 0.98, 16.0: 0.992, 18.0: 0.6, 20.0: 0.9, 22.0: 0.1}
+    ran = []
+
+    async def measure(rate):
+        ran.append(rate)
+        return summarize([], rate, 1.0) | {"attainment": curve[rate]}
+
+    async def main():
+        sweep = Sweep(measure, progress=True)
+        skipped = await sweep.ascending([22, 8, 12, 10, 16, 14, 18, 20], stop_below=0.8)
+        return sweep, skipped
+
+    sweep, skipped = asyncio.run(main())
+    assert ran == [8.0, 10.0, 12.0, 14.0, 16.0, 18.0]
+    assert skipped == [20.0, 22.0]
+    assert "skipping 20, 22" in capsys.readouterr().err
+    assert sweep.grid_capacity(0.90) == 16.0
+    assert sweep.grid_capacity(0.99) == 10.0  # 12 misses: 16 meeting it again does not count
+    assert sweep.grid_capacity(1.01) is None  # the lowest rate misses
+
+    async def all_points():
+        sweep = Sweep(measure, progress=False)
+        return await sweep.ascending([8, 22]), sweep
+
+    skipped, sweep = asyncio.run(all_points())
+    assert skipped == [] and sorted(sweep.points) == [8.0, 22.0]
+
+
 def test_run_point_with_a_fake_target_and_progress(monkeypatch, capsys):
     import voxrt.loadgen.runner as runner
     from voxrt.loadgen.workload import WorkItem

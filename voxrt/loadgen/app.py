@@ -33,6 +33,7 @@ class LoadgenConfig:
     sweep: list[float] = field(default_factory=list)
     capacity: bool = False
     capacity_tol: float = 0.05  # bisection stops when the bracket is within this fraction of its upper end
+    stop_below: float | None = None  # an ascending sweep stops after a point below this attainment
     engine_direct: bool = False
     tokens_per_s: float | None = None
     max_requests: int | None = None
@@ -78,9 +79,42 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         for record in records:
             lines.write(json.dumps(record.to_json()) + "\n")
         lines.flush()
-        return summarize(records, rate, config.duration_s)
+        point = summarize(records, rate, config.duration_s)
+        if sweep is not None:
+            sweep.points[float(round(rate, 6))] = point  # before the sweep caches it: in the partial summary
+            write_summary(complete=False)
+        return point
 
     started = time.time()
+    sweep: Sweep | None = None
+    skipped: list[float] = []
+    capacities: dict[str, float | None] = {}
+    capacity_method = None
+
+    def write_summary(complete: bool) -> dict:
+        # Written after every point too (complete: false), so a run stopped part-way keeps what it measured.
+        summary = {
+            "mode": mode,
+            "complete": complete,
+            "workload": config.workload,
+            "slo": {"ttfa_ms": TTFA_SLO_MS, "stalls": 0},
+            "pinned_length_rule": PINNED_LENGTH_RULE if config.pin_frames else "none: output lengths are the "
+                                  "model's own",
+            "pinned_length_mismatches": unpinned,
+            "text_mode": f"token stream at {config.tokens_per_s:g} tokens/s" if config.tokens_per_s else "whole",
+            "duration_s": config.duration_s,
+            "max_requests": config.max_requests,
+            "seed": config.seed,
+            "warmup_requests": config.warmup,
+            "started_unix_s": started,
+            "points": sweep.summaries() if sweep is not None else [],
+            "capacity_rps": capacities,
+            "capacity_method": capacity_method if capacities else None,
+            "skipped_rates": skipped,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return summary
+
     try:
         if config.warmup:
             rows = [workload[-1 - i % len(workload)] for i in range(config.warmup)]
@@ -89,34 +123,23 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
             print(f"[loadgen] warm-up: {config.warmup} requests, {len(failed)} failed {failed[:3] or ''}",
                   file=sys.stderr, flush=True)
         sweep = Sweep(measure, progress=long_run or config.capacity or len(config.sweep) > 1)
-        for rate in config.sweep or [config.rate]:
-            await sweep.at(rate)
+        skipped = await sweep.ascending(config.sweep or [config.rate], config.stop_below)
         capacities = {}
         if config.capacity:
+            capacity_method = "bisection"
             for threshold in (0.90, 0.99):
                 capacities[f"{threshold:.0%}"] = await sweep.capacity(threshold, config.rate,
                                                                          rel_tol=config.capacity_tol)
+        elif len(config.sweep) > 1:
+            capacity_method = "grid: the highest swept rate with every swept rate up to it meeting the threshold"
+            for threshold in (0.90, 0.99):
+                capacities[f"{threshold:.0%}"] = sweep.grid_capacity(threshold)
     finally:
         lines.close()
         if client is not None:
             await client.close()
-    summaries = sweep.summaries()
-    summary = {
-        "mode": mode,
-        "workload": config.workload,
-        "slo": {"ttfa_ms": TTFA_SLO_MS, "stalls": 0},
-        "pinned_length_rule": PINNED_LENGTH_RULE if config.pin_frames else "none: output lengths are the model's own",
-        "pinned_length_mismatches": unpinned,
-        "text_mode": f"token stream at {config.tokens_per_s:g} tokens/s" if config.tokens_per_s else "whole",
-        "duration_s": config.duration_s,
-        "max_requests": config.max_requests,
-        "seed": config.seed,
-        "warmup_requests": config.warmup,
-        "started_unix_s": started,
-        "points": summaries,
-        "capacity_rps": capacities,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary = write_summary(complete=True)
+    summaries = summary["points"]
     plot_summaries(summaries, out, label=mode)
     print(f"\n{mode}; SLO: TTFA <= {TTFA_SLO_MS:g} ms and no stall; out: {out}")
     print(format_table(summaries, capacities or None), flush=True)

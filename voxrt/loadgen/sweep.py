@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
+from voxrt.loadgen.compare import grid_capacity
+
 Measure = Callable[[float], Awaitable[dict]]
 
 
@@ -69,6 +71,26 @@ class Sweep:
             else:
                 hi = mid
         return lo
+
+    async def ascending(self, rates: list[float], stop_below: float | None = None) -> list[float]:
+        """Run `rates` in ascending order; with `stop_below`, stop after the first point whose attainment is
+        below it (the rates above it are overloaded: each would only take long to drain). Returns the skipped
+        rates."""
+        ordered = sorted(set(float(round(r, 6)) for r in rates))
+        for i, rate in enumerate(ordered):
+            if (await self.at(rate))["attainment"] < (stop_below if stop_below is not None else -1.0):
+                skipped = ordered[i + 1:]
+                if skipped and self.progress:
+                    print(f"[loadgen] attainment at {rate:g} req/s is below {stop_below:.0%}: skipping "
+                          f"{', '.join(f'{r:g}' for r in skipped)}", file=sys.stderr, flush=True)
+                return skipped
+        return []
+
+    def grid_capacity(self, threshold: float) -> float | None:
+        """On the measured rates alone: the highest rate that meets `threshold` with every lower measured rate
+        meeting it too (the first miss ends the reading, so a lucky point above a miss does not count). None
+        when the lowest measured rate misses."""
+        return grid_capacity(list(self.points.values()), threshold)
 
     def summaries(self) -> list[dict]:
         return [self.points[r] for r in sorted(self.points)]
