@@ -41,6 +41,19 @@ def test_inline_lanes_equal_the_time_shared_loop():
     assert_pools_empty(inline)
 
 
+def test_early_chunks_give_the_same_audio_and_are_counted():
+    # an LM step the cost model thinks takes a second: every stream's next chunk would be late waiting for its
+    # frames, so the deadline policy cuts whatever frames there are (codec sizes) each time
+    sync = make_core(lanes="off")
+    early = make_core(lanes="inline", scheduler_type="deadline", costs=(("lm_base_ms", 1000.0),))
+    a, b = run_all(sync), run_all(early)
+    stats = early.stats()
+    assert stats.early_chunks > 0 and sync.stats().early_chunks == 0
+    for rid in a:
+        np.testing.assert_allclose(b[rid], a[rid], rtol=0, atol=1e-5)  # the stateful codec, chunked otherwise
+    assert_pools_empty(early)
+
+
 def test_cancel_with_chunks_queued_returns_every_slot():
     core = make_core(lanes="inline")
     for i, text in enumerate(TEXTS):
@@ -200,3 +213,5 @@ def test_stats_count_launches_per_lane_and_chunk_timing(lanes, policy, launch_la
     timed_chunks = stats.chunks_on_time + stats.chunks_late
     assert (timed_chunks > 0) == timed
     assert stats.deferred_admissions >= 0 and stats.pool_ok
+    if policy != "deadline":
+        assert stats.early_chunks == 0

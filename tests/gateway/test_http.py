@@ -124,3 +124,4 @@ def test_metrics_count_codec_launches_and_chunk_timing(live):
     if os.environ.get("VOXRT_TEST_SCHEDULER") == "deadline":
         assert chunks["on_time"] + chunks["late"] > 0
     assert metric(live, "voxrt_engine_deferred_admissions_total") >= 0
+    assert metric(live, "voxrt_engine_early_chunks_total") >= 0

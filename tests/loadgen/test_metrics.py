@@ -102,6 +102,16 @@ def test_capacity_bisection_on_a_model_curve():
     assert table.splitlines()[-1].startswith("capacity at 99% attainment")
 
 
+def test_point_rows_are_a_seeded_uniform_shuffle():
+    from voxrt.loadgen.runner import point_rows
+
+    rows = point_rows(1000, seed=7)
+    assert sorted(rows) == list(range(1000)) and rows == point_rows(1000, seed=7)
+    assert rows != point_rows(1000, seed=8) and rows != list(range(1000))
+    # the first 200 rows are spread over the whole workload, not one block: every tenth of it is drawn from
+    assert {r // 100 for r in rows[:200]} == set(range(10))
+
+
 def test_ascending_sweep_stops_below_and_reads_capacity_on_the_grid(capsys):
     # a noisy curve: 14 misses 99% but 16 meets it again; 18 is below the stop mark, so 20 and 22 never run
     curve = {8.0: 1.0, 10.0: 0.995, 12.0: 0.95, 14.0: 0.98, 16.0: 0.992, 18.0: 0.6, 20.0: 0.9, 22.0: 0.1}

@@ -166,11 +166,13 @@ class EngineStats:
     num_failed_steps: int
     pool_ok: bool
     # since start: codec launches per lane ("urgent", "background", or "loop" for the time-shared loop),
-    # chunks with a deadline decoded by it or after it, admissions a policy had deferred
+    # chunks with a deadline decoded by it or after it, admissions a policy had deferred, chunks cut early (before
+    # all their frames were there) so as not to be late
     codec_launches: tuple[tuple[str, int], ...] = ()
     chunks_on_time: int = 0
     chunks_late: int = 0
     deferred_admissions: int = 0
+    early_chunks: int = 0
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ class GatewayMetrics:
                                      ["timing"], registry=r)
         self.engine_deferred = Counter("voxrt_engine_deferred_admissions", "admissions a policy deferred to "
                                        "protect running streams", registry=r)
+        self.engine_early = Counter("voxrt_engine_early_chunks", "chunks the deadline policy cut before all their "
+                                    "frames were there, so as not to be late", registry=r)
         self._last: dict[tuple[str, str], int] = {}  # engine totals already counted
 
     def update_engine(self, stats) -> None:
@@ -46,6 +48,7 @@ class GatewayMetrics:
         self._advance(self.engine_chunks.labels("on_time"), ("chunks", "on_time"), stats.chunks_on_time)
         self._advance(self.engine_chunks.labels("late"), ("chunks", "late"), stats.chunks_late)
         self._advance(self.engine_deferred, ("deferred", ""), stats.deferred_admissions)
+        self._advance(self.engine_early, ("early", ""), stats.early_chunks)
 
     def _advance(self, counter, key: tuple[str, str], total: int) -> None:
         """Engine totals -> Prometheus counters (incremented by what is new since the last scrape)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from voxrt.loadgen.metrics import TTFA_SLO_MS, summarize
 from voxrt.loadgen.plots import plot_summaries
-from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, run_point
+from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, point_rows, run_point
 from voxrt.loadgen.sweep import Sweep, format_table
 from voxrt.loadgen.workload import FRAMES_PER_S, PINNED_LENGTH_RULE, load_workload
 
@@ -66,10 +66,12 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         nonlocal unpinned
         # A point depends only on its rate and the seed, not on the points before it: two runs (two policies)
         # at the same rate see the same arrival times and the same workload rows.
-        key = round(rate * 1000)
-        records = await run_point(target, workload, rate, config.duration_s, seed=config.seed * 1_000_003 + key,
+        # Rows are a seeded shuffle of the whole workload (`point_rows`), so every point's load is a uniform sample.
+        point_seed = config.seed * 1_000_003 + round(rate * 1000)
+        rows = [workload[i] for i in point_rows(len(workload), point_seed)]
+        records = await run_point(target, rows, rate, config.duration_s, seed=point_seed,
                                   tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
-                                  progress=long_run, offset=(key * 7919) % len(workload))
+                                  progress=long_run)
         wrong = sum(r.status == "ok" and r.num_frames is not None
                     and abs(r.audio_s - r.num_frames / FRAMES_PER_S) > PINNED_TOLERANCE_S for r in records)
         if wrong and not unpinned:

@@ -38,6 +38,15 @@ def arrival_times(rate: float, duration_s: float, seed: int, max_requests: int |
         times.append(t)
 
 
+def point_rows(num_rows: int, seed: int) -> list[int]:
+    """The workload rows of one point, in order: a seeded shuffle of every row (cycled when a point has more
+    requests). Uniform over the workload, so each point's audio per request is the workload's mean, not that
+    of one contiguous block (LibriTTS rows come in chapters of similar length)."""
+    order = list(range(num_rows))
+    random.Random(seed).shuffle(order)
+    return order
+
+
 def tokens(text: str) -> list[str]:
     """An LLM-like token stream: each word with the whitespace before it."""
     return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]

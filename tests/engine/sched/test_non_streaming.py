@@ -36,8 +36,10 @@ def test_a_batch_request_waits_while_a_stream_would_miss_and_goes_in_when_none_w
     stream = add(sched, "stream2", arrival_ns=NOW)  # a stream in the same spot is deferred within its bound
     plan = sched.schedule(NOW)
     assert not plan.prefill and batch.deferred_since_ns == NOW and stream.deferred_since_ns == NOW
+    assert [(job.request, job.is_early) for job in plan.codec] == [(tight, True)]  # 2 of its 3 frames go early
     late = NOW + 150 * MS  # past the streams' 100 ms bound: the batch request still waits while at risk...
-    tight.first_chunk_ns = late - 160 * MS + 17 * MS
+    tight.playback = PlaybackAnchor(0, late, False)  # (the first one is safe now)
+    hand_made(sched, "tight2", chunks=1, ready=False, first_chunk_ns=late - 160 * MS + 17 * MS)
     plan = sched.schedule(late)
     assert batch not in plan.prefill and stream in plan.prefill
     relaxed = make("deadline", costs=costs)  # ...and goes in at once when no stream is at risk

@@ -237,6 +237,31 @@ def test_background_slowdown_is_learned_from_completions():
     assert d.num_chunks_in_flight == 0
 
 
+@pytest.mark.parametrize("has_lanes", [False, True])
+def test_deadline_cuts_a_chunk_early_when_waiting_for_its_frames_would_make_it_late(has_lanes):
+    sched = make("deadline", has_lanes=has_lanes)
+    # chunk 2 (8 frames from frame 6), 7 of them there: due first chunk + 6 frames (480 ms); the missing frame
+    # takes a 10 ms step and the launch 5 ms, so it would be late once it is due within 25 ms (one step ahead)
+    late = hand_made(sched, "late", chunks=2, ready=False, first_chunk_ns=NOW - 470 * MS)  # due NOW + 10 ms
+    fine = hand_made(sched, "fine", chunks=2, ready=False, first_chunk_ns=NOW - 400 * MS)  # due NOW + 80 ms
+    plan = sched.schedule(NOW)
+    assert codec_summary(plan) == [("late", 2, URGENT)]
+    job = plan.codec[0]
+    assert (job.first_frame, job.num_frames, job.is_early, job.is_last) == (6, 4, True, False)  # a codec size
+    assert (late.num_frames_chunked, late.num_chunks, late.num_chunks_in_flight) == (10, 3, 1)
+    assert (fine.num_frames_chunked, fine.num_chunks) == (6, 2)
+    assert SPEC.chunk_size(late.num_chunks) == 16  # the schedule goes on from the next index
+
+
+def test_deadline_never_cuts_a_first_chunk_or_a_non_streaming_chunk_early():
+    sched = make("deadline", has_lanes=True)
+    first = hand_made(sched, "first", chunks=0, ready=False, arrival_ns=NOW - 300 * MS)  # overdue, 1 of 2 frames
+    batch = hand_made(sched, "batch", chunks=2, ready=False, first_chunk_ns=NOW - 900 * MS)
+    batch.is_streaming = False
+    assert sched.schedule(NOW).codec == []
+    assert (first.num_chunks, batch.num_chunks) == (0, 2)
+
+
 # ---- deadline: first chunks ----------------------------------------------------------------------------------------
 
 

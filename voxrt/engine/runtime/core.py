@@ -96,6 +96,7 @@ class EngineCore:
         self.chunks_on_time = 0
         self.chunks_late = 0
         self.deferred_admissions = 0
+        self.early_chunks = 0
         self.info = ModelInfo(
             name=program.name, sample_rate=program.sample_rate, frame_rate_hz=program.frame_rate_hz,
             samples_per_frame=program.samples_per_frame, num_codebooks=program.num_codebooks,
@@ -323,8 +324,9 @@ class EngineCore:
             self.chunks_late += 1
 
     def _on_plan(self, now_ns: int, plan) -> None:
-        """Counts the step's deferred admissions and traces the decision."""
+        """Counts the step's deferred admissions and early chunks, and traces the decision."""
         self.deferred_admissions += sum(1 for r in plan.prefill if r.deferred_since_ns is not None)
+        self.early_chunks += sum(1 for job in plan.codec if job.is_early)
         if self.tracer is None:
             return
         waiting = self.scheduler.waiting()
@@ -332,7 +334,7 @@ class EngineCore:
         for job in plan.codec:
             lanes[job.lane] = lanes.get(job.lane, 0) + 1
         self.tracer.write(kind="plan", t_ms=now_ns / 1e6, prefill=len(plan.prefill), decode=len(plan.decode),
-                          codec=lanes, waiting=len(waiting),
+                          codec=lanes, early=sum(1 for job in plan.codec if job.is_early), waiting=len(waiting),
                           deferred=sum(1 for r in waiting if r.deferred_since_ns is not None))
 
     def close(self) -> None:
@@ -361,7 +363,7 @@ class EngineCore:
                            num_failed_steps=self.num_failed_steps, pool_ok=pool_ok,
                            codec_launches=tuple(sorted(self.codec_launches.items())),
                            chunks_on_time=self.chunks_on_time, chunks_late=self.chunks_late,
-                           deferred_admissions=self.deferred_admissions)
+                           deferred_admissions=self.deferred_admissions, early_chunks=self.early_chunks)
 
 
 def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:

@@ -14,7 +14,9 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
 2. The LM: every running request decodes a frame (as the base policy).
 3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within
    `urgent_ms` plus what a background launch would take to deliver them, go to the urgent lane, at most
-   `max_codec_batch` a launch. The others go to the background lane once `dec_batch` of them are ready (a
+   `max_codec_batch` a launch. A stream whose next chunk would be late if it waited for all its frames (its
+   slack under one LM step) has the frames it has cut early, to a size the codec runs (`_early_chunks`): a
+   short chunk on time beats a full one after the listener ran dry. The others go to the background lane once `dec_batch` of them are ready (a
    bigger launch costs less per chunk), or earlier when the earliest would turn urgent before the next step
    (due within the launch's time plus `urgent_ms` plus an LM step), or when the LM has nothing to do this
    step. A lane with a batch in flight gets nothing (the chunk stays ready for the next step). Without lanes
@@ -149,6 +151,7 @@ class DeadlineScheduler(Scheduler):
 
     def _plan_codec(self, plan: StepPlan, now_ns: int) -> None:
         ready = self.ready_chunks()
+        ready += self._early_chunks(plan, now_ns, {job.request.request_id for job in ready})
         jobs = sorted((with_deadline(job, self.spec, self._startup_ns) for job in ready if job.request.is_streaming),
                       key=lambda job: job.deadline_ns)  # stable: arrival order breaks ties
         batch_jobs = [job for job in ready if not job.request.is_streaming]  # no deadline: last, background
@@ -184,6 +187,24 @@ class DeadlineScheduler(Scheduler):
             plan.codec.extend(cut)
             chunks = frozenset((job.request.request_id, job.chunk_index) for job in cut)
             self._background_batch = _LaunchRecord(now_ns, estimate_ns, chunks)
+
+    def _early_chunks(self, plan: StepPlan, now_ns: int, ready_ids: set[str]) -> list[CodecJob]:
+        """Streams whose next chunk would be late if it waited for all its frames (`next_chunk_slack_ns` under
+        one LM step: the next look is a step away): what frames there are, cut early (`next_chunk(early=True)`).
+        Not a first chunk (it is small already, and one frame of audio would leave the next chunk no time)."""
+        step_ms = self.costs.lm_step_ms(len(plan.lm_requests))
+        early = []
+        for request in self.requests.values():
+            if (not request.is_streaming or request.request_id in ready_ids or request.num_chunks == 0
+                    or request.num_chunks_in_flight or request.state is not RequestState.RUNNING
+                    or request.num_frames <= request.num_frames_chunked):
+                continue
+            slack_ns = next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns)
+            if slack_ns < step_ms * 1e6:
+                job = self.peek_chunk(request, early=True)
+                if job is not None:
+                    early.append(job)
+        return early
 
     def _background_latency_ns(self, jobs: list[CodecJob]) -> float:
         limit = self.config.max_codec_batch

@@ -93,6 +93,7 @@ class CodecJob:
     is_last: bool
     deadline_ns: int | None = None  # when the listener needs it (policies with deadlines set it)
     lane: str = BACKGROUND  # URGENT or BACKGROUND; ignored without lanes
+    is_early: bool = False  # cut before all its frames were there, so as not to be late (`next_chunk(early=)`)
 
 
 @dataclass

@@ -207,8 +207,10 @@ class Scheduler(abc.ABC):
                 request.is_text_eos_fed = True
         return DecodeItem(request=request, text_id=text_id, position=request.num_tokens)
 
-    def next_chunk(self, request: Request) -> CodecJob | None:
-        """The next codec chunk of a request when it is ready (frames cut in order, one at a time)."""
+    def next_chunk(self, request: Request, early: bool = False) -> CodecJob | None:
+        """The next codec chunk of a request when it is ready (frames cut in order, one at a time). `early`: a
+        policy that sees the chunk would be late if it waited for all its frames takes what there is now, cut
+        to a size the codec runs as a graph (never last: the codec state must stay exact)."""
         if request.state not in (RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING):
             return None
         if request.num_chunks_in_flight:  # chunks of one request decode in order, one at a time
@@ -220,13 +222,14 @@ class Scheduler(abc.ABC):
             num_frames = available if is_last else need
         elif available >= need:
             is_last, num_frames = False, need
-        elif request.state is RequestState.STARVED and available > 0:
+        elif (request.state is RequestState.STARVED or early) and available > 0:
             # the text ran out: decode what there is now rather than hold it until more text arrives, cut to a
             # size the codec runs as a graph (not last: no padding possible, the codec state must stay exact)
             is_last, num_frames = False, self.spec.largest_codec_size(available)
         else:
             return None
-        job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last)
+        job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last,
+                       is_early=early and not is_last and num_frames < need)
         request.num_frames_chunked += num_frames
         request.num_chunks += 1
         request.num_chunks_in_flight += 1
@@ -274,11 +277,11 @@ class Scheduler(abc.ABC):
         """Whether a chunk may be cut for `lane` now: always without lanes, else while it has no batch in flight."""
         return not self.has_lanes or self.lanes_free[lane]
 
-    def peek_chunk(self, request: Request) -> CodecJob | None:
+    def peek_chunk(self, request: Request, early: bool = False) -> CodecJob | None:
         """The chunk `next_chunk` would cut now, without cutting it (a policy that may leave a ready chunk for
         a later step looks first). `next_chunk` stays the one statement of the rule: it is called and its
         three counters are put back."""
-        job = self.next_chunk(request)
+        job = self.next_chunk(request, early)
         if job is not None:
             request.num_frames_chunked -= job.num_frames
             request.num_chunks -= 1
@@ -297,7 +300,7 @@ class Scheduler(abc.ABC):
     def cut(self, job: CodecJob) -> CodecJob:
         """Cuts a chunk seen by `peek_chunk` (nothing of its request changed since), keeping the policy's
         deadline and lane."""
-        cut = self.next_chunk(job.request)
+        cut = self.next_chunk(job.request, job.is_early)
         assert cut is not None and (cut.first_frame, cut.num_frames, cut.chunk_index, cut.is_last) == (
             job.first_frame, job.num_frames, job.chunk_index, job.is_last), (job, cut)
         return replace(cut, deadline_ns=job.deadline_ns, lane=job.lane)
