@@ -31,6 +31,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sm-mode", default="0", help="index into --sm-modes")
     p.add_argument("--deadline-startup-ms", type=float, default=200.0, help="a first chunk is due this long after "
                    "its request arrived")
+    p.add_argument("--deadline-margin-ms", type=float, default=50.0, help="chunks are due this long before "
+                   "the listener needs them: the time a decoded chunk takes to reach the listener")
     p.add_argument("--urgent-ms", type=float, default=100.0, help="chunks due within this run on the urgent lane")
     p.add_argument("--deadline-max-prefill-deferral-ms", type=float, default=100.0,
                    help="the deadline policy defers a new request's prefill at most this long")
@@ -79,7 +81,7 @@ def _engine_config(args: argparse.Namespace):
 
     if args.scheduler_type not in POLICIES:
         raise SystemExit(f"error: unknown scheduler type {args.scheduler_type!r}; available: {', '.join(sorted(POLICIES))}")
-    for name in ("deadline_startup_ms", "urgent_ms", "deadline_max_prefill_deferral_ms"):
+    for name in ("deadline_startup_ms", "deadline_margin_ms", "urgent_ms", "deadline_max_prefill_deferral_ms"):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
     if args.dec_batch < 1 or args.max_codec_batch < 1:
@@ -89,7 +91,8 @@ def _engine_config(args: argparse.Namespace):
                         scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
                         max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
                         max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=_codec_sms(args),
-                        deadline_startup_ms=args.deadline_startup_ms, urgent_ms=args.urgent_ms,
+                        deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,
+                        urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir)
 

@@ -35,6 +35,7 @@ class EngineConfig:
     codec_sms: int | None = None
     # Deadline-aware policies (see SchedulerConfig).
     deadline_startup_ms: float = 200.0
+    deadline_margin_ms: float = 50.0
     urgent_ms: float = 100.0
     max_prefill_deferral_ms: float = 100.0
     dec_batch: int = 8

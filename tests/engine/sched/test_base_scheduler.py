@@ -796,5 +796,16 @@ def test_chunk_schedule_grows_from_the_first_chunk_and_codec_sizes_cover_starved
     assert codec_sizes(1, 4) == [1, 2, 4]
     spec = ProgramSpec(num_codebooks=K, chunk_frames=25, first_chunk_frames=2, consumes_text_incrementally=True,
                        text_pad_id=0, eos_code=None, frames_per_text_token=None, default_max_frames=100)
-    assert [spec.chunk_size(i) for i in range(7)] == [2, 4, 8, 16, 25, 25, 25]
+    for first, most in [(2, 25), (1, 25), (3, 25), (2, 10), (4, 4)]:  # frames cut so far -> the schedule
+        other = ProgramSpec(num_codebooks=K, chunk_frames=most, first_chunk_frames=first,
+                            consumes_text_incrementally=True, text_pad_id=0, eos_code=None,
+                            frames_per_text_token=None, default_max_frames=100)
+        sizes, cut = [], 0
+        for _ in range(8):
+            sizes.append(other.next_chunk_size(cut))
+            cut += sizes[-1]
+        schedule = chunk_schedule(first, most)
+        assert sizes == schedule + [schedule[-1]] * (8 - len(schedule))
+    # after a chunk cut short the next one follows the audio cut so far: 2 + 2 (short) -> 4, then 8, 16, 25
+    assert [spec.next_chunk_size(n) for n in (4, 8, 16, 32)] == [4, 8, 16, 25]
     assert [spec.largest_codec_size(n) for n in (1, 3, 7, 15, 24, 40)] == [1, 2, 4, 8, 16, 25]

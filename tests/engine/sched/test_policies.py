@@ -51,6 +51,7 @@ def build_prompt(request: Request) -> PromptTokens:
 
 def make(policy: str, *, has_lanes: bool = False, costs: CostModel = SIMPLE_COSTS, num_slots: int = 32,
          num_pages: int = 1024, **config) -> Scheduler:
+    config.setdefault("deadline_margin_ms", 0.0)  # the figures below are the listener's; one test sets a margin
     sched = policy_class(policy)(SPEC, PagePool(num_pages, 4), SlotPool(num_slots), build_prompt, tokenize,
                                  SchedulerConfig(**config))
     sched.has_lanes = has_lanes
@@ -67,7 +68,10 @@ def add(sched: Scheduler, rid: str, num_words: int | None = 40, arrival_ns: int 
 
 
 def frames_before(num_chunks: int) -> int:
-    return sum(SPEC.chunk_size(i) for i in range(num_chunks))
+    frames = 0
+    for _ in range(num_chunks):
+        frames += SPEC.next_chunk_size(frames)
+    return frames
 
 
 def hand_made(sched: Scheduler, rid: str, *, chunks: int = 0, ready: bool = True, arrival_ns: int = NOW - 50 * MS,
@@ -77,7 +81,7 @@ def hand_made(sched: Scheduler, rid: str, *, chunks: int = 0, ready: bool = True
     short of it), with its playback facts set by hand."""
     request = add(sched, rid, arrival_ns=arrival_ns)
     assert sched.try_admit(request, 10_000)
-    num_frames = frames_before(chunks) + SPEC.chunk_size(chunks) - (0 if ready else 1)
+    num_frames = frames_before(chunks) + SPEC.next_chunk_size(frames_before(chunks)) - (0 if ready else 1)
     request.num_tokens = PROMPT_LEN + num_frames - 1
     request.num_text_consumed = 1
     request.frames = [(1,)] * num_frames
@@ -250,7 +254,25 @@ def test_deadline_cuts_a_chunk_early_when_waiting_for_its_frames_would_make_it_l
     assert (job.first_frame, job.num_frames, job.is_early, job.is_last) == (6, 4, True, False)  # a codec size
     assert (late.num_frames_chunked, late.num_chunks, late.num_chunks_in_flight) == (10, 3, 1)
     assert (fine.num_frames_chunked, fine.num_chunks) == (6, 2)
-    assert SPEC.chunk_size(late.num_chunks) == 16  # the schedule goes on from the next index
+    # the next chunk follows the audio cut so far (10 frames: 8 more), not the chunk count (16 for chunk 3)
+    assert SPEC.next_chunk_size(late.num_frames_chunked) == 8
+
+
+def test_the_deadline_margin_moves_every_deadline_earlier():
+    plain, early = make("deadline", has_lanes=True), make("deadline", has_lanes=True, deadline_margin_ms=40.0)
+    for sched in (plain, early):
+        deadline_scene(sched)
+    a, b = plain.schedule(NOW), early.schedule(NOW)
+    got = {(j.request.request_id, j.chunk_index): j.deadline_ns for j in b.codec}
+    for job in a.codec:
+        key = (job.request.request_id, job.chunk_index)
+        if key in got and job.request.request_id != "F":  # F reported a stall: due at its report, no margin
+            assert got[key] == job.deadline_ns - 40 * MS
+    # B (due +60 ms) and C (+70 ms) are urgent either way; D (+620 ms) still waits for a bigger batch
+    assert {("B", 1), ("C", 2)} <= set(got) and ("D", 3) not in got
+    r = hand_made(make("deadline"), "r", chunks=2, ready=False, first_chunk_ns=NOW - 200 * MS)
+    assert chunk_deadline_ns(r, 6, SPEC, STARTUP_NS, 40 * MS) == chunk_deadline_ns(r, 6, SPEC, STARTUP_NS) - 40 * MS
+    assert chunk_deadline_ns(r, 0, SPEC, STARTUP_NS, 40 * MS) == r.arrival_ns + STARTUP_NS - 40 * MS
 
 
 def test_deadline_never_cuts_a_first_chunk_or_a_non_streaming_chunk_early():

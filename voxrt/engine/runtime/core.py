@@ -82,6 +82,7 @@ class EngineCore:
             program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens,
                                               max_codec_batch=config.max_codec_batch,
                                               deadline_startup_ms=config.deadline_startup_ms,
+                                              deadline_margin_ms=config.deadline_margin_ms,
                                               urgent_ms=config.urgent_ms,
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
                                               dec_batch=config.dec_batch))

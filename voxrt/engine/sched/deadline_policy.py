@@ -60,14 +60,14 @@ def should_defer_prefill(now_ns: int, deferred_since_ns: int | None, max_deferra
 
 
 def next_chunk_slack_ns(request: Request, now_ns: int, spec: ProgramSpec, costs: CostModel, step_ms: float,
-                        startup_ns: int) -> float:
+                        startup_ns: int, margin_ns: int = 0) -> float:
     """Time to spare before a running request's next chunk is late: its deadline less now, less the LM steps
     its missing frames still take at `step_ms` each, less the chunk's codec launch."""
     first_frame = request.num_frames_chunked
-    size = spec.chunk_size(request.num_chunks)
+    size = spec.next_chunk_size(first_frame)
     have = request.num_frames - first_frame
     missing = 0 if request.is_generation_done else max(0, size - have)
-    due_ns = chunk_deadline_ns(request, first_frame, spec, startup_ns)
+    due_ns = chunk_deadline_ns(request, first_frame, spec, startup_ns, margin_ns)
     return due_ns - now_ns - (missing * step_ms + costs.codec_ms(1, size)) * 1e6
 
 
@@ -105,6 +105,10 @@ class DeadlineScheduler(Scheduler):
     def _startup_ns(self) -> int:
         return round(self.config.deadline_startup_ms * 1e6)
 
+    @property
+    def _margin_ns(self) -> int:
+        return round(self.config.deadline_margin_ms * 1e6)
+
     def _deferral_rule(self, plan: StepPlan, running: list[Request], now_ns: int
                        ) -> Callable[[Request, int], bool] | None:
         """`may_admit` for `Scheduler.admit`: False defers the request (see `should_defer_prefill`)."""
@@ -114,7 +118,8 @@ class DeadlineScheduler(Scheduler):
             return None
         batch = len(generating)
         step_ms = self.costs.lm_step_ms(batch)
-        min_slack_ns = min(next_chunk_slack_ns(r, now_ns, self.spec, self.costs, step_ms, self._startup_ns)
+        min_slack_ns = min(next_chunk_slack_ns(r, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
+                                               self._margin_ns)
                            for r in streams)
         max_deferral_ns = round(self.config.max_prefill_deferral_ms * 1e6)
 
@@ -152,7 +157,7 @@ class DeadlineScheduler(Scheduler):
     def _plan_codec(self, plan: StepPlan, now_ns: int) -> None:
         ready = self.ready_chunks()
         ready += self._early_chunks(plan, now_ns, {job.request.request_id for job in ready})
-        jobs = sorted((with_deadline(job, self.spec, self._startup_ns) for job in ready if job.request.is_streaming),
+        jobs = sorted((with_deadline(job, self.spec, self._startup_ns, self._margin_ns) for job in ready if job.request.is_streaming),
                       key=lambda job: job.deadline_ns)  # stable: arrival order breaks ties
         batch_jobs = [job for job in ready if not job.request.is_streaming]  # no deadline: last, background
         limit = self.config.max_codec_batch
@@ -199,7 +204,8 @@ class DeadlineScheduler(Scheduler):
                     or request.num_chunks_in_flight or request.state is not RequestState.RUNNING
                     or request.num_frames <= request.num_frames_chunked):
                 continue
-            slack_ns = next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns)
+            slack_ns = next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
+                                           self._margin_ns)
             if slack_ns < step_ms * 1e6:
                 job = self.peek_chunk(request, early=True)
                 if job is not None:

@@ -4,6 +4,8 @@ The rule (design notes, "Deadlines"): a listener plays a stream's audio in real 
 so the chunk that starts at frame f is due when the listener finishes the f frames before it.
 
 - The first chunk (f == 0) is due `startup_ns` (the TTFA target) after the request arrived.
+- Every deadline is moved `margin_ns` earlier (`--deadline-margin-ms`): the listener needs the audio, and a
+  chunk the GPU completed still has to be seen between LM steps, sent to the gateway and to the client.
 - With a playback report (`request.playback`: `played_samples` heard by `anchor_ns`), the listener reaches
   frame f at `anchor_ns + (f * samples_per_frame - played_samples) / samples_per_frame * frame_ns`. A report
   that says the listener is stalled makes the chunk overdue: due at `anchor_ns`, already past.
@@ -26,25 +28,26 @@ from voxrt.engine.sched.plan import CodecJob, ProgramSpec, codec_sizes
 from voxrt.engine.sched.request import Request
 
 
-def chunk_deadline_ns(request: Request, first_frame: int, spec: ProgramSpec, startup_ns: int) -> int:
+def chunk_deadline_ns(request: Request, first_frame: int, spec: ProgramSpec, startup_ns: int,
+                      margin_ns: int = 0) -> int:
     """When the chunk of `request` that starts at frame `first_frame` must have completed (see the module
-    docstring for the rule)."""
+    docstring for the rule), `margin_ns` early: the time a completed chunk takes to reach the listener."""
     start_due_ns = request.arrival_ns + startup_ns
     if first_frame == 0:
-        return start_due_ns
+        return start_due_ns - margin_ns
     anchor = request.playback
     if anchor is not None:
         if anchor.is_stalled:
             return anchor.anchor_ns
         ahead_samples = first_frame * spec.samples_per_frame - anchor.played_samples
-        return anchor.anchor_ns + round(ahead_samples / spec.samples_per_frame * spec.frame_ns)
+        return anchor.anchor_ns + round(ahead_samples / spec.samples_per_frame * spec.frame_ns) - margin_ns
     start_ns = request.first_chunk_ns if request.first_chunk_ns is not None else start_due_ns
-    return start_ns + round(first_frame * spec.frame_ns)
+    return start_ns + round(first_frame * spec.frame_ns) - margin_ns
 
 
-def with_deadline(job: CodecJob, spec: ProgramSpec, startup_ns: int) -> CodecJob:
+def with_deadline(job: CodecJob, spec: ProgramSpec, startup_ns: int, margin_ns: int = 0) -> CodecJob:
     """The job with its `deadline_ns` set by `chunk_deadline_ns`."""
-    return replace(job, deadline_ns=chunk_deadline_ns(job.request, job.first_frame, spec, startup_ns))
+    return replace(job, deadline_ns=chunk_deadline_ns(job.request, job.first_frame, spec, startup_ns, margin_ns))
 
 
 def launch_frames(job: CodecJob, spec: ProgramSpec) -> int:

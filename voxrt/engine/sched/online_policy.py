@@ -40,7 +40,7 @@ class OnlineScheduler(Scheduler):
         startup_ns = round(self.config.deadline_startup_ms * 1e6)
         jobs = []
         for job in self.ready_chunks():
-            job = with_deadline(job, self.spec, startup_ns)
+            job = with_deadline(job, self.spec, startup_ns, round(self.config.deadline_margin_ms * 1e6))
             jobs.append(replace(job, lane=URGENT if self.is_pressing(job, now_ns) else BACKGROUND))
         jobs.sort(key=lambda j: (j.lane != URGENT, j.deadline_ns))  # stable: arrival order breaks ties
         limit = self.config.max_codec_batch

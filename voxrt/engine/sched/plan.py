@@ -64,13 +64,17 @@ class ProgramSpec:
     def __post_init__(self) -> None:
         if not (1 <= self.first_chunk_frames <= self.chunk_frames):
             raise ValueError("need 1 <= first_chunk_frames <= chunk_frames")
-        object.__setattr__(self, "_schedule", chunk_schedule(self.first_chunk_frames, self.chunk_frames))
         object.__setattr__(self, "_sizes", codec_sizes(self.first_chunk_frames, self.chunk_frames))
 
-    def chunk_size(self, chunk_index: int) -> int:
-        """Frames of a request's chunk `chunk_index` in the growing schedule (`chunk_schedule`)."""
-        schedule = self._schedule  # type: ignore[attr-defined]
-        return schedule[min(chunk_index, len(schedule) - 1)]
+    def next_chunk_size(self, frames_chunked: int) -> int:
+        """Frames of a request's next chunk, from the frames already cut: the first chunk, then each chunk as
+        long as the audio before it plus a first chunk, at most `chunk_frames`, cut to a codec size. In the
+        normal course this is the doubling schedule (`chunk_schedule`: 2, 4, 8, 16, 25 after 0, 2, 6, 14, 30
+        frames); after a chunk cut short (a starved or early chunk) it stays in step with the audio the
+        listener holds, where counting chunks would ask twice as much of the next one."""
+        if frames_chunked == 0:
+            return self.first_chunk_frames
+        return self.largest_codec_size(min(self.chunk_frames, frames_chunked + self.first_chunk_frames))
 
     def largest_codec_size(self, available: int) -> int:
         """The largest codec size that fits in `available` (>= 1) frames."""

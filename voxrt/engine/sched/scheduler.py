@@ -31,6 +31,7 @@ class SchedulerConfig:
     max_codec_batch: int = 16  # chunks in one codec launch
     # deadline-aware policies (online, deadline):
     deadline_startup_ms: float = 200.0  # a first chunk is due this long after the request arrived
+    deadline_margin_ms: float = 50.0  # chunks are due this long before the listener needs them (delivery)
     urgent_ms: float = 100.0  # chunks due within this go to the urgent lane
     max_prefill_deferral_ms: float = 100.0  # a new request's admission is deferred at most this long
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
@@ -216,7 +217,7 @@ class Scheduler(abc.ABC):
         if request.num_chunks_in_flight:  # chunks of one request decode in order, one at a time
             return None
         available = request.num_frames - request.num_frames_chunked
-        need = self.spec.chunk_size(request.num_chunks)
+        need = self.spec.next_chunk_size(request.num_frames_chunked)
         if request.is_generation_done:
             is_last = available <= need
             num_frames = available if is_last else need
