@@ -13,11 +13,13 @@
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_deadline.sh
 #
 # Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), RATES, DURATION (s of arrivals per point), STOP,
-# SEED, PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among base-sync base-lanes deadline-lanes smoke
-# split). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
+# SEED, PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among
+# base-sync base-lanes deadline-lanes smoke split, and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
+# adaptive-smoke (its audio against the loop, switching every step)). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
 SPLIT=${SPLIT:-32}
+MODES=${MODES:-32,64}  # deadline-adaptive: the SM modes it moves between
 RATES=${RATES:-6,8,10,12,14,16,18,20,22,24}
 DURATION=${DURATION:-15}
 STOP=${STOP:-0.8}
@@ -52,7 +54,13 @@ config() {
     base-sync) loadgen base-sync base --lanes off ;;
     base-lanes) loadgen base-lanes base --lanes auto --sm-modes "$SPLIT" ;;
     deadline-lanes) loadgen deadline-lanes deadline --lanes auto --sm-modes "$SPLIT" ;;
-    smoke) timeout "$(limit smoke)" python -u bench/gpu_lanes_smoke.py --checkpoint $CKPT --out "$R" > "$R/smoke.log" 2>&1
+    deadline-adaptive) loadgen deadline-adaptive deadline --lanes auto --sm-modes "$MODES" --sm-mode adaptive \
+                         --trace-dir "$R/trace-adaptive"
+                       echo "SM mode switches: $(cat "$R"/trace-adaptive/*.jsonl | grep -c '"kind":"sm_mode"')" ;;
+    adaptive-smoke) timeout "$(limit adaptive-smoke)" python -u bench/gpu_lanes_smoke.py "${MODEL_ARGS[@]}" \
+                      --rows adaptive --out "$R" > "$R/adaptive-smoke.log" 2>&1
+                    echo "== adaptive-smoke (rc $?)"; sed -n '/^lanes /,$p' "$R/adaptive-smoke.log" ;;
+    smoke) timeout "$(limit smoke)" python -u bench/gpu_lanes_smoke.py "${MODEL_ARGS[@]}" --out "$R" > "$R/smoke.log" 2>&1
            echo "== smoke (rc $?)"; sed -n '/^lanes /,$p' "$R/smoke.log" ;;
     split) timeout "$(limit split)" python -m voxrt.cli profile-split --model qwen3-tts --checkpoint $CKPT \
              --sm-modes 16,32,48,64,96 --out "$R/profile-split.json" > "$R/profile-split.log" 2>&1
@@ -72,7 +80,7 @@ fi
 cat "$R"/group*.out
 runs=()
 for pair in "(a) base, time-shared loop=base-sync" "(b) base, lanes=base-lanes" \
-            "(c) deadline, lanes + urgent lane=deadline-lanes"; do
+            "(c) deadline, lanes + urgent lane=deadline-lanes" "(d) deadline, adaptive SM modes=deadline-adaptive"; do
   [ -f "$R/${pair##*=}/summary.json" ] && runs+=("${pair%=*}=$R/${pair##*=}")
 done
 [ ${#runs[@]} -gt 0 ] && python -m voxrt.loadgen.compare --out "$R" "${runs[@]}"

@@ -3,6 +3,11 @@ and green-context lanes (and with the deadline policy), checking tokens and audi
 timing each. Prints a table last.
 
     python bench/gpu_lanes_smoke.py --checkpoint /tmp/q17 [--model qwen3-tts] [--policy deadline]
+        [--rows all|adaptive]
+
+`--rows adaptive`: the loop, then green lanes with two SM modes (`--sm-modes 32,64 --sm-mode adaptive`) whose
+chooser is replaced by one that switches the split every step: the same audio as the loop proves the
+per-mode graphs and the switch keep every request's state in order.
 """
 
 from __future__ import annotations
@@ -44,6 +49,17 @@ def run(core: EngineCore, frames: int) -> tuple[dict, float, float]:
     return audio, wall, float(np.median(list(first.values())))
 
 
+class Alternate:
+    """Switches the SM split every step (the adaptive rule's effect, as often as it can happen)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def choose(self, signals) -> int:
+        self.calls += 1
+        return self.calls % 2
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-tts")
@@ -51,24 +67,35 @@ def main() -> None:
     ap.add_argument("--policy", default="deadline")
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--rows", default="all", choices=["all", "adaptive"])
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     program = build_program(args.model, args.checkpoint)
     rows, ref = [], None
-    for lanes, policy in [("off", "base"), ("green", "base"), ("green", args.policy), ("streams", "base")]:
+    rows_wanted = [("off", "base", None), ("green", "base", None), ("green", args.policy, None),
+                   ("streams", "base", None)]
+    if args.rows == "adaptive":
+        rows_wanted = [("off", "base", None), ("green", args.policy, (32, 64))]
+    for lanes, policy, sm_modes in rows_wanted:
         t0 = time.monotonic()
+        label = "adaptive" if sm_modes else lanes
         try:
+            extra = dict(codec_sms=sm_modes, sm_mode="adaptive") if sm_modes else {}
             core = EngineCore(EngineConfig(model=args.model, checkpoint=args.checkpoint, max_batch_size=16,
-                                           max_seq_len=512, lanes=lanes, scheduler_type=policy), program=program)
+                                           max_seq_len=512, lanes=lanes, scheduler_type=policy, **extra),
+                              program=program)
             core.warmup()
+            if sm_modes and core.sm_chooser is not None:
+                core.sm_chooser = Alternate()
         except Exception as exc:  # noqa: BLE001 (report and go on to the next mode)
-            rows.append(dict(lanes=lanes, policy=policy, error=f"{type(exc).__name__}: {exc}"))
+            rows.append(dict(lanes=label, policy=policy, error=f"{type(exc).__name__}: {exc}"))
             print(rows[-1], flush=True)
             continue
         setup_s = time.monotonic() - t0
         run(core, 8)  # warm
         audio, wall, ttfa = run(core, args.frames)
-        row = dict(lanes=lanes, policy=policy, mode=core.lanes.mode, describe=core.lanes.describe(),
+        row = dict(lanes=label, policy=policy, mode=core.lanes.mode, describe=core.lanes.describe(),
+                   sm_mode_switches=core.stats().sm_mode_switches,
                    setup_s=round(setup_s, 1), wall_s=round(wall, 3), median_first_chunk_s=round(ttfa, 4),
                    requests=len(audio), costs=str(core.scheduler.costs))
         if ref is None:

@@ -28,7 +28,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    "off = the time-shared synchronous loop")
     p.add_argument("--sm-modes", default=None, help="comma-separated SM counts for the background codec lane, "
                    "e.g. 48,64,80 (default: half the GPU)")
-    p.add_argument("--sm-mode", default="0", help="index into --sm-modes")
+    p.add_argument("--sm-mode", default="0", help="index into --sm-modes, or adaptive (move between them with "
+                   "the background codec lane's backlog; green contexts)")
     p.add_argument("--deadline-startup-ms", type=float, default=200.0, help="a first chunk is due this long after "
                    "its request arrived")
     p.add_argument("--deadline-margin-ms", type=float, default=50.0, help="chunks are due this long before "
@@ -58,21 +59,31 @@ def _parse_costs(text: str | None) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
-def _codec_sms(args: argparse.Namespace) -> int | None:
-    if not args.sm_modes:
-        return None
-    try:
-        modes = [int(x) for x in args.sm_modes.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"error: --sm-modes: expected comma-separated SM counts, got {args.sm_modes!r}") from None
+def _sm_modes(args: argparse.Namespace) -> tuple[tuple[int, ...] | None, int | str]:
+    """(codec SM counts, mode index or "adaptive") from --sm-modes and --sm-mode."""
+    modes: list[int] = []
+    if args.sm_modes:
+        try:
+            modes = [int(x) for x in args.sm_modes.split(",") if x.strip()]
+        except ValueError:
+            raise SystemExit(f"error: --sm-modes: expected comma-separated SM counts, got {args.sm_modes!r}") from None
+        if not modes or any(m <= 0 for m in modes):
+            raise SystemExit(f"error: --sm-modes: expected positive SM counts, got {args.sm_modes!r}")
     if args.sm_mode == "adaptive":
-        raise SystemExit("error: --sm-mode adaptive is not implemented yet; give an index into --sm-modes "
-                         "(`voxrt profile-split` recommends one)")
+        if len(modes) < 2:
+            raise SystemExit("error: --sm-mode adaptive needs at least two --sm-modes, e.g. --sm-modes 32,64 "
+                             "(`voxrt profile-split` times each)")
+        return tuple(modes), "adaptive"
     try:
         index = int(args.sm_mode)
-        return modes[index]
+        if modes:
+            modes[index]
+        elif index != 0:
+            raise IndexError
     except (ValueError, IndexError):
-        raise SystemExit(f"error: --sm-mode must be an index into --sm-modes {modes}, got {args.sm_mode!r}") from None
+        raise SystemExit(f"error: --sm-mode must be an index into --sm-modes {modes} or adaptive, "
+                         f"got {args.sm_mode!r}") from None
+    return (tuple(modes) if modes else None), index % max(1, len(modes))
 
 
 def _engine_config(args: argparse.Namespace):
@@ -86,11 +97,12 @@ def _engine_config(args: argparse.Namespace):
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
     if args.dec_batch < 1 or args.max_codec_batch < 1:
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
+    codec_sms, sm_mode = _sm_modes(args)
     return EngineConfig(model=args.model, checkpoint=args.checkpoint, device=args.device, dtype=args.dtype,
                         attention_backend=args.attention_backend, use_cuda_graphs=not args.no_cuda_graphs,
                         scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
                         max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
-                        max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=_codec_sms(args),
+                        max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=codec_sms, sm_mode=sm_mode,
                         deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,

@@ -54,6 +54,57 @@ def test_early_chunks_give_the_same_audio_and_are_counted():
     assert_pools_empty(early)
 
 
+class Alternate:
+    """A mode chooser that moves every step (the adaptive rule's effect, as often as possible)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def choose(self, signals) -> int:
+        self.calls += 1
+        return self.calls % 2
+
+
+def test_sm_modes_switching_every_step_gives_the_same_audio():
+    sync = make_core(lanes="off")
+    moving = make_core(lanes="inline", scheduler_type="deadline", codec_sms=(32, 64), sm_mode="adaptive")
+    assert moving.lanes.num_sm_modes == 2 and moving.sm_chooser is not None
+    assert "2 SM modes" in moving.lanes.describe()
+    moving.sm_chooser = Alternate()
+    used = {0: 0, 1: 0}
+    for mode in (0, 1):
+        stage = moving.runner.decode_stages[mode]
+        inner = stage.run
+
+        def counted(*args, _inner=inner, _mode=mode, **kwargs):
+            used[_mode] += 1
+            return _inner(*args, **kwargs)
+        stage.run = counted
+    a, b = run_all(sync), run_all(moving)
+    assert moving.stats().sm_mode_switches >= 2 and used[0] > 0 and used[1] > 0  # both splits ran LM steps
+    assert moving.runner.codec_stages is moving.runner.background_stages[moving.lanes.active]
+    for rid in a:
+        np.testing.assert_allclose(b[rid], a[rid], rtol=0, atol=1e-5)
+    assert_pools_empty(moving)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(codec_sms=(32,), sm_mode="adaptive"), "at least two"),
+    (dict(codec_sms=(32, 64), sm_mode=2), "index into the SM modes"),
+    (dict(codec_sms=(32, 64), sm_mode="fast"), "index into the SM modes"),
+])
+def test_bad_sm_modes_are_clear_errors(overrides, message):
+    with pytest.raises(InvalidParamsError, match=message):
+        make_core(lanes="inline", **overrides)
+
+
+def test_adaptive_without_lanes_runs_one_split():
+    core = make_core(lanes="off", codec_sms=(32, 64), sm_mode="adaptive")  # no lanes: nothing to split
+    assert core.sm_chooser is None and core.lanes.num_sm_modes == 1
+    fixed = make_core(lanes="inline", codec_sms=(32, 64), sm_mode=1)  # an index: that split alone
+    assert fixed.sm_chooser is None and fixed.lanes.num_sm_modes == 1
+
+
 def test_cancel_with_chunks_queued_returns_every_slot():
     core = make_core(lanes="inline")
     for i, text in enumerate(TEXTS):

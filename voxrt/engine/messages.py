@@ -30,9 +30,11 @@ class EngineConfig:
     max_prefill_tokens: int = 4096  # prompt tokens admitted in one step
     seed: int = 0
     # Lanes (voxrt/engine/runtime/lanes.py): "auto", "off" (the time-shared synchronous loop), "green",
-    # "streams", "inline" (CPU: the lane bookkeeping in order). `codec_sms`: SMs of the background codec lane.
+    # "streams", "inline" (CPU: the lane bookkeeping in order). `codec_sms`: SMs of the background codec lane,
+    # or one count per SM mode; `sm_mode`: the index of the mode to run, or "adaptive" (sched/sm_modes.py).
     lanes: str = "auto"
-    codec_sms: int | None = None
+    codec_sms: int | tuple[int, ...] | None = None
+    sm_mode: int | str = 0
     # Deadline-aware policies (see SchedulerConfig).
     deadline_startup_ms: float = 200.0
     deadline_margin_ms: float = 50.0
@@ -174,6 +176,7 @@ class EngineStats:
     chunks_late: int = 0
     deferred_admissions: int = 0
     early_chunks: int = 0
+    sm_mode_switches: int = 0  # adaptive SM modes: moves between splits
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
                                    SubmitRequest)
 from voxrt.engine.runtime.attention import bytes_per_page
-from voxrt.engine.runtime.lanes import LM, make_lanes
+from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.runner import CodecLaunch, ModelRunner, RunnerConfig, resolve_backend
@@ -28,6 +28,7 @@ from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
+from voxrt.engine.sched.sm_modes import AdaptiveSmMode, SmModeSignals
 from voxrt.models.registry import build_program
 
 log = logging.getLogger("voxrt.engine")
@@ -69,7 +70,7 @@ class EngineCore:
         unknown = sorted(set(cost_overrides) - set(CostModel.__dataclass_fields__))
         if unknown:
             raise InvalidParamsError(f"unknown cost names {unknown}; known: {sorted(CostModel.__dataclass_fields__)}")
-        self.lanes = make_lanes(config.lanes, device, config.codec_sms)
+        self.lanes, self.sm_chooser = _lanes_and_modes(config, device)
         log.info("%s", self.lanes.describe())
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
@@ -98,6 +99,7 @@ class EngineCore:
         self.chunks_late = 0
         self.deferred_admissions = 0
         self.early_chunks = 0
+        self.sm_mode_switches = 0
         self.info = ModelInfo(
             name=program.name, sample_rate=program.sample_rate, frame_rate_hz=program.frame_rate_hz,
             samples_per_frame=program.samples_per_frame, num_codebooks=program.num_codebooks,
@@ -206,6 +208,8 @@ class EngineCore:
         self._on_plan(now_ns, plan)
         for job in plan.codec:
             self._queued[job.lane if job.lane in LANES else BACKGROUND].append(job)
+        if self.sm_chooser is not None:
+            self._choose_sm_mode(now_ns, plan)
         self._launch(events)  # before the LM step, so that the codec runs beside it
         if plan.prefill or plan.decode:
             self._run_lm(plan)
@@ -220,6 +224,22 @@ class EngineCore:
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
         return events
+
+    def _choose_sm_mode(self, now_ns: int, plan) -> None:
+        """Adaptive SM modes: the split for this step's LM work and the next background launch."""
+        waiting = len(self._queued[BACKGROUND]) + sum(1 for job in self.scheduler.ready_chunks()
+                                                      if job.request.is_streaming)
+        signals = SmModeSignals(now_ns, background_waiting=waiting,
+                                background_in_flight=self._in_flight[BACKGROUND] is not None,
+                                urgent_continuations=sum(1 for job in plan.codec
+                                                         if job.lane == URGENT and job.chunk_index > 0))
+        mode = self.sm_chooser.choose(signals)
+        if self.lanes.set_mode(mode):
+            self.sm_mode_switches += 1
+            log.debug("SM mode %d: %s", mode, self.lanes.sm_counts)
+            if self.tracer is not None:
+                self.tracer.write(kind="sm_mode", t_ms=now_ns / 1e6, mode=mode, sm_counts=self.lanes.sm_counts,
+                                  background_waiting=waiting, urgent_continuations=signals.urgent_continuations)
 
     def _run_lm(self, plan) -> None:
         t0 = time.monotonic_ns()
@@ -364,7 +384,30 @@ class EngineCore:
                            num_failed_steps=self.num_failed_steps, pool_ok=pool_ok,
                            codec_launches=tuple(sorted(self.codec_launches.items())),
                            chunks_on_time=self.chunks_on_time, chunks_late=self.chunks_late,
-                           deferred_admissions=self.deferred_admissions, early_chunks=self.early_chunks)
+                           deferred_admissions=self.deferred_admissions, early_chunks=self.early_chunks,
+                           sm_mode_switches=self.sm_mode_switches)
+
+
+def _lanes_and_modes(config: EngineConfig, device: torch.device) -> tuple[Lanes, AdaptiveSmMode | None]:
+    """The lanes for `config.codec_sms` and `config.sm_mode`: one split for a mode index, every split for
+    "adaptive" (with the rule that moves between them; one mode when green contexts are unavailable)."""
+    counts = config.codec_sms
+    counts = [counts] if counts is None or isinstance(counts, int) else list(counts)
+    if not counts:
+        raise InvalidParamsError("codec_sms: give at least one SM count")
+    if config.sm_mode == "adaptive":
+        if len(counts) < 2 or None in counts:
+            raise InvalidParamsError("--sm-mode adaptive needs at least two --sm-modes (codec-lane SM counts), "
+                                     "e.g. --sm-modes 32,64")
+        lanes = make_lanes(config.lanes, device, counts)
+        if lanes.num_sm_modes < 2:
+            log.info("adaptive SM modes need green contexts (lanes %s): one split", lanes.mode)
+            return lanes, None
+        return lanes, AdaptiveSmMode(counts, config.dec_batch)
+    if not isinstance(config.sm_mode, int) or not 0 <= config.sm_mode < len(counts):
+        raise InvalidParamsError(f"sm_mode must be an index into the SM modes {counts} or 'adaptive', "
+                                 f"got {config.sm_mode!r}")
+    return make_lanes(config.lanes, device, counts[config.sm_mode]), None
 
 
 def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:

@@ -15,12 +15,19 @@ Modes (`EngineConfig.lanes`, `voxrt serve --lanes`):
 
 A CUDA graph keeps the SM partition and the priority of the stream it was captured on, so each lane captures
 its own graphs (and its own graph memory pool: two lanes replay at the same time).
+
+SM modes (`--sm-modes 32,64 --sm-mode adaptive`): with green contexts, one split per codec SM count, each a
+`LaneMode` (its LM and background streams); the LM and background graphs are captured once per mode. One mode
+is active at a time (`set_mode`, at a step boundary: the LM step waits for its codes and a lane keeps one
+launch in flight, so old and new streams never run the same lane's work at once). `--sm-mode N` fixes mode N;
+`adaptive` lets `sched/sm_modes.py` move between them. Without green contexts there is one mode.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +42,43 @@ LM = "lm"
 
 
 @dataclass
+class LaneMode:
+    """One SM split: the LM and background codec streams on its partitions (none on the CPU)."""
+
+    streams: dict[str, Any] = field(default_factory=dict)  # LM / BACKGROUND -> torch stream
+    sm_counts: dict[str, int] = field(default_factory=dict)  # LM / BACKGROUND -> SMs
+
+
+@dataclass
 class Lanes:
     mode: str  # resolved: off, green, streams or inline
     streams: dict[str, Any] = field(default_factory=dict)  # LM / URGENT / BACKGROUND -> torch stream (cuda)
     pools: dict[str, Any] = field(default_factory=dict)  # lane -> graph memory pool handle (cuda)
     sm_counts: dict[str, int] = field(default_factory=dict)  # green: SMs of the LM and background partitions
     note: str = ""  # why this mode (a fallback names its reason)
+    sm_modes: list[LaneMode] = field(default_factory=list)  # several SM splits (green, or inline on the CPU)
+    active: int = 0  # index into sm_modes
+
+    @property
+    def num_sm_modes(self) -> int:
+        return max(1, len(self.sm_modes))
+
+    def set_mode(self, index: int) -> bool:
+        """Makes SM mode `index` the active one (its LM and background streams); True when it changed. The new
+        LM stream waits for the old one, so the LM's work stays in order across the switch."""
+        if not 0 <= index < self.num_sm_modes:
+            raise ValueError(f"SM mode {index} out of range: {self.num_sm_modes} modes")
+        if index == self.active or not self.sm_modes:
+            return False
+        old_lm = self.streams.get(LM)
+        self.active = index
+        chosen = self.sm_modes[index]
+        self.streams.update(chosen.streams)
+        self.sm_counts = dict(chosen.sm_counts)
+        new_lm = self.streams.get(LM)
+        if old_lm is not None and new_lm is not None and new_lm is not old_lm:
+            new_lm.wait_stream(old_lm)
+        return True
 
     @property
     def enabled(self) -> bool:
@@ -63,6 +101,10 @@ class Lanes:
         return self.pools.get(lane)
 
     def describe(self) -> str:
+        if self.mode == "green" and len(self.sm_modes) > 1:
+            splits = ", ".join(f"{m.sm_counts.get(LM)}/{m.sm_counts.get(BACKGROUND)}" for m in self.sm_modes)
+            return (f"lanes: green contexts, {len(self.sm_modes)} SM modes (LM/background codec SMs: {splits}) | "
+                    f"urgent lane on the whole GPU at high priority")
         if self.mode == "green":
             return (f"lanes: green contexts, LM {self.sm_counts.get(LM)} SMs | background codec "
                     f"{self.sm_counts.get(BACKGROUND)} SMs | urgent lane on the whole GPU at high priority")
@@ -70,17 +112,26 @@ class Lanes:
             return f"lanes: CUDA streams without SM partitions ({self.note})" if self.note else \
                 "lanes: CUDA streams without SM partitions"
         if self.mode == "inline":
-            return "lanes: in order on the host (no GPU): lane bookkeeping, no overlap"
+            modes = f", {len(self.sm_modes)} SM modes (bookkeeping only)" if len(self.sm_modes) > 1 else ""
+            return f"lanes: in order on the host (no GPU): lane bookkeeping, no overlap{modes}"
         return f"lanes off: time-shared synchronous loop (LM step, then codec, one stream){self.note}"
 
 
-def make_lanes(mode: str, device: torch.device, codec_sms: int | None = None) -> Lanes:
+def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] | None = None) -> Lanes:
+    """The lanes of `mode` on `device`. `codec_sms`: the background codec lane's SM count, or one per SM mode
+    (green contexts; inline lanes on the CPU keep the modes for their bookkeeping)."""
     if mode not in LANE_MODES:
         raise ValueError(f"unknown lanes mode {mode!r}; choose one of {', '.join(LANE_MODES)}")
+    counts = [codec_sms] if codec_sms is None or isinstance(codec_sms, int) else list(codec_sms)
+    if not counts:
+        raise ValueError("codec_sms: give at least one SM count")
     if device.type != "cuda":
         if mode in ("green", "streams"):
             return Lanes("off", note=f" ({mode} lanes need a CUDA device)")
-        return Lanes("inline" if mode == "inline" else "off", note="" if mode != "auto" else " (no GPU)")
+        if mode == "inline":
+            modes = [LaneMode(sm_counts={BACKGROUND: c}) for c in counts] if len(counts) > 1 else []
+            return Lanes("inline", sm_modes=modes)
+        return Lanes("off", note="" if mode != "auto" else " (no GPU)")
     if mode == "inline":
         raise ValueError("lanes mode 'inline' is for the CPU; on CUDA use auto, green, streams or off")
     if mode == "off":
@@ -89,15 +140,19 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | None = None) ->
     index = device.index if device.index is not None else torch.cuda.current_device()
     if mode in ("auto", "green"):
         try:
-            lm_stream, bg_stream, counts = green_streams(index, codec_sms)
-            lanes = Lanes("green", sm_counts=counts)
-            lanes.streams[LM] = lm_stream
-            lanes.streams[BACKGROUND] = bg_stream
+            modes = []
+            for count in counts:
+                lm_stream, bg_stream, sm_counts = green_streams(index, count)
+                modes.append(LaneMode({LM: lm_stream, BACKGROUND: bg_stream}, sm_counts))
+            lanes = Lanes("green", streams=dict(modes[0].streams), sm_counts=dict(modes[0].sm_counts),
+                          sm_modes=modes if len(modes) > 1 else [])
         except Exception as exc:  # noqa: BLE001 (no driver bindings, an old driver, MIG: fall back, say why)
             if mode == "green":
                 raise RuntimeError(f"green contexts unavailable: {type(exc).__name__}: {exc}") from exc
             lanes.note = f"green contexts unavailable: {type(exc).__name__}: {exc}"
     low, high = _priority_range()
+    if lanes.mode == "streams" and len(counts) > 1:
+        lanes.note = (lanes.note + "; " if lanes.note else "") + "one SM mode: SM modes need green contexts"
     if lanes.mode == "streams":
         lanes.streams[LM] = torch.cuda.Stream(device)
         lanes.streams[BACKGROUND] = torch.cuda.Stream(device, priority=low)

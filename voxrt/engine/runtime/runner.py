@@ -140,22 +140,49 @@ class ModelRunner:
         pool = torch.cuda.graph_pool_handle() if use_graphs else None
         lm_pool = self.lanes.pool(LM) or pool  # lanes replay at the same time: one memory pool each
         buckets = batch_buckets(cfg.max_batch_size)
-        self.decode_stage = GraphedStage("decode", buckets, self._make_decode_buffers, self._decode_body, use_graphs, lm_pool)
-        self.depth_stage = GraphedStage("depth", buckets, self._make_depth_buffers, self._depth_body, use_graphs, lm_pool)
+        # The LM and background codec graphs once per SM mode (a graph keeps its capture stream's partition);
+        # the modes of a lane share its pool: one mode runs at a time.
+        num_modes = self.lanes.num_sm_modes
+        suffix = [f"@{m}" if num_modes > 1 else "" for m in range(num_modes)]
+        self.decode_stages = [GraphedStage("decode" + suffix[m], buckets, self._make_decode_buffers, self._decode_body,
+                                           use_graphs, lm_pool) for m in range(num_modes)]
+        self.depth_stages = [GraphedStage("depth" + suffix[m], buckets, self._make_depth_buffers, self._depth_body,
+                                          use_graphs, lm_pool) for m in range(num_modes)]
         codec_buckets = batch_buckets(min(cfg.max_codec_batch, cfg.max_batch_size))
+        sizes = codec_sizes(program.first_chunk_frames, program.chunk_frames)
+
+        def codec_stages(lane: str, tag: str) -> dict[int, GraphedStage]:
+            return {frames: GraphedStage(f"codec[{frames}f]" + (f"/{lane}{tag}" if self.lanes.enabled else ""),
+                                         codec_buckets, lambda b, g, f=frames: self._make_codec_buffers(b, f),
+                                         self._codec_body, use_graphs, self.lanes.pool(lane) or pool)
+                    for frames in sizes}
         # Each codec lane has its own graphs (captured on its stream: partition and priority) and buffers, over
         # the same per-slot codec state. Without lanes one set serves every chunk.
-        codec_lanes = (BACKGROUND, URGENT) if self.lanes.enabled else (BACKGROUND,)
-        self.codec_stages_by_lane = {
-            lane: {frames: GraphedStage(f"codec[{frames}f]" + (f"/{lane}" if self.lanes.enabled else ""), codec_buckets,
-                                        lambda b, g, f=frames: self._make_codec_buffers(b, f), self._codec_body,
-                                        use_graphs, self.lanes.pool(lane) or pool)
-                   for frames in codec_sizes(program.first_chunk_frames, program.chunk_frames)}
-            for lane in codec_lanes
-        }
-        self.codec_stages = self.codec_stages_by_lane[BACKGROUND]
+        self.background_stages = [codec_stages(BACKGROUND, suffix[m]) for m in range(num_modes)]
+        self.urgent_stages = codec_stages(URGENT, "") if self.lanes.enabled else None
         self._pool = pool
         self._buckets = buckets
+
+    # The stages of the active SM mode (`lanes.set_mode`).
+    @property
+    def decode_stage(self) -> GraphedStage:
+        return self.decode_stages[self.lanes.active]
+
+    @property
+    def depth_stage(self) -> GraphedStage:
+        return self.depth_stages[self.lanes.active]
+
+    @property
+    def codec_stages(self) -> dict[int, GraphedStage]:
+        """The background (or, without lanes, the only) codec stages of the active SM mode."""
+        return self.background_stages[self.lanes.active]
+
+    @property
+    def codec_stages_by_lane(self) -> dict[str, dict[int, GraphedStage]]:
+        stages = {BACKGROUND: self.codec_stages}
+        if self.urgent_stages is not None:
+            stages[URGENT] = self.urgent_stages
+        return stages
 
     # ---- set-up ------------------------------------------------------------------------------------------
 
@@ -163,22 +190,33 @@ class ModelRunner:
     def capture_graphs(self) -> None:
         if not self.use_graphs:
             return
-        lm_stream = self.lanes.stream(LM)
-        with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
-            self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []),
-                                      lm_stream)
-            self.depth_stage.capture(lambda b: None, lm_stream)
-        for lane, stages in self.codec_stages_by_lane.items():
-            with self.lanes.on(lane):
-                for stage in stages.values():
-                    stage.capture(lambda b: b.slots.fill_(self.scratch_slot), self.lanes.stream(lane))
+        active = self.lanes.active
+        try:
+            for mode in range(self.lanes.num_sm_modes):
+                self.lanes.set_mode(mode)
+                lm_stream = self.lanes.stream(LM)
+                with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
+                    self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []),
+                                              lm_stream)
+                    self.depth_stage.capture(lambda b: None, lm_stream)
+                lanes = (BACKGROUND, URGENT) if mode == 0 else (BACKGROUND,)  # the urgent lane has one set
+                for lane, stages in self.codec_stages_by_lane.items():
+                    if lane not in lanes:
+                        continue
+                    with self.lanes.on(lane):
+                        for stage in stages.values():
+                            stage.capture(lambda b: b.slots.fill_(self.scratch_slot), self.lanes.stream(lane))
+                self.synchronize()
+        finally:
+            self.lanes.set_mode(active)
         self.synchronize()
 
     def synchronize(self) -> None:
         """Waits for every lane (a device-wide synchronize does not cover green-context streams)."""
         if self.cfg.device.type != "cuda":
             return
-        for stream in self.lanes.streams.values():
+        streams = list(self.lanes.streams.values()) + [s for m in self.lanes.sm_modes for s in m.streams.values()]
+        for stream in streams:
             stream.synchronize()
         torch.cuda.synchronize()
 
