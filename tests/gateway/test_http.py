@@ -125,3 +125,4 @@ def test_metrics_count_codec_launches_and_chunk_timing(live):
         assert chunks["on_time"] + chunks["late"] > 0
     assert metric(live, "voxrt_engine_deferred_admissions_total") >= 0
     assert metric(live, "voxrt_engine_early_chunks_total") >= 0
+    assert metric(live, "voxrt_engine_sm_mode_switches_total") == 0  # one split on the CPU

@@ -31,6 +31,8 @@ class GatewayMetrics:
                                      ["timing"], registry=r)
         self.engine_deferred = Counter("voxrt_engine_deferred_admissions", "admissions a policy deferred to "
                                        "protect running streams", registry=r)
+        self.engine_sm_switches = Counter("voxrt_engine_sm_mode_switches", "moves between SM splits "
+                                          "(--sm-mode adaptive)", registry=r)
         self.engine_early = Counter("voxrt_engine_early_chunks", "chunks the deadline policy cut before all their "
                                     "frames were there, so as not to be late", registry=r)
         self._last: dict[tuple[str, str], int] = {}  # engine totals already counted
@@ -49,6 +51,7 @@ class GatewayMetrics:
         self._advance(self.engine_chunks.labels("late"), ("chunks", "late"), stats.chunks_late)
         self._advance(self.engine_deferred, ("deferred", ""), stats.deferred_admissions)
         self._advance(self.engine_early, ("early", ""), stats.early_chunks)
+        self._advance(self.engine_sm_switches, ("sm_switches", ""), stats.sm_mode_switches)
 
     def _advance(self, counter, key: tuple[str, str], total: int) -> None:
         """Engine totals -> Prometheus counters (incremented by what is new since the last scrape)."""
