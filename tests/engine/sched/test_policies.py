@@ -592,6 +592,8 @@ def test_every_policy_serves_a_mixed_workload_cleanly(policy, has_lanes):
         assert [job.is_last for job in jobs] == [False] * (len(jobs) - 1) + [True]
         if policy in ("online", "deadline"):
             assert all(job.deadline_ns is not None for job in jobs)
+    if policy == "deadline":  # the order checks above covered chunks cut early too
+        assert any(job.is_early for jobs in runner.jobs.values() for job in jobs)
     sched.check_integrity()
     assert sched.pages.num_free == sched.pages.num_pages
     assert sched.slots.num_free == sched.slots.num_slots
