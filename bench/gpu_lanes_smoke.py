@@ -24,6 +24,7 @@ import torch
 from voxrt.engine.messages import AudioChunk, EngineConfig, RequestFailed, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.sched.sm_modes import EveryStepSmMode
 from voxrt.models.registry import build_program
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "A second request, a little longer than the first.",
@@ -47,17 +48,6 @@ def run(core: EngineCore, frames: int) -> tuple[dict, float, float]:
     wall = time.monotonic() - t0
     audio = {rid: np.concatenate(parts) for rid, parts in out.items()}
     return audio, wall, float(np.median(list(first.values())))
-
-
-class Alternate:
-    """Switches the SM split every step (the adaptive rule's effect, as often as it can happen)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def choose(self, signals) -> int:
-        self.calls += 1
-        return self.calls % 2
 
 
 def main() -> None:
@@ -86,7 +76,7 @@ def main() -> None:
                               program=program)
             core.warmup()
             if sm_modes and core.sm_chooser is not None:
-                core.sm_chooser = Alternate()
+                core.sm_chooser = EveryStepSmMode()
         except Exception as exc:  # noqa: BLE001 (report and go on to the next mode)
             rows.append(dict(lanes=label, policy=policy, error=f"{type(exc).__name__}: {exc}"))
             print(rows[-1], flush=True)

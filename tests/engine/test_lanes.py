@@ -15,6 +15,7 @@ from voxrt.engine.errors import InvalidParamsError
 from voxrt.engine.messages import AudioChunk
 from voxrt.engine.runtime.lanes import make_lanes
 from voxrt.engine.sched.plan import BACKGROUND, URGENT
+from voxrt.engine.sched.sm_modes import EveryStepSmMode
 
 TEXTS = ["Hello there, this is the lane test.", "A second request, a little longer than the first one.",
          "Third."]
@@ -54,23 +55,12 @@ def test_early_chunks_give_the_same_audio_and_are_counted():
     assert_pools_empty(early)
 
 
-class Alternate:
-    """A mode chooser that moves every step (the adaptive rule's effect, as often as possible)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def choose(self, signals) -> int:
-        self.calls += 1
-        return self.calls % 2
-
-
 def test_sm_modes_switching_every_step_gives_the_same_audio():
     sync = make_core(lanes="off")
     moving = make_core(lanes="inline", scheduler_type="deadline", codec_sms=(32, 64), sm_mode="adaptive")
     assert moving.lanes.num_sm_modes == 2 and moving.sm_chooser is not None
     assert "2 SM modes" in moving.lanes.describe()
-    moving.sm_chooser = Alternate()
+    moving.sm_chooser = EveryStepSmMode()
     used = {0: 0, 1: 0}
     for mode in (0, 1):
         stage = moving.runner.decode_stages[mode]

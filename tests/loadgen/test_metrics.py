@@ -142,6 +142,22 @@ def test_ascending_sweep_stops_below_and_reads_capacity_on_the_grid(capsys):
     assert skipped == [] and sorted(sweep.points) == [8.0, 22.0]
 
 
+def test_on_point_runs_after_each_new_point_with_it_recorded():
+    seen = []
+
+    async def measure(rate):
+        return summarize([], rate, 1.0) | {"attainment": 1.0}
+
+    async def main():
+        sweep = Sweep(measure, progress=False, on_point=lambda: seen.append(sorted(sweep.points)))
+        await sweep.ascending([2, 1])
+        await sweep.at(2)  # cached: no new point
+        return sweep
+
+    asyncio.run(main())
+    assert seen == [[1.0], [1.0, 2.0]]
+
+
 def test_run_point_with_a_fake_target_and_progress(monkeypatch, capsys):
     import voxrt.loadgen.runner as runner
     from voxrt.loadgen.workload import WorkItem

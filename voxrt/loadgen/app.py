@@ -81,11 +81,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         for record in records:
             lines.write(json.dumps(record.to_json()) + "\n")
         lines.flush()
-        point = summarize(records, rate, config.duration_s)
-        if sweep is not None:
-            sweep.points[float(round(rate, 6))] = point  # before the sweep caches it: in the partial summary
-            write_summary(complete=False)
-        return point
+        return summarize(records, rate, config.duration_s)
 
     started = time.time()
     sweep: Sweep | None = None
@@ -124,7 +120,8 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
             failed = [r.status for r in warm if r.status != "ok"]
             print(f"[loadgen] warm-up: {config.warmup} requests, {len(failed)} failed {failed[:3] or ''}",
                   file=sys.stderr, flush=True)
-        sweep = Sweep(measure, progress=long_run or config.capacity or len(config.sweep) > 1)
+        sweep = Sweep(measure, progress=long_run or config.capacity or len(config.sweep) > 1,
+                      on_point=lambda: write_summary(complete=False))
         skipped = await sweep.ascending(config.sweep or [config.rate], config.stop_below)
         capacities = {}
         if config.capacity:

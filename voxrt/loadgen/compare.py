@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from voxrt.loadgen.sweep import grid_capacity
+
 THRESHOLDS = ("90%", "99%")
 
 
@@ -32,14 +34,7 @@ def load(label_dirs: list[tuple[str, str | Path]]) -> list[tuple[str, dict]]:
     return runs
 
 
-def grid_capacity(points: list[dict], threshold: float) -> float | None:
-    """The highest rate meeting `threshold` with every lower rate meeting it too (as `Sweep.grid_capacity`)."""
-    best = None
-    for p in sorted(points, key=lambda p: p["rate"]):
-        if p["attainment"] < threshold:
-            break
-        best = p["rate"]
-    return best
+
 
 
 def _fmt_rate(v: float | None) -> str:

@@ -13,15 +13,27 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-from voxrt.loadgen.compare import grid_capacity
-
 Measure = Callable[[float], Awaitable[dict]]
 
 
+def grid_capacity(points: list[dict], threshold: float) -> float | None:
+    """On measured points alone: the highest rate that meets `threshold` with every lower rate meeting it too
+    (the first miss ends the reading, so a lucky point above a miss does not count). None when the lowest
+    rate misses."""
+    best = None
+    for p in sorted(points, key=lambda p: p["rate"]):
+        if p["attainment"] < threshold:
+            break
+        best = p["rate"]
+    return best
+
+
 class Sweep:
-    def __init__(self, measure: Measure, *, progress: bool = True) -> None:
+    def __init__(self, measure: Measure, *, progress: bool = True,
+                 on_point: Callable[[], None] | None = None) -> None:
         self._measure = measure
         self.progress = progress
+        self.on_point = on_point  # called after each new point is recorded (e.g. to save a partial summary)
         self.points: dict[float, dict] = {}
 
     async def at(self, rate: float) -> dict:
@@ -32,6 +44,8 @@ class Sweep:
                       flush=True)
             summary = await self._measure(rate)
             self.points[rate] = summary
+            if self.on_point is not None:
+                self.on_point()
             if self.progress:
                 p99 = summary["ttfa_p99_ms"]
                 print(f"[loadgen]   rate {rate:g}: {summary['requests']} requests, attainment "
@@ -87,9 +101,7 @@ class Sweep:
         return []
 
     def grid_capacity(self, threshold: float) -> float | None:
-        """On the measured rates alone: the highest rate that meets `threshold` with every lower measured rate
-        meeting it too (the first miss ends the reading, so a lucky point above a miss does not count). None
-        when the lowest measured rate misses."""
+        """`grid_capacity` over the measured points."""
         return grid_capacity(list(self.points.values()), threshold)
 
     def summaries(self) -> list[dict]:

@@ -65,3 +65,16 @@ class AdaptiveSmMode:
         self.last_switch_ns = now_ns
         self.num_switches += 1
         return mode
+
+
+class EveryStepSmMode:
+    """A chooser that moves to the next mode every step: the check (CPU test, GPU smoke) that per-mode graphs
+    and the switch keep every request's state in order, as often as a switch can happen."""
+
+    def __init__(self, num_modes: int = 2) -> None:
+        self.num_modes = num_modes
+        self.calls = 0
+
+    def choose(self, signals: SmModeSignals) -> int:
+        self.calls += 1
+        return self.calls % self.num_modes
