@@ -228,3 +228,20 @@ def test_text_larger_than_one_message_is_split(live):
 
     ctx, cancelled, is_closed = run(main())
     assert ctx.num_text_chars == 17000 and cancelled.context_id == ctx.id and not is_closed
+
+
+def test_a_context_done_that_answers_the_abort_does_not_finish_the_context(live):
+    # The race behind the test above, made deterministic: the server's `context.done` (reason cancelled, its
+    # answer to the abort's cancel-all) reaches the reader before the close; the context still fails with it.
+    async def main():
+        async with connect(live.ws, output=PCM, pacing="realtime") as session:
+            ctx = session.context()
+            await ctx.send(LONG_TEXT)
+            session._is_aborting = True  # what abort() sets before its cancel goes out
+            session._on_event(ContextDone(ctx.id, "cancelled", 0))
+            assert not ctx.is_finished
+            await session.abort()
+        with pytest.raises(ConnectionClosedError):
+            await ctx.done()
+
+    run(main())

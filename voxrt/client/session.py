@@ -62,6 +62,7 @@ class Session:
         self._fatal: VoxrtError | None = None  # the fatal `error` message, until the close that follows it
         self._closed_error: VoxrtError | None = None  # set once the connection is gone
         self._is_closing = False
+        self._is_aborting = False  # abort(): the open contexts fail with the close, whatever the server answers
         self._is_closed_by_client = False
         self._last_send_s = time.monotonic()
         self._reader = asyncio.create_task(self._read_forever(), name=f"voxrt-client-{started.session_id}")
@@ -175,6 +176,7 @@ class Session:
     async def abort(self) -> None:
         """Stop now: cancel every context on the server (best effort), fail the local ones, close."""
         self._is_closing = True
+        self._is_aborting = True
         if self._closed_error is None:
             try:
                 await asyncio.wait_for(self._send({"type": "cancel", "context_id": CANCEL_ALL}), 1.0)
@@ -276,6 +278,8 @@ class Session:
         elif isinstance(event, Cancelled):
             context._on_cancelled(event)
         elif isinstance(event, ContextDone):
+            if self._is_aborting and not context.is_finished:
+                return  # the server's answer to the abort's cancel: the context fails with the close instead
             context._on_done(event)
         self._forget_if_finished(context)
 
