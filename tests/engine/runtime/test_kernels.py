@@ -1,0 +1,203 @@
+"""The fused frame kernels: the Triton implementation (run by Triton's interpreter on the CPU, compiled on a
+GPU) equals the torch implementation, and the torch implementation equals the reference layers' math."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from voxrt.engine.runtime.kernels import default_impl, triton_available
+from voxrt.engine.runtime.kernels.depth_attention import depth_attention
+from voxrt.engine.runtime.kernels.norm import add_rms_norm, silu_mul
+from voxrt.engine.runtime.kernels.rope import norm_rope_torch, qk_norm_rope_paged, rope_inv_freq
+from voxrt.engine.runtime.kernels.sampling import sample_codes
+from voxrt.models.common.layers import apply_rotary, rotary_cos_sin
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _tol(dtype: torch.dtype, loose: bool = False) -> dict:
+    """float32: the same math; bfloat16: roundings differ (and the interpreter truncates), so a bf16 ulp or
+    two per op, more where errors compound through attention (`loose`)."""
+    if dtype == torch.float32:
+        return dict(atol=1e-5, rtol=1e-5)
+    return dict(atol=6e-2, rtol=6e-2) if loose else dict(atol=2e-2, rtol=2e-2)
+
+
+def test_triton_is_installed_for_these_tests():
+    # CI installs triton (requirements/dev): the kernels below must really run, never be skipped
+    assert triton_available()
+    assert default_impl(torch.device("cpu")) == "torch"  # the interpreter is for tests, never for serving
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_equals_reference(dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 96, generator=g).to(dtype)
+    res = torch.randn(5, 96, generator=g).to(dtype)
+    w = torch.rand(96, generator=g) + 0.5
+    ref_r = res + x
+    ref = F.rms_norm(ref_r, (96,), w.to(dtype), 1e-6)
+    for impl in ("torch", "triton"):
+        out, r = add_rms_norm(x, res, w, 1e-6, impl=impl)
+        # Triton's interpreter rounds float32 -> bfloat16 toward zero (the GPU rounds to nearest): close, not equal
+        torch.testing.assert_close(r, ref_r, **_tol(dtype))
+        torch.testing.assert_close(out, ref, **_tol(dtype))
+        out0, r0 = add_rms_norm(x, None, w, 1e-6, impl=impl)
+        assert r0.data_ptr() == x.data_ptr() or torch.equal(r0, x)
+        torch.testing.assert_close(out0, F.rms_norm(x, (96,), w.to(dtype), 1e-6), **_tol(dtype))
+
+
+def test_add_rms_norm_takes_strided_rows():
+    x = torch.randn(3, 2, 64)[:, -1]  # the last token of each row: a strided view
+    res = torch.randn(3, 2, 64)[:, -1]
+    w = torch.ones(64)
+    a, ra = add_rms_norm(x, res, w, 1e-6, impl="torch")
+    b, rb = add_rms_norm(x, res, w, 1e-6, impl="triton")
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(ra, rb)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_equals_reference(dtype):
+    gu = torch.randn(4, 2 * 200).to(dtype)
+    ref = F.silu(gu[:, :200]) * gu[:, 200:]
+    for impl in ("torch", "triton"):
+        torch.testing.assert_close(silu_mul(gu, impl=impl), ref, **_tol(dtype))
+
+
+def _reference_norm_rope(x, weight, positions, theta, eps):
+    """The layers' own math: q_norm (RMSNorm over head_dim) then apply_rotary with rotary_cos_sin."""
+    d = x.shape[-1]
+    normed = F.rms_norm(x, (d,), weight.to(x.dtype), eps)
+    cos, sin = rotary_cos_sin(positions, d, theta, x.dtype)
+    return apply_rotary(normed, cos.unsqueeze(-2), sin.unsqueeze(-2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_rope_equals_the_layers_math(dtype):
+    x = torch.randn(6, 4, 64).to(dtype)
+    w = torch.rand(64) + 0.5
+    positions = torch.tensor([0, 1, 5, 17, 300, 4000])
+    ours = norm_rope_torch(x, w, rope_inv_freq(64, 1e6, torch.device("cpu")), positions, 1e-6)
+    torch.testing.assert_close(ours, _reference_norm_rope(x, w, positions, 1e6, 1e-6), **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rope_paged_writes_the_cache_and_returns_q(dtype):
+    hq, hkv, d, n, ps = 4, 2, 64, 5, 4
+    qkv = torch.randn(n, (hq + 2 * hkv) * d).to(dtype)
+    qw, kw = torch.rand(d) + 0.5, torch.rand(d) + 0.5
+    inv = rope_inv_freq(d, 1e4, torch.device("cpu"))
+    positions = torch.tensor([3, 0, 9, 1, 2, 0, 0])  # longer than n: graph buffers are
+    page_idx = torch.tensor([1, 0, 2, 3, 1, 4, 4])
+    page_off = torch.tensor([3, 0, 1, 1, 2, 0, 0])
+    caches = {}
+    outs = {}
+    for impl in ("torch", "triton"):
+        cache = torch.zeros(5, 2, ps, hkv, d, dtype=dtype)
+        outs[impl] = qk_norm_rope_paged(qkv, hq, hkv, d, qw, kw, inv, 1e-6, positions, page_idx, page_off, cache,
+                                        impl=impl)
+        caches[impl] = cache
+    torch.testing.assert_close(outs["triton"], outs["torch"], **_tol(dtype))
+    torch.testing.assert_close(caches["triton"], caches["torch"], **_tol(dtype))
+    q_ref = _reference_norm_rope(qkv[:, : hq * d].view(n, hq, d), qw, positions[:n], 1e4, 1e-6)
+    torch.testing.assert_close(outs["torch"], q_ref, **_tol(dtype))
+    v = qkv[:, (hq + hkv) * d :].view(n, hkv, d)
+    assert torch.equal(caches["torch"][page_idx[:n], 1, page_off[:n]], v)
+    assert caches["torch"][4].abs().sum() == 0  # pages no token names stay untouched
+
+
+def _reference_depth_step(q, k_cache, v_cache, start, t):
+    """SDPA with GQA expansion and a causal mask, as the reference DenseDecoderLayer attends."""
+    hq, hkv = q.shape[2], k_cache.shape[1]
+    keys = k_cache[:, :, : start + t].repeat_interleave(hq // hkv, dim=1)
+    values = v_cache[:, :, : start + t].repeat_interleave(hq // hkv, dim=1)
+    mask = torch.ones(t, start + t, dtype=torch.bool).tril(diagonal=start)
+    return F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_depth_attention_over_a_frame(dtype):
+    """A whole frame of steps (2 tokens at step 0, then 1) over one cache: triton == torch == SDPA."""
+    bsz, hq, hkv, d, length = 3, 4, 2, 64, 16
+    qw, kw = torch.rand(d) + 0.5, torch.rand(d) + 0.5
+    inv = rope_inv_freq(d, 1e6, torch.device("cpu"))
+    caches = {impl: (torch.zeros(bsz, hkv, length, d, dtype=dtype), torch.zeros(bsz, hkv, length, d, dtype=dtype))
+              for impl in ("torch", "triton")}
+    start = 0
+    for step in range(length - 1):
+        t = 2 if step == 0 else 1
+        qkv = torch.randn(bsz * t, (hq + 2 * hkv) * d).to(dtype)
+        outs = {impl: depth_attention(qkv, hq, hkv, d, qw, kw, inv, 1e-6, *caches[impl], start, t, impl=impl)
+                for impl in caches}
+        torch.testing.assert_close(outs["triton"], outs["torch"], **_tol(dtype, loose=True))
+        torch.testing.assert_close(caches["triton"][0], caches["torch"][0], **_tol(dtype))
+        pos = torch.arange(start, start + t)
+        q = _reference_norm_rope(qkv[:, : hq * d].view(bsz, t, hq, d), qw, pos, 1e6, 1e-6)
+        ref = _reference_depth_step(q, *caches["torch"], start, t).reshape(bsz * t, hq * d)
+        torch.testing.assert_close(outs["torch"], ref, **_tol(dtype))
+        start += t
+
+
+def _params(bsz, temperature, top_k, top_p, greedy):
+    return (torch.full((bsz,), temperature, dtype=torch.float32), torch.full((bsz,), top_k, dtype=torch.int64),
+            torch.full((bsz,), top_p, dtype=torch.float32), torch.full((bsz,), greedy, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("top_k,top_p,greedy", [(0, 1.0, False), (50, 1.0, False), (5, 0.8, False),
+                                                (0, 0.3, False), (1, 1.0, False), (50, 1.0, True)])
+def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy):
+    g = torch.Generator().manual_seed(7)
+    bsz, vocab, hidden = 6, 300, 40
+    logits = (torch.randn(bsz, vocab, generator=g) * 3).to(torch.bfloat16)
+    uniform = torch.rand(bsz, vocab, generator=g)
+    suppress = torch.zeros(vocab, dtype=torch.bool)
+    suppress[250:] = True
+    table = torch.randn(vocab, hidden, generator=g)
+    params = _params(bsz, 0.9, top_k, top_p, greedy)
+    results = {}
+    for impl in ("torch", "triton"):
+        codes = torch.full((bsz, 3), -1, dtype=torch.int64)
+        nxt = torch.zeros(bsz, hidden)
+        sample_codes(logits, uniform, *params, out=codes[:, 1], suppress=suppress, next_table=table, next_out=nxt,
+                     impl=impl)
+        results[impl] = (codes, nxt)
+    assert torch.equal(results["triton"][0], results["torch"][0])
+    codes = results["torch"][0][:, 1]
+    assert (codes < 250).all() and (results["torch"][0][:, [0, 2]] == -1).all()
+    assert torch.equal(results["torch"][1], table[codes])
+    assert torch.equal(results["triton"][1], table[codes])
+    x = logits.float().masked_fill(suppress, float("-inf"))
+    if greedy or top_k == 1:
+        assert torch.equal(codes, x.argmax(-1))
+    if top_k > 1:  # every code is among the k best of its row
+        kth = x.topk(top_k, dim=-1).values[:, -1:]
+        assert (x.gather(-1, codes[:, None]) >= kth).all()
+
+
+def test_sampler_distribution_follows_temperature_top_k_and_top_p():
+    """Many draws of one row: frequencies match the filtered, tempered softmax (a chi-square bound)."""
+    vocab, draws = 12, 20000
+    logits = torch.linspace(2.0, -2.0, vocab)[None].expand(draws, vocab).contiguous()
+    g = torch.Generator().manual_seed(3)
+    uniform = torch.rand(draws, vocab, generator=g)
+    for top_k, top_p, temperature in [(0, 1.0, 0.7), (4, 1.0, 1.0), (0, 0.6, 1.0)]:
+        out = torch.empty(draws, dtype=torch.int64)
+        sample_codes(logits, uniform, *_params(draws, temperature, top_k, top_p, False), out=out, impl="torch")
+        probs = torch.softmax(logits[0] / temperature, -1)
+        if top_k:
+            probs[top_k:] = 0
+        if top_p < 1.0:
+            before = probs.cumsum(0) - probs
+            probs[before >= top_p] = 0
+        probs = probs / probs.sum()
+        counts = torch.bincount(out, minlength=vocab).float()
+        support = probs > 0
+        assert counts[~support].sum() == 0
+        expected = probs[support] * draws
+        chi2 = (((counts[support] - expected) ** 2) / expected).sum().item()
+        assert chi2 < 3 * support.sum().item() + 30, (top_k, top_p, chi2)

@@ -1,0 +1,103 @@
+"""Attention of a depth transformer (Qwen3-TTS's code predictor) over its per-frame cache, in one kernel.
+
+The code predictor's cache lives for one frame: at most `num_code_groups` (16) positions, written at fixed
+offsets (step 0 writes positions 0 and 1, step s >= 1 writes position s + 1). Each step therefore needs, per
+layer: per-head q/k RMSNorm, rotary, the K/V write, and causal attention over <= 16 keys. The reference does
+that in ~25 kernels (rotary, cache slices, repeat_interleave for GQA, a mask, SDPA); here one program per
+(batch row, KV head) does all of it: it writes the step's k/v, then attends for the step's tokens and the
+query heads of its group, keys and values kept in registers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels.rope import norm_rope_torch
+
+if triton_available():
+    import triton
+    import triton.language as tl
+
+    from voxrt.engine.runtime.kernels.rope import _norm_rope_half
+
+    @triton.jit
+    def _depth_attention_kernel(qkv_ptr, qkv_stride, out_ptr, out_stride, k_cache_ptr, v_cache_ptr, qw_ptr, kw_ptr,
+                                inv_freq_ptr, start, eps, scale, s_b, s_h, s_l,
+                                T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                                L: tl.constexpr):
+        b = tl.program_id(0)
+        kh = tl.program_id(1)
+        HALF: tl.constexpr = D // 2
+        G: tl.constexpr = HQ // HKV
+        cols = tl.arange(0, HALF)
+        dcols = tl.arange(0, D)
+        kbase = k_cache_ptr + b * s_b + kh * s_h
+        vbase = v_cache_ptr + b * s_b + kh * s_h
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * qkv_stride
+            pos = start + t
+            k1 = tl.load(row + HQ * D + kh * D + cols).to(tl.float32)
+            k2 = tl.load(row + HQ * D + kh * D + HALF + cols).to(tl.float32)
+            o1, o2 = _norm_rope_half(k1, k2, kw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+            tl.store(kbase + pos * s_l + cols, o1.to(k_cache_ptr.dtype.element_ty))
+            tl.store(kbase + pos * s_l + HALF + cols, o2.to(k_cache_ptr.dtype.element_ty))
+            v = tl.load(row + (HQ + HKV) * D + kh * D + dcols)
+            tl.store(vbase + pos * s_l + dcols, v.to(v_cache_ptr.dtype.element_ty))
+        tl.debug_barrier()  # this program's K/V stores are visible to all its threads
+        lpos = tl.arange(0, L)
+        valid = lpos < start + T
+        k1s = tl.load(kbase + lpos[:, None] * s_l + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        k2s = tl.load(kbase + lpos[:, None] * s_l + HALF + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        vs = tl.load(vbase + lpos[:, None] * s_l + dcols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * qkv_stride
+            pos = start + t
+            for g in tl.static_range(G):
+                h = kh * G + g
+                q1 = tl.load(row + h * D + cols).to(tl.float32)
+                q2 = tl.load(row + h * D + HALF + cols).to(tl.float32)
+                r1, r2 = _norm_rope_half(q1, q2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+                r1 = r1.to(qkv_ptr.dtype.element_ty).to(tl.float32)  # the reference attends over rounded q
+                r2 = r2.to(qkv_ptr.dtype.element_ty).to(tl.float32)
+                scores = (tl.sum(k1s * r1[None, :], axis=1) + tl.sum(k2s * r2[None, :], axis=1)) * scale
+                scores = tl.where(lpos <= pos, scores, float("-inf"))
+                p = tl.exp(scores - tl.max(scores, axis=0))
+                p = p / tl.sum(p, axis=0)
+                o = tl.sum(p[:, None] * vs, axis=0)
+                tl.store(out_ptr + (b * T + t) * out_stride + h * D + dcols, o.to(out_ptr.dtype.element_ty))
+
+
+def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, q_norm: torch.Tensor,
+                    k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, start: int, num_new: int, impl: str = "torch") -> torch.Tensor:
+    """qkv [B * T, (Hq + 2 Hkv) * D] for T = `num_new` tokens per row at positions start..start+T-1;
+    k_cache, v_cache [B, Hkv, L, D]. Writes the new k/v, returns the attention output [B * T, Hq * D]."""
+    check_impl(impl)
+    hq, hkv, d, t = num_q_heads, num_kv_heads, head_dim, num_new
+    bsz = qkv.shape[0] // t
+    if impl == "torch":
+        x = qkv.view(bsz, t, -1)
+        pos = torch.arange(start, start + t, device=qkv.device)
+        q = norm_rope_torch(x[..., : hq * d].view(bsz, t, hq, d), q_norm, inv_freq, pos, eps)
+        k = norm_rope_torch(x[..., hq * d : (hq + hkv) * d].view(bsz, t, hkv, d), k_norm, inv_freq, pos, eps)
+        v = x[..., (hq + hkv) * d :].view(bsz, t, hkv, d)
+        k_cache[:, :, start : start + t] = k.transpose(1, 2).to(k_cache.dtype)
+        v_cache[:, :, start : start + t] = v.transpose(1, 2).to(v_cache.dtype)
+        keys = k_cache[:, :, : start + t].repeat_interleave(hq // hkv, dim=1)
+        values = v_cache[:, :, : start + t].repeat_interleave(hq // hkv, dim=1)
+        mask = torch.ones(t, start + t, dtype=torch.bool, device=qkv.device).tril(diagonal=start)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask)  # [B, Hq, T, D]
+        return out.transpose(1, 2).reshape(bsz * t, hq * d)
+    assert qkv.stride(-1) == 1 and k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    length = k_cache.shape[2]
+    assert start + t <= length, (start, t, length)
+    out = torch.empty(bsz * t, hq * d, dtype=qkv.dtype, device=qkv.device)
+    _depth_attention_kernel[(bsz, hkv)](
+        qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
+        1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), num_warps=4)
+    return out

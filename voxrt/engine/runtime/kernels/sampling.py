@@ -1,0 +1,133 @@
+"""Gumbel-max sampling of one code per row, with per-row temperature / top-k / top-p, in one kernel that can
+also write the next step's input row (the embedding of the sampled code).
+
+The rule (both implementations): greedy rows take the argmax of the (suppressed) logits. Others scale by the
+temperature; top-k keeps x when fewer than k kept values are strictly greater (ties at the boundary stay);
+top-p keeps x when the probability mass of the kept values strictly greater than x is below p (the top value
+always stays); then `argmax(scaled + g)` over the kept values with Gumbel noise `g = -log(-log(u))` from the
+uniforms `u` the caller draws (`torch.rand` inside a CUDA graph draws fresh numbers on every replay). This is
+`runtime/sampling.py`'s rule with the noise drawn in vocabulary order instead of sorted order.
+
+The Triton kernel finds the top-k and top-p thresholds without sorting: a bisection over the order-preserving
+integer image of the float32 scores (32 halvings of [min, max]), each a masked count or sum over the row held
+in registers. One program per row; the row must fit one block (codec vocabularies: 2048-4096).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+
+if triton_available():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
+                       suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
+                       HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr, BLOCK_V: tl.constexpr,
+                       BLOCK_H: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK_V)
+        valid = cols < n_vocab
+        x = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=float("-inf")).to(tl.float32)
+        if HAS_SUPPRESS:
+            banned = tl.load(suppress_ptr + cols, mask=valid, other=1).to(tl.int32)
+            x = tl.where(banned != 0, float("-inf"), x)
+        is_greedy = tl.load(greedy_ptr + row).to(tl.int32)
+        if is_greedy != 0:
+            choice = tl.argmax(x, axis=0)
+        else:
+            scaled = x / tl.load(temp_ptr + row)
+            keep = scaled > float("-inf")
+            bits = scaled.to(tl.int32, bitcast=True)
+            key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)  # ordered like the floats
+            top_k = tl.load(topk_ptr + row)
+            num_kept = tl.sum(keep.to(tl.int32), axis=0)
+            if (top_k > 0) & (top_k < num_kept):
+                # the smallest K with #{kept: key > K} < top_k; keep key >= K
+                lo = tl.min(tl.where(keep, key, 2147483647), axis=0) - 1
+                hi = tl.max(tl.where(keep, key, -2147483648), axis=0)
+                for _ in range(32):
+                    mid = lo + (hi - lo) // 2
+                    count = tl.sum((keep & (key > mid)).to(tl.int32), axis=0)
+                    hi = tl.where(count < top_k, mid, hi)
+                    lo = tl.where(count < top_k, lo, mid)
+                keep = keep & (key >= hi)
+            top_p = tl.load(topp_ptr + row)
+            if top_p < 1.0:
+                e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
+                probs = e / tl.sum(e, axis=0)
+                lo = tl.min(tl.where(keep, key, 2147483647), axis=0) - 1
+                hi = tl.max(tl.where(keep, key, -2147483648), axis=0)
+                for _ in range(32):
+                    mid = lo + (hi - lo) // 2
+                    mass = tl.sum(tl.where(keep & (key > mid), probs, 0.0), axis=0)
+                    hi = tl.where(mass < top_p, mid, hi)
+                    lo = tl.where(mass < top_p, lo, mid)
+                keep = keep & (key >= hi)
+            u = tl.load(u_ptr + row * u_stride + cols, mask=valid, other=0.5)
+            u = tl.minimum(tl.maximum(u, 1e-20), 1.0 - 1e-7)
+            score = tl.where(keep, scaled - tl.log(-tl.log(u)), float("-inf"))
+            choice = tl.argmax(score, axis=0)
+        tl.store(out_ptr + row * out_stride, choice.to(tl.int64))
+        if HAS_NEXT:
+            for h0 in range(0, n_hidden, BLOCK_H):
+                hcols = h0 + tl.arange(0, BLOCK_H)
+                hmask = hcols < n_hidden
+                vals = tl.load(table_ptr + choice.to(tl.int64) * t_stride + hcols, mask=hmask)
+                tl.store(next_ptr + row * n_stride + hcols, vals, mask=hmask)
+
+
+def _keep_torch(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The kept set of each row [B, V] bool, by the rule in the module docstring."""
+    vocab = scaled.shape[-1]
+    keep = scaled > float("-inf")
+    num_kept = keep.sum(-1)
+    sorted_desc = scaled.sort(dim=-1, descending=True).values
+    k = torch.where((top_k > 0) & (top_k < num_kept), top_k, torch.full_like(top_k, vocab))
+    kth = sorted_desc.gather(-1, (k - 1).clamp(max=vocab - 1)[:, None])  # [B, 1]
+    keep = keep & ((scaled >= kth) | (k == vocab)[:, None])
+    masked = scaled.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(masked, dim=-1)
+    ascending, order = masked.sort(dim=-1)
+    cumulative = probs.gather(-1, order).cumsum(-1)  # mass of values <= each sorted value
+    num_le = torch.searchsorted(ascending.contiguous(), masked.contiguous(), right=True)  # [B, V]
+    mass_le = cumulative.gather(-1, (num_le - 1).clamp(min=0))
+    mass_gt = cumulative[:, -1:] - mass_le
+    return keep & ((mass_gt < top_p[:, None]) | (top_p >= 1.0)[:, None])
+
+
+def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor, greedy: torch.Tensor, out: torch.Tensor, suppress: torch.Tensor | None = None,
+                 next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
+                 impl: str = "torch") -> None:
+    """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
+    (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
+    [V, H]: next_out [B, H] <- next_table[code]."""
+    check_impl(impl)
+    if impl == "torch":
+        x = logits.float()
+        if suppress is not None:
+            x = x.masked_fill(suppress, float("-inf"))
+        scaled = x / temperature[:, None]
+        keep = _keep_torch(scaled, top_k, top_p)
+        noise = -torch.log(-torch.log(uniform.clamp(min=1e-20, max=1.0 - 1e-7)))
+        sampled = scaled.add(noise).masked_fill(~keep, float("-inf")).argmax(-1)
+        codes = torch.where(greedy, x.argmax(-1), sampled)
+        out.copy_(codes)
+        if next_table is not None:
+            next_out.copy_(next_table[codes])
+        return
+    bsz, vocab = logits.shape
+    assert logits.stride(-1) == 1 and uniform.stride(-1) == 1
+    has_next = next_table is not None
+    hidden = next_table.shape[1] if has_next else 0
+    _sample_kernel[(bsz,)](
+        logits, logits.stride(0), vocab, uniform, uniform.stride(0), temperature, top_k, top_p, greedy,
+        suppress if suppress is not None else logits, out, out.stride(0),
+        next_table if has_next else logits, next_table.stride(0) if has_next else 0,
+        next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
+        HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next, BLOCK_V=next_pow2(vocab),
+        BLOCK_H=min(1024, next_pow2(max(hidden, 1))), num_warps=8 if vocab > 2048 else 4)
