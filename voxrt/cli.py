@@ -17,6 +17,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on cuda, float32 on cpu), float32, bfloat16, float16")
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     p.add_argument("--no-cuda-graphs", action="store_true", help="run eagerly on the GPU")
+    p.add_argument("--frame-path", default="auto", choices=["auto", "reference", "fused"],
+                   help="how the LM frame runs: fused (packed weights, Triton kernels; auto on a GPU with triton) "
+                   "or reference (the modules as loaded; auto on the CPU)")
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--num-pages", type=int, default=None, help="KV pages (default: sized from memory)")
@@ -100,7 +103,7 @@ def _engine_config(args: argparse.Namespace):
     codec_sms, sm_mode = _sm_modes(args)
     return EngineConfig(model=args.model, checkpoint=args.checkpoint, device=args.device, dtype=args.dtype,
                         attention_backend=args.attention_backend, use_cuda_graphs=not args.no_cuda_graphs,
-                        scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
+                        frame_path=args.frame_path, scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
                         max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
                         max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=codec_sms, sm_mode=sm_mode,
                         deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from voxrt.engine.errors import CheckpointError
-from voxrt.engine.runtime.program import LMGeometry, ModelProgram
+from voxrt.engine.runtime.kernels import check_impl, default_impl
+from voxrt.engine.runtime.program import LMGeometry, ModelProgram, check_frame_path
 from voxrt.engine.runtime.sampling import SamplingTensors, apply_repetition_penalty, sample
 from voxrt.engine.sched.plan import ProgramSpec
 from voxrt.engine.sched.request import PromptTokens, Request
@@ -81,6 +82,31 @@ class Qwen3TTSProgram(ModelProgram):
         eos = torch.zeros(tc.vocab_size, dtype=torch.bool)
         eos[tc.codec_eos_id] = True
         self.register_buffer("eos_mask", eos, persistent=False)
+        self.fused = None  # FusedTalker once `use_frame_path` picks the fused path
+
+    # ---- execution path ------------------------------------------------------------------------------------
+
+    def use_frame_path(self, path: str, device: torch.device, impl: str | None = None) -> str:
+        """`fused` (auto on CUDA with Triton): models/qwen3_tts/fused.py over these weights. `impl` picks the
+        kernels ("torch" or "triton"; default: triton on CUDA, torch elsewhere); a program already on the fused
+        path keeps its kernels when asked for `fused` again without `impl` (tests pick them before the engine
+        is built)."""
+        check_frame_path(path)
+        if path == "fused" and impl is None and self.fused is not None:
+            return path
+        impl = impl or default_impl(device)
+        check_impl(impl)
+        if path == "auto":
+            path = "fused" if impl == "triton" else "reference"
+        if path == "reference":
+            self.fused = None
+            return path
+        from voxrt.models.qwen3_tts.fused import FusedTalker  # noqa: PLC0415
+
+        self.fused = FusedTalker(self.talker, impl)
+        log.info("qwen3-tts: fused frame path (%s kernels; packed weights, %.0f MB of lookup tables)", impl,
+                 self.fused.num_table_bytes / 1e6)
+        return path
 
     def _role_ids(self) -> tuple[int, ...]:
         ids = tuple(self.tokenizer(ROLE_TEXT, add_special_tokens=False)["input_ids"])
@@ -146,15 +172,21 @@ class Qwen3TTSProgram(ModelProgram):
 
     # ---- LM ------------------------------------------------------------------------------------------------
 
+    def _embed_text(self, text_ids: torch.Tensor) -> torch.Tensor:
+        return self.fused.embed_text(text_ids) if self.fused else self.talker.embed_text(text_ids)
+
     def embed_prompt(self, text_ids: torch.Tensor, codec_ids: torch.Tensor) -> torch.Tensor:
-        text = self.talker.embed_text(text_ids.clamp(min=0)) * (text_ids >= 0)[:, None]
+        text = self._embed_text(text_ids.clamp(min=0)) * (text_ids >= 0)[:, None]
         codec = self.talker.model.codec_embedding(codec_ids.clamp(min=0)) * (codec_ids >= 0)[:, None]
         return text + codec
 
     def embed_step(self, text_ids: torch.Tensor, prev_codes: torch.Tensor) -> torch.Tensor:
-        return self.talker.embed_frame(prev_codes) + self.talker.embed_text(text_ids)
+        frame = self.fused.embed_frame(prev_codes) if self.fused else self.talker.embed_frame(prev_codes)
+        return frame + self._embed_text(text_ids)
 
     def lm_forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
+        if self.fused:
+            return self.fused.forward(x, positions, attn)
         return self.talker.forward_paged(x, positions, attn)
 
     def sample_first_code(self, hidden: torch.Tensor, sampling: SamplingTensors, history: torch.Tensor) -> torch.Tensor:
@@ -174,7 +206,8 @@ class Qwen3TTSProgram(ModelProgram):
         # EOS is barred before frame 2 and for rows whose length is pinned (benchmarks: stop suppressed)
         no_eos = ~is_past_frame_1 | ~sampling.allow_stop
         logits = logits.masked_fill(no_eos[:, None] & self.eos_mask[None, :], float("-inf"))
-        code = sample(logits, sampling, self.code0_suppress)
+        code = self.fused.sample(logits, sampling, self.code0_suppress) if self.fused else \
+            sample(logits, sampling, self.code0_suppress)
         is_frame_1 = plain.any(dim=-1) & ~is_past_frame_1
         return code + vocab * is_frame_1
 
@@ -186,6 +219,8 @@ class Qwen3TTSProgram(ModelProgram):
 
     def generate_depth(self, hidden: torch.Tensor, code0: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
         code0 = self._untag_code0(code0)  # frame 1's code comes shifted by the vocabulary (sample_first_code)
+        if self.fused:
+            return self.fused.generate_depth(hidden, code0, sampling)
         code0_embed = self.talker.model.codec_embedding(code0)
         return self.talker.code_predictor.generate(hidden, code0_embed, code0, sampling)
 

@@ -50,7 +50,7 @@ async def run_bench(config: EngineConfig, num_requests: int, text: str, greedy: 
     client = await EngineClient.start(config)
     info = client.info
     print(f"engine ready: {info.name} on {info.device}, attention {info.attention_backend}, "
-          f"cuda graphs {info.use_cuda_graphs}, {info.sample_rate} Hz", flush=True)
+          f"cuda graphs {info.use_cuda_graphs}, frame path {info.frame_path}, {info.sample_rate} Hz", flush=True)
     try:
         params = SamplingParams(greedy=greedy, num_frames=num_frames)
         t0_ns = time.monotonic_ns()

@@ -21,6 +21,7 @@ class EngineConfig:
     dtype: str = "auto"  # "auto" (bfloat16 on cuda, float32 on cpu), "float32", "bfloat16", "float16"
     attention_backend: str = "auto"  # "auto" (flashinfer on cuda when installed), "torch", "flashinfer"
     use_cuda_graphs: bool = True  # only on cuda
+    frame_path: str = "auto"  # "auto" (fused on cuda with triton), "reference" (the modules as loaded), "fused"
     scheduler_type: str = "base"
     page_size: int = 16  # tokens per KV page
     num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)
@@ -64,6 +65,7 @@ class ModelInfo:
     use_cuda_graphs: bool
     lanes: str = ""  # how GPU work is laid out (runtime/lanes.py: Lanes.describe())
     scheduler_type: str = "base"
+    frame_path: str = "reference"  # how the LM frame runs (ModelProgram.use_frame_path)
 
 
 # ---- client -> engine -------------------------------------------------------------------------------

@@ -156,10 +156,12 @@ def reference_greedy(model, tokenizer, voice: str, text: str, max_new_tokens: in
     return codes[0].tolist()
 
 
-def engine_greedy(program, jobs: dict[str, tuple[str, str]], max_frames: int):
+def engine_greedy(program, jobs: dict[str, tuple[str, str]], max_frames: int, frame_path: str = "auto"):
     """Runs the jobs to the end in one EngineCore; returns their requests (frames) and audio."""
     core = EngineCore(EngineConfig(model="qwen3-tts", device="cpu", dtype="float32", max_batch_size=4,
-                                   max_seq_len=128, page_size=4, num_pages=64), program=program)
+                                   max_seq_len=128, page_size=4, num_pages=64, frame_path=frame_path),
+                      program=program)
+    assert core.info.frame_path == ("reference" if frame_path == "auto" else frame_path)
     params = SamplingParams(greedy=True, repetition_penalty=1.05, max_frames=max_frames)
     requests = {rid: core.submit(SubmitRequest(rid, voice, params, text, True)) for rid, (voice, text) in jobs.items()}
     audio: dict[str, list[np.ndarray]] = {rid: [] for rid in jobs}

@@ -96,6 +96,11 @@ class AttentionContext(abc.ABC):
         cache[page_idx, 1, page_off] = v.to(cache.dtype)
         return self._attend(layer, q)
 
+    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q [N, Hq, D] over the cache whose K/V for this step's tokens are already written (a fused path writes
+        them in its rotary kernel, at `page_idx` / `page_off`) -> [N, Hq, D]."""
+        return self._attend(layer, q)
+
     @abc.abstractmethod
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor: ...
 

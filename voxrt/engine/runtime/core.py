@@ -76,7 +76,7 @@ class EngineCore:
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
             max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len,
-            max_codec_batch=config.max_codec_batch), self.lanes)
+            max_codec_batch=config.max_codec_batch, frame_path=config.frame_path), self.lanes)
         self.program = self.runner.program
         self.scheduler = policy(
             program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
@@ -107,7 +107,7 @@ class EngineCore:
             voices=tuple(program.voices), default_voice=program.default_voice,
             consumes_text_incrementally=program.consumes_text_incrementally, device=str(device),
             attention_backend=backend, use_cuda_graphs=self.runner.use_graphs, lanes=self.lanes.describe(),
-            scheduler_type=config.scheduler_type)
+            scheduler_type=config.scheduler_type, frame_path=self.runner.frame_path)
         self.num_steps = 0
         self.num_failed_steps = 0
         log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens",

@@ -21,6 +21,14 @@ from voxrt.engine.sched.plan import ProgramSpec
 from voxrt.engine.sched.request import PromptTokens, Request
 
 
+FRAME_PATHS = ("auto", "reference", "fused")
+
+
+def check_frame_path(path: str) -> None:
+    if path not in FRAME_PATHS:
+        raise ValueError(f"unknown frame path {path!r}; expected one of {', '.join(FRAME_PATHS)}")
+
+
 @dataclass(frozen=True)
 class LMGeometry:
     """Shapes of the paged KV cache the runner allocates for the LM."""
@@ -112,3 +120,15 @@ class ModelProgram(nn.Module, abc.ABC):
     @property
     def code0_vocab_size(self) -> int:
         raise NotImplementedError
+
+    # ---- execution path ------------------------------------------------------------------------------------
+
+    def use_frame_path(self, path: str, device: torch.device) -> str:
+        """Chooses how the LM frame runs, once the program is on its device and dtype; returns the path that
+        runs. `reference`: the modules as loaded. `fused`: the program's fast path (packed weights, fused
+        kernels; `FRAME_PATHS`), for programs that have one. `auto`: fused where it runs fast (CUDA with
+        Triton), else reference. Programs without a fused path run the reference and refuse `fused`."""
+        check_frame_path(path)
+        if path == "fused":
+            raise ValueError(f"model {self.name!r} has no fused frame path; use --frame-path reference or auto")
+        return "reference"

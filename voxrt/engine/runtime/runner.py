@@ -79,6 +79,7 @@ class RunnerConfig:
     max_batch_size: int
     max_seq_len: int
     max_codec_batch: int = 16  # chunks per codec launch: its activations grow with batch x frames x 1920
+    frame_path: str = "auto"  # ModelProgram.use_frame_path: "auto", "reference" or "fused"
 
 
 def resolve_backend(requested: str, device: torch.device) -> str:
@@ -122,6 +123,8 @@ class ModelRunner:
         self.cfg = cfg
         self.lanes = lanes if lanes is not None else Lanes("off")
         self.program = program.to(device=cfg.device, dtype=cfg.dtype).eval()
+        self.frame_path = self.program.use_frame_path(cfg.frame_path, cfg.device)
+        log.info("LM frame path: %s", self.frame_path)
         geom = program.lm_geometry
         self.geom = geom
         self.kv = KVCache(geom.num_layers, cfg.num_pages, cfg.page_size, geom.num_kv_heads, geom.head_dim,

@@ -1,0 +1,120 @@
+"""The fused frame path (models/qwen3_tts/fused.py) equals the reference path on a tiny random checkpoint.
+
+In float32 on the CPU: packing keeps the released parameter names, values and storage; prefill and decode
+hidden states and every code-predictor step's logits agree with the reference modules; greedy generation
+through `EngineCore` gives the reference implementation's codes token for token, with the torch kernels and
+with the Triton kernels (run by Triton's interpreter); sampled generation stays within the vocabulary."""
+
+from __future__ import annotations
+
+import torch
+
+from test_talker_parity import TEXTS, engine_greedy, reference_greedy
+from tiny_talker import cached_checkpoint, load_program
+from voxrt.engine.messages import EngineConfig, SubmitRequest
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention
+from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.runtime.sampling import SamplingTensors
+
+CPU = torch.device("cpu")
+
+
+def fused_program(impl: str = "torch"):
+    program = load_program(cached_checkpoint(seed=0).directory)
+    assert program.use_frame_path("fused", CPU, impl=impl) == "fused"
+    return program
+
+
+def test_packing_keeps_names_values_and_storage(ckpt):
+    _, model, _, _ = ckpt
+    program = fused_program()
+    ours = {f"talker.{k}": v for k, v in program.talker.state_dict().items()}
+    theirs = model.state_dict()
+    assert set(ours) == set(theirs)
+    for name, value in theirs.items():
+        assert torch.equal(ours[name], value), name
+    layer, fused = program.talker.model.layers[0], program.fused.layers[0]
+    for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+        assert lin.weight.untyped_storage().data_ptr() == fused.qkv.untyped_storage().data_ptr()
+    assert layer.mlp.up_proj.weight.untyped_storage().data_ptr() == fused.gate_up.untyped_storage().data_ptr()
+
+
+def test_auto_and_reference_paths_on_the_cpu():
+    program = load_program(cached_checkpoint(seed=0).directory)
+    assert program.use_frame_path("auto", CPU) == "reference" and program.fused is None
+    assert program.use_frame_path("fused", CPU) == "fused" and program.fused.impl == "torch"
+    assert program.use_frame_path("reference", CPU) == "reference" and program.fused is None
+
+
+def _lm_hidden(program, requests_tokens):
+    """Prefill of two sequences, then one decode step each, through paged attention: hidden states."""
+    geom = program.lm_geometry
+    kv = KVCache(geom.num_layers, 16, 4, geom.num_kv_heads, geom.head_dim, CPU, torch.float32)
+    pages = [[3, 7, 1], [5, 2, 9]]
+    lengths = [len(t) for t in requests_tokens]
+    attn = TorchAttention(kv, 2, sum(lengths), None, CPU)
+    attn.fill([SeqSlice(p, n, n) for p, n in zip(pages, lengths)])
+    ids = torch.tensor([t for tokens in requests_tokens for t in tokens])
+    x = program.embed_prompt(ids, torch.full_like(ids, -1))
+    prefill = program.lm_forward(x, attn.positions[: x.shape[0]], attn)
+    attn = TorchAttention(kv, 2, 2, None, CPU)
+    attn.fill([SeqSlice(p, 1, n + 1) for p, n in zip(pages, lengths)])
+    codes = torch.randint(0, 64, (2, program.num_codebooks), generator=torch.Generator().manual_seed(1))
+    x = program.embed_step(torch.tensor([5, 9]), codes)
+    decode = program.lm_forward(x, attn.positions[:2], attn)
+    return prefill, decode
+
+
+def test_lm_and_depth_steps_equal_the_reference_path():
+    reference = load_program(cached_checkpoint(seed=0).directory)
+    fused = fused_program()
+    tokens = [[11, 12, 13, 14, 15], [21, 22, 23]]
+    with torch.inference_mode():
+        for ours, theirs in zip(_lm_hidden(fused, tokens), _lm_hidden(reference, tokens)):
+            torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+        hidden = torch.randn(3, reference.cfg.talker.lm.hidden_size, generator=torch.Generator().manual_seed(2))
+        code0 = torch.tensor([3, 17, 40])
+        sampling = SamplingTensors.empty(3, CPU)  # greedy rows
+        logits_ref, logits_fused = [], []
+        cp = reference.talker.code_predictor
+        codes_ref = cp.generate(hidden, reference.talker.model.codec_embedding(code0), code0, sampling, logits_ref)
+        codes_fused = fused.fused.generate_depth(hidden, code0, sampling, logits_fused)
+    assert torch.equal(codes_fused, codes_ref)
+    assert len(logits_fused) == len(logits_ref) == reference.num_codebooks - 1
+    for ours, theirs in zip(logits_fused, logits_ref):
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_generation_on_the_fused_path_equals_the_reference(ckpt):
+    _, model, tokenizer, _ = ckpt
+    jobs = {"a": ("vivian", TEXTS["vivian"]), "b": ("eric", TEXTS["eric"])}
+    requests, _ = engine_greedy(fused_program("torch"), jobs, max_frames=10, frame_path="fused")
+    for rid, (voice, text) in jobs.items():
+        assert [list(f) for f in requests[rid].frames] == reference_greedy(model, tokenizer, voice, text, 11), rid
+
+
+def test_greedy_generation_with_the_triton_kernels_equals_the_reference(ckpt):
+    """The Triton kernels themselves (Triton's interpreter on the CPU; compiled on a GPU by
+    bench/gpu_fused_check.py) through the whole engine."""
+    _, model, tokenizer, _ = ckpt
+    jobs = {"a": ("vivian", TEXTS["vivian"])}
+    requests, _ = engine_greedy(fused_program("triton"), jobs, max_frames=4, frame_path="fused")
+    assert [list(f) for f in requests["a"].frames] == reference_greedy(model, tokenizer, "vivian", TEXTS["vivian"], 5)
+
+
+def test_sampled_generation_on_the_fused_path():
+    program = fused_program()
+    core = EngineCore(EngineConfig(model="qwen3-tts", device="cpu", dtype="float32", max_batch_size=4,
+                                   max_seq_len=128, page_size=4, num_pages=64, frame_path="fused"), program=program)
+    assert core.info.frame_path == "fused"
+    params = SamplingParams(temperature=0.9, top_k=20, top_p=0.9, num_frames=6)
+    requests = [core.submit(SubmitRequest(f"r{i}", "vivian", params, TEXTS["vivian"], True)) for i in range(3)]
+    while core.has_work():
+        core.step()
+    vocab = program.cfg.talker.vocab_size
+    for request in requests:
+        assert request.num_frames == 6
+        assert all(0 <= f[0] < vocab - 1024 and all(0 <= c < 64 for c in f[1:]) for f in request.frames)
+    assert len({tuple(map(tuple, r.frames)) for r in requests}) == 3  # sampling differs per request
+    core.scheduler.check_integrity()
