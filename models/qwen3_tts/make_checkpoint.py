@@ -27,6 +27,9 @@ from voxrt.engine.errors import CheckpointError
 
 CONFIGS = Path(__file__).parent / "configs"
 ARCHS = ("qwen3-tts-1.7b", "qwen3-tts-0.6b")
+PREPROCESSOR_CONFIG = {"chunk_length_s": None, "feature_extractor_type": "EncodecFeatureExtractor", "feature_size": 1,
+                       "overlap": None, "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True,
+                       "sampling_rate": 24000}
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json")
 # generate() defaults of the reference (Qwen3TTSModel.generate_custom_voice -> model.generate)
 GENERATION_CONFIG = {"do_sample": True, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
@@ -93,6 +96,10 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     codec_state = {f"decoder.{k}": v.detach().float().cpu().contiguous() for k, v in codec.state_dict().items()}
     (out / "speech_tokenizer").mkdir(exist_ok=True)
     (out / "speech_tokenizer" / "config.json").write_text(json.dumps(codec_config, indent=2))
+    # The reference tokenizer wrapper (qwen_tts Qwen3TTSTokenizer.from_pretrained) loads a feature extractor
+    # from here with AutoFeatureExtractor and calls it as `feature_extractor(raw_audio=..., sampling_rate=...)`:
+    # Mimi's EncodecFeatureExtractor at the codec's 24 kHz. Without this file it refuses the checkpoint.
+    (out / "speech_tokenizer" / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2))
     save_file(codec_state, str(out / "speech_tokenizer" / "model.safetensors"), metadata={"format": "pt"})
     (out / "README.voxrt.txt").write_text(
         f"Made by `voxrt make-checkpoint --arch {arch}`: RANDOM weights in the Qwen3-TTS released layout, for\n"

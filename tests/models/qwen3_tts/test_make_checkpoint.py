@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -55,8 +56,16 @@ def test_made_checkpoint_loads_and_generates(tmp_path, monkeypatch):
     monkeypatch.setattr(maker, "CONFIGS", small_codec)
     out = maker.make_checkpoint("qwen3-tts-1.7b", str(tmp_path / "ckpt"), device="cpu", progress=lambda m: None)
     for name in ("config.json", "generation_config.json", "model.safetensors", "vocab.json", "merges.txt",
-                 "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors", "README.voxrt.txt"):
+                 "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors",
+                 "speech_tokenizer/preprocessor_config.json", "README.voxrt.txt"):
         assert (out / name).is_file(), name
+    # the reference loaders read the feature extractor from speech_tokenizer/ (qwen_tts Qwen3TTSTokenizer)
+    from transformers import AutoFeatureExtractor  # noqa: PLC0415
+
+    extractor = AutoFeatureExtractor.from_pretrained(str(out / "speech_tokenizer"))
+    assert type(extractor).__name__ == "EncodecFeatureExtractor" and extractor.sampling_rate == 24000
+    features = extractor(raw_audio=[np.zeros(4800, dtype=np.float32)], sampling_rate=24000, return_tensors="pt")
+    assert tuple(features["input_values"].shape) == (1, 1, 4800)
     torch.set_num_threads(1)
     core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=str(out), device="cpu", max_batch_size=2,
                                    max_seq_len=256))
