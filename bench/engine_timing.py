@@ -29,10 +29,12 @@ def weight_bytes(module: torch.nn.Module, skip: str = "embedding") -> int:
     return sum(p.numel() * p.element_size() for n, p in module.named_parameters() if skip not in n)
 
 
-def frame_times(core, batches, context: int, talker_bytes: int, pred_bytes: int, text: str = "word ") -> list[dict]:
-    """Decode step (talker + code-0 sampling) and predictor frame, as graphs and eagerly, at each batch size
-    with `context` tokens of KV per request, beside the weight-streaming floor (talker_bytes once per step,
-    pred_bytes once per predictor step)."""
+def frame_times(core, batches, context: int, talker_bytes: int, pred_bytes: int, text: str = "word ",
+                eager: bool = True, on_batch=None) -> list[dict]:
+    """Decode step (talker + code-0 sampling) and predictor frame, as graphs (and eagerly unless `eager` is
+    False) at each batch size with `context` tokens of KV per request, beside the weight-streaming floor
+    (talker_bytes once per step, pred_bytes once per predictor step). `on_batch(b, decode_fn, depth_fn)` runs
+    with the stages ready (the kernel counts of bench/gpu_frame.py)."""
     runner, program = core.runner, core.program
     geom = program.lm_geometry
     kv_bytes_per_token = geom.num_layers * 2 * geom.num_kv_heads * geom.head_dim * 2
@@ -45,13 +47,15 @@ def frame_times(core, batches, context: int, talker_bytes: int, pred_bytes: int,
             core.step()
         items = [core.scheduler.next_decode(r) for r in reqs]
         fill = runner.decode_filler(items)
-        eager = GraphedStage("decode-eager", [], runner._make_decode_buffers, runner._decode_body, False)
+        decode_eager = GraphedStage("decode-eager", [], runner._make_decode_buffers, runner._decode_body, False)
         depth_eager = GraphedStage("depth-eager", [], runner._make_depth_buffers, runner._depth_body, False)
         with torch.inference_mode():
             graph_ms = time_ms(lambda: runner.decode_stage.run(b, fill))
-            eager_ms = time_ms(lambda: eager.run(b, fill), iters=10)
+            eager_ms = time_ms(lambda: decode_eager.run(b, fill), iters=10) if eager else float("nan")
             depth_ms = time_ms(lambda: runner.depth_stage.run(b, lambda bb, s: None))
-            depth_eager_ms = time_ms(lambda: depth_eager.run(b, lambda bb, s: None), iters=5)
+            depth_eager_ms = time_ms(lambda: depth_eager.run(b, lambda bb, s: None), iters=5) if eager else float("nan")
+            if on_batch is not None:
+                on_batch(b, lambda: runner.decode_stage.run(b, fill), lambda: runner.depth_stage.run(b, lambda bb, s: None))
         floor_ms = (talker_bytes + b * context * kv_bytes_per_token) / HBM_BYTES_PER_S * 1e3
         pred_floor_ms = (program.num_codebooks - 1) * pred_bytes / HBM_BYTES_PER_S * 1e3
         rows.append(dict(batch=b, context=context, decode_graph_ms=round(graph_ms, 3), decode_eager_ms=round(eager_ms, 3),

@@ -1,0 +1,146 @@
+"""The Qwen3-TTS frame on the GPU, reference path against fused path (issue 12), one table per checkpoint.
+
+Per batch size, with `--context` tokens of KV per request: talker ms (decode stage: embed + talker step +
+code 0 sampling, one CUDA graph), predictor ms (the 15-step code predictor, one CUDA graph), frame ms, the
+weight-streaming floor, the ratio to it, and kernels per frame (CUDA kernels the profiler saw in one replay of
+both graphs). Then, per path: the time to first audio of one request alone, and 64 concurrent requests x 50
+pinned frames through EngineCore (audio seconds per wall second). Full-size random checkpoints made by
+`voxrt make-checkpoint`; both paths share the loaded weights (one EngineCore at a time).
+
+    python bench/gpu_frame.py --checkpoint /tmp/q17 [--checkpoint /tmp/q06] --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.core import EngineCore
+from voxrt.models.registry import build_program
+
+from engine_timing import frame_times, weight_bytes  # noqa: E402 (bench/ is the script's dir)
+from gpu_qwen3_tts import TEXT, ttfa_ms  # noqa: E402
+
+
+def kernel_count(fn) -> dict:
+    """CUDA kernels (and copies/fills) the profiler records for one call of `fn` (graph replays included)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = copies = 0
+    for e in prof.key_averages():
+        if e.device_type.name != "CUDA":
+            continue
+        if e.key.startswith(("Memcpy", "Memset")) or "memcpy" in e.key.lower() or "memset" in e.key.lower():
+            copies += e.count
+        else:
+            kernels += e.count
+    return dict(kernels=kernels, copies=copies)
+
+
+def throughput(core: EngineCore, num_requests: int = 64, num_frames: int = 50) -> dict:
+    """`voxrt bench`'s workload in-process: N concurrent requests, pinned lengths, until all are done."""
+    t0 = time.monotonic_ns()
+    for i in range(num_requests):
+        core.submit(SubmitRequest(f"tp-{i}", core.info.default_voice, SamplingParams(num_frames=num_frames), TEXT,
+                                  True, arrival_ns=t0))
+    first, samples = {}, 0
+    while core.has_work():
+        for event in core.step():
+            if isinstance(event, AudioChunk) and event.num_samples:
+                first.setdefault(event.request_id, (time.monotonic_ns() - t0) / 1e6)
+                samples += event.num_samples
+    wall_s = (time.monotonic_ns() - t0) / 1e9
+    audio_s = samples / core.info.sample_rate
+    return dict(requests=num_requests, frames=num_frames, wall_s=round(wall_s, 3), audio_s=round(audio_s, 1),
+                realtime_factor=round(wall_s / audio_s, 5), ttfa_p50_ms=round(statistics.median(first.values()), 1))
+
+
+def run_path(program, checkpoint: str, path: str, batches: list[int], context: int) -> dict:
+    t0 = time.monotonic()
+    core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=checkpoint, device="cuda", frame_path=path,
+                                   max_batch_size=max(batches), max_seq_len=2048), program=program)
+    core.warmup()
+    out = dict(path=core.info.frame_path, start_s=round(time.monotonic() - t0, 1))
+    assert out["path"] == path, out
+    pred = program.talker.code_predictor
+    talker_bytes = weight_bytes(program.talker) - weight_bytes(pred)
+    counts = {}
+
+    def on_batch(b, decode, depth):
+        counts[b] = kernel_count(lambda: (decode(), depth()))
+
+    out["frames"] = frame_times(core, batches, context, talker_bytes, weight_bytes(pred), eager=False,
+                                on_batch=on_batch)
+    for row in out["frames"]:
+        row.update(kernels_per_frame=counts[row["batch"]]["kernels"], copies_per_frame=counts[row["batch"]]["copies"],
+                   ratio_to_floor=round(row["frame_graph_ms"] / row["frame_floor_ms"], 2))
+        print(path, "frame", row, flush=True)
+    out["ttfa_ms"] = ttfa_ms(core, repeats=4)
+    print(path, "ttfa_ms", out["ttfa_ms"], flush=True)
+    out["throughput"] = throughput(core)
+    print(path, "throughput", out["throughput"], flush=True)
+    del core
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+def print_table(name: str, results: dict) -> None:
+    print(f"\n== {name}: frame on {torch.cuda.get_device_name()}, bf16, CUDA graphs, KV context {results['context']}")
+    cols = ["batch", "decode_graph_ms", "depth_graph_ms", "frame_graph_ms", "frame_floor_ms", "ratio_to_floor",
+            "kernels_per_frame"]
+    print(f"{'path':>10} " + " ".join(f"{c:>17}" for c in cols))
+    for path in ("reference", "fused"):
+        for row in results[path]["frames"]:
+            print(f"{path:>10} " + " ".join(f"{row[c]:>17}" for c in cols))
+    for path in ("reference", "fused"):
+        r = results[path]
+        print(f"{path:>10}: TTFA alone median {statistics.median(r['ttfa_ms'])} ms of {r['ttfa_ms']}; 64 x 50 frames: "
+              f"{r['throughput']['audio_s']} s of audio in {r['throughput']['wall_s']} s "
+              f"(realtime factor {r['throughput']['realtime_factor']}, TTFA p50 {r['throughput']['ttfa_p50_ms']} ms)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--checkpoint", action="append", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--batches", default="1,8,32,64,128")
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--paths", default="reference,fused")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.makedirs(args.out, exist_ok=True)
+    batches = [int(b) for b in args.batches.split(",")]
+    all_results = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
+    for checkpoint in args.checkpoint:
+        t0 = time.monotonic()
+        program = build_program("qwen3-tts", checkpoint)
+        name = f"{checkpoint} ({program.cfg.talker.lm.hidden_size} hidden)"
+        results = dict(context=args.context, load_s=round(time.monotonic() - t0, 1))
+        for path in args.paths.split(","):
+            results[path] = run_path(program, checkpoint, path, batches, args.context)
+        all_results[checkpoint] = results
+        with open(os.path.join(args.out, "frame.json"), "w") as f:
+            json.dump(all_results, f, indent=2)
+        if "reference" in results and "fused" in results:
+            print_table(name, results)
+        del program
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

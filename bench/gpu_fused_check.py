@@ -1,0 +1,153 @@
+"""GPU check that the fused frame path equals the reference path (issue 12), full-size random checkpoint, bf16.
+
+1. Teacher-forced, eager, the same inputs on both paths: a prefill of two prompts, then `--frames` decode steps
+   fed the same codes; per step the code 0 logits (codec head over the talker's hidden state) and the code
+   predictor's logits for the same hidden state and code 0 (its steps up to the first whose greedy code
+   differs: each step feeds the next its own choice). Reported: the largest difference relative to the
+   logits' scale, and how often the argmax agrees.
+2. Greedy generation through EngineCore (CUDA graphs, FlashInfer): `--requests` requests x `--frames` pinned
+   frames on each path; reported: frames equal before the first difference, and the share of codes equal.
+
+    python bench/gpu_fused_check.py --checkpoint /tmp/q17 --out DIR
+
+Exits non-zero when teacher-forced logits differ beyond bf16 tolerance (`--max-rel-err`) or agree on too
+few argmaxes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+from voxrt.engine.messages import EngineConfig, SubmitRequest
+from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention
+from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.runtime.sampling import SamplingTensors
+from voxrt.models.registry import build_program
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the CPU: a dry run of the script
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "Speech in real time, one frame after another."]
+
+
+def teacher_forced(program, frames: int, seed: int = 0) -> dict:
+    """Code 0 logits and predictor logits per step, on the program's current path."""
+    geom = program.lm_geometry
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    kv = KVCache(geom.num_layers, 64, 16, geom.num_kv_heads, geom.head_dim, DEV, program.talker.codec_head.weight.dtype)
+    prompts = [program.tokenize(t)[0] for t in TEXTS]
+    pages = [[1, 5, 9, 13], [2, 6, 10, 14]]
+    lengths = [len(p) for p in prompts]
+    attn = TorchAttention(kv, 2, sum(lengths), None, DEV)
+    attn.fill([SeqSlice(p, n, n) for p, n in zip(pages, lengths)])
+    ids = torch.tensor([t for p in prompts for t in p], device=DEV)
+    with torch.inference_mode():
+        x = program.embed_prompt(ids, torch.full_like(ids, -1))
+        hidden = program.lm_forward(x, attn.positions[: x.shape[0]], attn)[torch.tensor(lengths, device=DEV).cumsum(0) - 1]
+        code0_logits, depth_logits, depth_codes = [], [], []
+        vocab = program.cfg.talker.vocab_size - 1024
+        sampling = SamplingTensors.empty(2, DEV)  # greedy
+        for step in range(frames):
+            code0_logits.append(program.talker.codec_head(hidden).float())
+            code0 = torch.randint(0, vocab, (2,), generator=g).to(DEV)
+            logits: list[torch.Tensor] = []
+            if program.fused is not None:
+                codes = program.fused.generate_depth(hidden, code0, sampling, logits)
+            else:
+                emb = program.talker.model.codec_embedding(code0)
+                codes = program.talker.code_predictor.generate(hidden, emb, code0, sampling, logits)
+            depth_logits.append(torch.stack(logits, 1))  # [2, 15, V]
+            depth_codes.append(codes)
+            forced = torch.randint(0, program.cfg.talker.predictor_vocab_size, codes.shape, generator=g).to(DEV)
+            forced[:, 0] = code0
+            text = torch.tensor([p[min(step + 1, len(p) - 1)] for p in prompts], device=DEV)
+            attn = TorchAttention(kv, 2, 2, None, DEV)
+            attn.fill([SeqSlice(p, 1, n + step + 1) for p, n in zip(pages, lengths)])
+            x = program.embed_step(text, forced)
+            hidden = program.lm_forward(x, attn.positions[:2], attn)
+    return dict(code0=torch.stack(code0_logits), depth=torch.stack(depth_logits), codes=torch.stack(depth_codes))
+
+
+def same_input_steps(ref: dict, fused: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The predictor logits of the steps whose inputs were equal on both paths: each predictor step feeds
+    the next the code it chose, so a frame's steps are compared up to (and with) the first one whose code
+    differs. Returns [M, V] rows of each path."""
+    rows_ref, rows_fused = [], []
+    frames, bsz, steps, _ = ref["depth"].shape
+    for f in range(frames):
+        for b in range(bsz):
+            differ = (ref["codes"][f, b, 1:] != fused["codes"][f, b, 1:]).nonzero()
+            last = int(differ[0]) if len(differ) else steps - 1
+            rows_ref.append(ref["depth"][f, b, : last + 1])
+            rows_fused.append(fused["depth"][f, b, : last + 1])
+    return torch.cat(rows_ref), torch.cat(rows_fused)
+
+
+def compare(ref: torch.Tensor, ours: torch.Tensor) -> dict:
+    scale = ref.abs().amax().item()
+    return dict(max_abs_err=round((ref - ours).abs().amax().item(), 5), scale=round(scale, 4),
+                rel_err=round((ref - ours).abs().amax().item() / scale, 5),
+                argmax_agree=round((ref.argmax(-1) == ours.argmax(-1)).float().mean().item(), 4))
+
+
+def greedy_frames(program, checkpoint: str, path: str, requests: int, frames: int) -> list[list[list[int]]]:
+    core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=checkpoint, device=DEV.type, frame_path=path,
+                                   dtype="bfloat16", max_batch_size=8, max_seq_len=1024), program=program)
+    core.warmup()
+    reqs = [core.submit(SubmitRequest(f"g{i}", core.info.voices[i % len(core.info.voices)],
+                                      SamplingParams(greedy=True, num_frames=frames), TEXTS[i % 2], True))
+            for i in range(requests)]
+    while core.has_work():
+        core.step()
+    out = [[list(f) for f in r.frames] for r in reqs]
+    del core
+    torch.cuda.empty_cache()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--frames", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--max-rel-err", type=float, default=0.05)
+    ap.add_argument("--min-argmax-agree", type=float, default=0.97)
+    args = ap.parse_args()
+    program = build_program("qwen3-tts", args.checkpoint).to(device=DEV, dtype=torch.bfloat16).eval()
+    program.use_frame_path("reference", DEV)
+    ref = teacher_forced(program, args.frames)
+    program.use_frame_path("fused", DEV)
+    fused = teacher_forced(program, args.frames)
+    result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
+                  code0_logits=compare(ref["code0"], fused["code0"]),
+                  predictor_logits=compare(*same_input_steps(ref, fused)),
+                  predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))
+    print(json.dumps(result), flush=True)
+    gen = {path: greedy_frames(program, args.checkpoint, path, args.requests, args.frames)
+           for path in ("reference", "fused")}
+    equal_prefix, equal_codes, total = [], 0, 0
+    for a, b in zip(gen["reference"], gen["fused"]):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+        equal_prefix.append(n)
+        equal_codes += sum(x == y for fa, fb in zip(a, b) for x, y in zip(fa, fb))
+        total += sum(len(f) for f in a)
+    result["greedy"] = dict(requests=args.requests, frames=args.frames, equal_frames_before_first_difference=equal_prefix,
+                            codes_equal=round(equal_codes / total, 4))
+    print(json.dumps(result["greedy"]), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fused-check.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    ok = all(result[k]["rel_err"] <= args.max_rel_err and result[k]["argmax_agree"] >= args.min_argmax_agree
+             for k in ("code0_logits", "predictor_logits"))
+    print(f"fused path {'AGREES with' if ok else 'DIFFERS from'} the reference path (teacher-forced logits: "
+          f"rel err <= {args.max_rel_err}, argmax agreement >= {args.min_argmax_agree})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
