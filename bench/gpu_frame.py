@@ -40,6 +40,7 @@ def kernel_count(fn) -> dict:
         fn()
         torch.cuda.synchronize()
     kernels = copies = 0
+    top = []
     for e in prof.key_averages():
         if e.device_type.name != "CUDA":
             continue
@@ -47,7 +48,9 @@ def kernel_count(fn) -> dict:
             copies += e.count
         else:
             kernels += e.count
-    return dict(kernels=kernels, copies=copies)
+        top.append((round(e.self_device_time_total / 1e3, 3), e.count, e.key[:90]))
+    top.sort(reverse=True)
+    return dict(kernels=kernels, copies=copies, top=top[:14])
 
 
 def throughput(core: EngineCore, num_requests: int = 64, num_frames: int = 50) -> dict:
@@ -88,6 +91,11 @@ def run_path(program, checkpoint: str, path: str, batches: list[int], context: i
         row.update(kernels_per_frame=counts[row["batch"]]["kernels"], copies_per_frame=counts[row["batch"]]["copies"],
                    ratio_to_floor=round(row["frame_graph_ms"] / row["frame_floor_ms"], 2))
         print(path, "frame", row, flush=True)
+        if row["batch"] in (1, 64):
+            print(f"{path} batch {row['batch']}: kernel time ms, count, name (one frame)")
+            for ms, count, name in counts[row["batch"]]["top"]:
+                print(f"   {ms:8.3f} {count:5d}  {name}")
+        row["top_kernels"] = counts[row["batch"]]["top"]
     out["ttfa_ms"] = ttfa_ms(core, repeats=4)
     print(path, "ttfa_ms", out["ttfa_ms"], flush=True)
     out["throughput"] = throughput(core)

@@ -1,22 +1,27 @@
 """The fused frame path of the Qwen3-TTS talker: packed weights, precomputed tables and fused kernels.
 
-Built over a loaded `Talker` (its released parameter names stay: the packed tensors are made at load time and
-the original `nn.Linear` weights become views into them, so memory is not doubled and the reference path still
-runs on the same storage). What changes per frame, against the reference modules (the issue that asked for it,
-and the engines it learned from: vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
+Built over a loaded `Talker` at load time; the released parameter names and tensors stay untouched (the
+reference path keeps running on them), the fused path uses derived tensors beside them. What changes per
+frame, against the reference modules (the issue that asked for it, and the engines it learned from:
+vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
 
-- q/k/v and gate/up projections are one GEMM each (`qkv`, `gate_up`);
-- the residual add is fused into the next RMSNorm; q/k norm + rotary + the KV write are one kernel
-  (`kernels/rope.py`); the code predictor's attention over its <= 16-position cache is one kernel per layer
-  (`kernels/depth_attention.py`);
+- q/k/v and gate/up projections are one GEMM each, with the RMSNorm before them folded into their weights
+  (`W diag(w)`); the kernel that consumes each projection applies the row's rstd (kernels/norm.py): the
+  rotary / attention kernels (v only: the per-head q/k norms cancel a row scale), the SiLU-gate kernel, and
+  the sampler (the code predictor's final norm folded into its heads). No norm kernel runs inside a layer;
+- the residual adds happen in the o_proj and down_proj GEMMs (`addmm_` into the residual stream);
+- q/k norm + rotary + the KV write are one kernel (kernels/rope.py); the code predictor's attention over its
+  <= 16-position cache is one kernel per layer (kernels/depth_attention.py);
 - the text projection is precomputed for the whole text vocabulary (a table lookup per step), the 16 frame
   embeddings are one gather from a concatenated table, and the predictor's `small_to_mtp_projection` is folded
   into its input tables (the projected embedding of every code), so a predictor step starts from a row lookup;
-- sampling is one kernel per code (`kernels/sampling.py`) that also writes the next predictor step's input row;
+- sampling is one kernel per code (kernels/sampling.py) that also writes the next predictor step's input row;
   the predictor's uniforms for all 15 steps are drawn at once.
 
-With `impl="torch"` the same structure runs in plain torch ops (the CPU; tests compare it with the reference
-path), with `impl="triton"` on the GPU kernels.
+A layer is 6 kernels on the predictor (qkv, attention, o_proj + residual, gate_up, SiLU gate, down + residual),
+7-8 on the talker (FlashInfer's attention apart from the rotary kernel). With `impl="torch"` the same
+structure runs in plain torch ops (the CPU; tests compare it with the reference path), with `impl="triton"`
+on the GPU kernels.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
-from voxrt.engine.runtime.kernels.norm import add_rms_norm, silu_mul
+from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch, silu_mul
 from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged, rope_inv_freq
 from voxrt.engine.runtime.kernels.sampling import sample_codes
 from voxrt.engine.runtime.sampling import SamplingTensors
@@ -37,35 +42,29 @@ from voxrt.models.qwen3_tts.talker import Talker
 _TABLE_ROWS_PER_BATCH = 8192  # rows of the text-projection table computed at once at load time
 
 
-def _pack(linears: list[nn.Linear]) -> torch.Tensor:
-    """Concatenates the weights [out_i, in] into one [sum out_i, in] tensor and re-points every linear's
-    weight at its slice of it (same values, one storage)."""
-    packed = torch.cat([lin.weight.detach() for lin in linears], dim=0).contiguous()
-    start = 0
-    for lin in linears:
-        rows = lin.weight.shape[0]
-        lin.weight = nn.Parameter(packed[start : start + rows], requires_grad=False)
-        start += rows
-    return packed
+def fold_norm(weights: list[torch.Tensor], norm_weight: torch.Tensor) -> torch.Tensor:
+    """[out_i, in] weights after an RMSNorm with weight [in] -> one [sum out_i, in] tensor W diag(w),
+    computed in float32 and rounded once."""
+    packed = torch.cat([w.detach().float() for w in weights], dim=0) * norm_weight.detach().float()[None, :]
+    return packed.to(weights[0].dtype).contiguous()
 
 
 @dataclass
 class FusedLayer:
-    input_norm: torch.Tensor
-    qkv: torch.Tensor  # [(Hq + 2 Hkv) * D, H]
+    qkv: torch.Tensor  # [(Hq + 2 Hkv) * D, H], input_layernorm folded in
     q_norm: torch.Tensor
     k_norm: torch.Tensor
-    o_proj: torch.Tensor
-    post_norm: torch.Tensor
-    gate_up: torch.Tensor  # [2 I, H]
-    down: torch.Tensor
+    o_proj_t: torch.Tensor  # [Hq * D, H]: o_proj's weight transposed (a view), for addmm_
+    gate_up: torch.Tensor  # [2 I, H], post_attention_layernorm folded in
+    down_t: torch.Tensor  # [I, H] (a view)
 
     @classmethod
     def of(cls, layer: nn.Module) -> "FusedLayer":
         attn, mlp = layer.self_attn, layer.mlp
-        return cls(layer.input_layernorm.weight, _pack([attn.q_proj, attn.k_proj, attn.v_proj]), attn.q_norm.weight,
-                   attn.k_norm.weight, attn.o_proj.weight, layer.post_attention_layernorm.weight,
-                   _pack([mlp.gate_proj, mlp.up_proj]), mlp.down_proj.weight)
+        return cls(fold_norm([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], layer.input_layernorm.weight),
+                   attn.q_norm.weight, attn.k_norm.weight, attn.o_proj.weight.t(),
+                   fold_norm([mlp.gate_proj.weight, mlp.up_proj.weight], layer.post_attention_layernorm.weight),
+                   mlp.down_proj.weight.t())
 
 
 class FusedTalker:
@@ -94,6 +93,8 @@ class FusedTalker:
             # input of predictor step s >= 1: the projected embedding of code s (table s - 1)
             emb = talker.code_predictor.model.codec_embedding
             self.step_tables = torch.stack([proj(emb[i].weight) for i in range(self.num_code_groups - 2)]).contiguous()
+            norm_w = talker.code_predictor.model.norm.weight
+            self.heads = torch.stack([fold_norm([h.weight], norm_w) for h in talker.code_predictor.lm_head])  # [K-1, V, Hp]
 
     def _text_table(self) -> torch.Tensor:
         """text_projection(text_embedding(id)) for every text id, in the activation dtype."""
@@ -103,9 +104,11 @@ class FusedTalker:
         return torch.cat(rows, dim=0).contiguous()
 
     @property
-    def num_table_bytes(self) -> int:
-        tables = (self.text_table, self.frame_table, self.code0_table, self.step_tables)
-        return sum(t.numel() * t.element_size() for t in tables)
+    def num_extra_bytes(self) -> int:
+        """Memory the fused path adds beside the released weights: tables, folded projections and heads."""
+        tensors = [self.text_table, self.frame_table, self.code0_table, self.step_tables, self.heads]
+        tensors += [t for layer in self.layers + self.pred_layers for t in (layer.qkv, layer.gate_up)]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     # ---- talker ----------------------------------------------------------------------------------------
 
@@ -117,21 +120,17 @@ class FusedTalker:
         return F.embedding(codes + self.frame_offsets, self.frame_table).sum(1)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
-        """[N, H] at [N] positions -> [N, H] final-normed hidden states; K/V written through `attn`'s pages."""
-        lm, impl = self.lm, self.impl
+        """[N, H] at [N] positions -> [N, H] final-normed hidden states; K/V written through `attn`'s pages.
+        `x` is the residual stream: it is updated in place."""
+        lm, impl, eps = self.lm, self.impl, self.lm.rms_norm_eps
         n = x.shape[0]
-        h, residual = x, None
         for i, layer in enumerate(self.layers):
-            normed, residual = add_rms_norm(h, residual, layer.input_norm, lm.rms_norm_eps, impl)
-            qkv = F.linear(normed, layer.qkv)
-            q = qk_norm_rope_paged(qkv, lm.num_q_heads, lm.num_kv_heads, lm.head_dim, layer.q_norm, layer.k_norm,
-                                   self.inv_freq, lm.rms_norm_eps, positions, attn.page_idx, attn.page_off,
-                                   attn.kv.layers[i], impl)
-            out = attn.attend(i, q)  # [N, Hq, D]
-            normed, residual = add_rms_norm(F.linear(out.reshape(n, -1), layer.o_proj), residual, layer.post_norm,
-                                            lm.rms_norm_eps, impl)
-            h = F.linear(silu_mul(F.linear(normed, layer.gate_up), impl), layer.down)
-        out, _ = add_rms_norm(h, residual, self.talker.model.norm.weight, lm.rms_norm_eps, impl)
+            q = qk_norm_rope_paged(F.linear(x, layer.qkv), lm.num_q_heads, lm.num_kv_heads, lm.head_dim, layer.q_norm,
+                                   layer.k_norm, self.inv_freq, eps, positions, attn.page_idx, attn.page_off,
+                                   attn.kv.layers[i], impl, x=x, x_eps=eps)
+            x.addmm_(attn.attend(i, q).reshape(n, -1), layer.o_proj_t)  # x += attention @ o_proj^T
+            x.addmm_(silu_mul(F.linear(x, layer.gate_up), impl, x=x, eps=eps), layer.down_t)
+        out, _ = add_rms_norm(x, None, self.talker.model.norm.weight, eps, impl)
         return out
 
     def sample(self, logits: torch.Tensor, sampling: SamplingTensors, suppress: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,7 +146,7 @@ class FusedTalker:
                        record_logits: list[torch.Tensor] | None = None) -> torch.Tensor:
         """[B, H] talker hidden, [B] code 0 (untagged) -> [B, K] codes; the reference's
         `CodePredictor.generate` with every step's input a table row and every step's kernels fused."""
-        pred, impl = self.pred, self.impl
+        pred, impl, eps = self.pred, self.impl, self.pred.rms_norm_eps
         cp = self.talker.code_predictor
         bsz, k = hidden.shape[0], self.num_code_groups
         dev, dtype = hidden.device, hidden.dtype
@@ -160,27 +159,24 @@ class FusedTalker:
         codes[:, 0] = code0
         x = torch.stack([cp.small_to_mtp_projection(hidden), F.embedding(code0, self.code0_table)], dim=1)
         x = x.view(bsz * 2, -1)  # step 0: two tokens per row (positions 0, 1), then one
-        next_x = torch.empty(bsz, x.shape[1], dtype=dtype, device=dev)
+        inputs = [torch.empty(bsz, x.shape[1], dtype=dtype, device=dev) for _ in range(2)]  # the sampler writes one
         start, t = 0, 2
         for step in range(k - 1):
-            h, residual = x, None
             for layer, (k_cache, v_cache) in zip(self.pred_layers, caches):
-                normed, residual = add_rms_norm(h, residual, layer.input_norm, pred.rms_norm_eps, impl)
-                out = depth_attention(F.linear(normed, layer.qkv), pred.num_q_heads, pred.num_kv_heads, pred.head_dim,
-                                      layer.q_norm, layer.k_norm, self.pred_inv_freq, pred.rms_norm_eps, k_cache,
-                                      v_cache, start, t, impl)
-                normed, residual = add_rms_norm(F.linear(out, layer.o_proj), residual, layer.post_norm,
-                                                pred.rms_norm_eps, impl)
-                h = F.linear(silu_mul(F.linear(normed, layer.gate_up), impl), layer.down)
-            last = slice(t - 1, None, t)  # each row's last token
-            normed, _ = add_rms_norm(h[last], residual[last], cp.model.norm.weight, pred.rms_norm_eps, impl)
-            logits = F.linear(normed, cp.lm_head[step].weight)  # [B, V]
+                out = depth_attention(F.linear(x, layer.qkv), pred.num_q_heads, pred.num_kv_heads, pred.head_dim,
+                                      layer.q_norm, layer.k_norm, self.pred_inv_freq, eps, k_cache, v_cache, start, t,
+                                      impl, x=x, x_eps=eps)
+                x.addmm_(out, layer.o_proj_t)
+                x.addmm_(silu_mul(F.linear(x, layer.gate_up), impl, x=x, eps=eps), layer.down_t)
+            last = x[t - 1 :: t]  # each row's last token
+            logits = F.linear(last, self.heads[step])  # [B, V], the final norm's rstd still to apply
             if record_logits is not None:
-                record_logits.append(logits.float())
+                record_logits.append((logits.float() * rstd_torch(last, eps)))
             has_next = step + 2 < k
+            next_x = inputs[step % 2]
             sample_codes(logits, uniform[:, step], sampling.temperature, sampling.top_k, sampling.top_p,
                          sampling.greedy, codes[:, step + 1], next_table=self.step_tables[step] if has_next else None,
-                         next_out=next_x if has_next else None, impl=impl)
+                         next_out=next_x if has_next else None, impl=impl, x=last, x_eps=eps)
             x = next_x
             start += t
             t = 1

@@ -104,8 +104,8 @@ class Qwen3TTSProgram(ModelProgram):
         from voxrt.models.qwen3_tts.fused import FusedTalker  # noqa: PLC0415
 
         self.fused = FusedTalker(self.talker, impl)
-        log.info("qwen3-tts: fused frame path (%s kernels; packed weights, %.0f MB of lookup tables)", impl,
-                 self.fused.num_table_bytes / 1e6)
+        log.info("qwen3-tts: fused frame path (%s kernels; folded projections and lookup tables: %.0f MB beside "
+                 "the released weights)", impl, self.fused.num_extra_bytes / 1e6)
         return path
 
     def _role_ids(self) -> tuple[int, ...]:

@@ -201,3 +201,48 @@ def test_sampler_distribution_follows_temperature_top_k_and_top_p():
         expected = probs[support] * draws
         chi2 = (((counts[support] - expected) ** 2) / expected).sum().item()
         assert chi2 < 3 * support.sum().item() + 30, (top_k, top_p, chi2)
+
+
+def test_folded_norm_scales_equal_an_explicit_rms_norm():
+    """With the RMSNorm weight folded into the projection, each consumer applies the row's rstd(x): the same
+    as norming x first (silu_mul on gate/up, v in the attention kernels, the logits in the sampler)."""
+    g = torch.Generator().manual_seed(5)
+    n, h, inter = 4, 48, 40
+    x = torch.randn(n, h, generator=g) * 3
+    w = torch.rand(h, generator=g) + 0.5
+    normed = F.rms_norm(x, (h,), w, 1e-6)
+    wgu = torch.randn(2 * inter, h, generator=g)
+    ref = silu_mul(F.linear(normed, wgu))
+    folded = F.linear(x, wgu * w[None, :])
+    for impl in ("torch", "triton"):
+        torch.testing.assert_close(silu_mul(folded, impl=impl, x=x, eps=1e-6), ref, atol=1e-4, rtol=1e-4)
+    # attention inputs: q/k per-head norms cancel the row scale; v takes it
+    hq, hkv, d = 2, 1, 64
+    wqkv = torch.randn((hq + 2 * hkv) * d, h, generator=g) * 0.2
+    qw, kw = torch.rand(d, generator=g) + 0.5, torch.rand(d, generator=g) + 0.5
+    inv = rope_inv_freq(d, 1e4, torch.device("cpu"))
+    pos, pages, offs = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
+    for impl in ("torch", "triton"):
+        c_ref, c_fold = torch.zeros(3, 2, 2, hkv, d), torch.zeros(3, 2, 2, hkv, d)
+        q_ref = qk_norm_rope_paged(F.linear(normed, wqkv), hq, hkv, d, qw, kw, inv, 1e-6, pos, pages, offs, c_ref,
+                                   impl=impl)
+        q_fold = qk_norm_rope_paged(F.linear(x, wqkv * w[None, :]), hq, hkv, d, qw, kw, inv, 1e-6, pos, pages, offs,
+                                    c_fold, impl=impl, x=x)
+        torch.testing.assert_close(q_fold, q_ref, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(c_fold, c_ref, atol=1e-4, rtol=1e-4)
+        kv_ref = (torch.zeros(2, hkv, 16, d), torch.zeros(2, hkv, 16, d))
+        kv_fold = (torch.zeros(2, hkv, 16, d), torch.zeros(2, hkv, 16, d))
+        a_ref = depth_attention(F.linear(normed, wqkv), hq, hkv, d, qw, kw, inv, 1e-6, *kv_ref, 0, 2, impl=impl)
+        a_fold = depth_attention(F.linear(x, wqkv * w[None, :]), hq, hkv, d, qw, kw, inv, 1e-6, *kv_fold, 0, 2,
+                                 impl=impl, x=x)
+        torch.testing.assert_close(a_fold, a_ref, atol=1e-4, rtol=1e-4)
+    # the sampler's logits
+    vocab = 80
+    head = torch.randn(vocab, h, generator=g)
+    uniform = torch.rand(n, vocab, generator=g)
+    params = _params(n, 0.8, 10, 0.9, False)
+    for impl in ("torch", "triton"):
+        a, b = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+        sample_codes(F.linear(normed, head), uniform, *params, out=a, impl=impl)
+        sample_codes(F.linear(x, head * w[None, :]), uniform, *params, out=b, impl=impl, x=x)
+        assert torch.equal(a, b), impl

@@ -16,19 +16,21 @@ import torch
 import torch.nn.functional as F
 
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 from voxrt.engine.runtime.kernels.rope import norm_rope_torch
 
 if triton_available():
     import triton
     import triton.language as tl
 
+    from voxrt.engine.runtime.kernels.norm import row_rstd
     from voxrt.engine.runtime.kernels.rope import _norm_rope_half
 
     @triton.jit
     def _depth_attention_kernel(qkv_ptr, qkv_stride, out_ptr, out_stride, k_cache_ptr, v_cache_ptr, qw_ptr, kw_ptr,
-                                inv_freq_ptr, start, eps, scale, s_b, s_h, s_l,
+                                inv_freq_ptr, start, eps, scale, s_b, s_h, s_l, x_ptr, x_stride, n_x, x_eps,
                                 T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                                L: tl.constexpr):
+                                L: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr):
         b = tl.program_id(0)
         kh = tl.program_id(1)
         HALF: tl.constexpr = D // 2
@@ -46,6 +48,8 @@ if triton_available():
             tl.store(kbase + pos * s_l + cols, o1.to(k_cache_ptr.dtype.element_ty))
             tl.store(kbase + pos * s_l + HALF + cols, o2.to(k_cache_ptr.dtype.element_ty))
             v = tl.load(row + (HQ + HKV) * D + kh * D + dcols)
+            if HAS_X:  # the input norm folded into the projection: v takes the row's rstd (kernels/rope.py)
+                v = v.to(tl.float32) * row_rstd(x_ptr + (b * T + t) * x_stride, n_x, x_eps, BLOCK_X)
             tl.store(vbase + pos * s_l + dcols, v.to(v_cache_ptr.dtype.element_ty))
         tl.debug_barrier()  # this program's K/V stores are visible to all its threads
         lpos = tl.arange(0, L)
@@ -73,18 +77,23 @@ if triton_available():
 
 def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, q_norm: torch.Tensor,
                     k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, start: int, num_new: int, impl: str = "torch") -> torch.Tensor:
+                    v_cache: torch.Tensor, start: int, num_new: int, impl: str = "torch", x: torch.Tensor | None = None,
+                    x_eps: float = 1e-6) -> torch.Tensor:
     """qkv [B * T, (Hq + 2 Hkv) * D] for T = `num_new` tokens per row at positions start..start+T-1;
-    k_cache, v_cache [B, Hkv, L, D]. Writes the new k/v, returns the attention output [B * T, Hq * D]."""
+    k_cache, v_cache [B, Hkv, L, D]. Writes the new k/v, returns the attention output [B * T, Hq * D].
+    `x` [B * T, H]: v scaled by rstd(x) per row (kernels/rope.py)."""
     check_impl(impl)
     hq, hkv, d, t = num_q_heads, num_kv_heads, head_dim, num_new
     bsz = qkv.shape[0] // t
+    x_rows = x
     if impl == "torch":
         x = qkv.view(bsz, t, -1)
         pos = torch.arange(start, start + t, device=qkv.device)
         q = norm_rope_torch(x[..., : hq * d].view(bsz, t, hq, d), q_norm, inv_freq, pos, eps)
         k = norm_rope_torch(x[..., hq * d : (hq + hkv) * d].view(bsz, t, hkv, d), k_norm, inv_freq, pos, eps)
         v = x[..., (hq + hkv) * d :].view(bsz, t, hkv, d)
+        if x_rows is not None:
+            v = (v.float() * rstd_torch(x_rows, x_eps).view(bsz, t, 1, 1)).to(qkv.dtype)
         k_cache[:, :, start : start + t] = k.transpose(1, 2).to(k_cache.dtype)
         v_cache[:, :, start : start + t] = v.transpose(1, 2).to(v_cache.dtype)
         keys = k_cache[:, :, : start + t].repeat_interleave(hq // hkv, dim=1)
@@ -96,8 +105,10 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
     length = k_cache.shape[2]
     assert start + t <= length, (start, t, length)
     out = torch.empty(bsz * t, hq * d, dtype=qkv.dtype, device=qkv.device)
+    x2 = _rows(x_rows) if x_rows is not None else qkv
     _depth_attention_kernel[(bsz, hkv)](
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
-        1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), num_warps=4)
+        1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), x2, x2.stride(0), x2.shape[-1],
+        x_eps, T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), HAS_X=x_rows is not None,
+        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=4)
     return out

@@ -7,17 +7,24 @@ the packed projection, writes K/V into the paged cache at each token's (page, of
 [N, Hq, D] ready for the attention kernel. Rounding follows the reference: the normed head is rounded to the
 activation dtype, cos/sin are cast to it (transformers casts them to the query's dtype), the rotation is
 computed in float32 and rounded once.
+
+With `x` (the layer's input rows, when its RMSNorm is folded into the projection: kernels/norm.py), v is
+scaled by each row's rstd(x); q and k need no scale, since their per-head RMSNorm cancels any row scale
+(up to its eps, 1e-6 against mean squares of order one).
 """
 
 from __future__ import annotations
 
 import torch
 
-from voxrt.engine.runtime.kernels import check_impl, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
 if triton_available():
     import triton
     import triton.language as tl
+
+    from voxrt.engine.runtime.kernels.norm import row_rstd
 
     @triton.jit
     def _norm_rope_half(x1, x2, w_ptr, inv_freq_ptr, pos, eps, like_ptr, HALF: tl.constexpr, D: tl.constexpr):
@@ -38,7 +45,8 @@ if triton_available():
     @triton.jit
     def _qk_norm_rope_paged_kernel(qkv_ptr, qkv_stride, q_out_ptr, cache_ptr, pos_ptr, page_ptr, off_ptr,
                                    qw_ptr, kw_ptr, inv_freq_ptr, eps, s_page, s_kv, s_slot, s_head,
-                                   HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr):
+                                   x_ptr, x_stride, n_x, x_eps, HQ: tl.constexpr, HKV: tl.constexpr,
+                                   D: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr):
         tok = tl.program_id(0)
         head = tl.program_id(1)
         HALF: tl.constexpr = D // 2
@@ -65,6 +73,8 @@ if triton_available():
             tl.store(dst + cols, o1.to(cache_ptr.dtype.element_ty))
             tl.store(dst + HALF + cols, o2.to(cache_ptr.dtype.element_ty))
             v = tl.load(row + (HQ + HKV) * D + kh * D + tl.arange(0, D))
+            if HAS_X:
+                v = v.to(tl.float32) * row_rstd(x_ptr + tok * x_stride, n_x, x_eps, BLOCK_X)
             tl.store(dst + s_kv + tl.arange(0, D), v.to(cache_ptr.dtype.element_ty))
 
 
@@ -90,10 +100,10 @@ def norm_rope_torch(x: torch.Tensor, weight: torch.Tensor, inv_freq: torch.Tenso
 def qk_norm_rope_paged(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int,
                        q_norm: torch.Tensor, k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float,
                        positions: torch.Tensor, page_idx: torch.Tensor, page_off: torch.Tensor, cache: torch.Tensor,
-                       impl: str = "torch") -> torch.Tensor:
+                       impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6) -> torch.Tensor:
     """qkv [N, (Hq + 2 Hkv) * D]; positions, page_idx, page_off [>= N] int64; cache
     [pages + 1, 2, page_size, Hkv, D] (FlashInfer NHD). Writes token t's k, v at cache[page_idx[t], :,
-    page_off[t]] and returns q [N, Hq, D], normed and rotated."""
+    page_off[t]] and returns q [N, Hq, D], normed and rotated. `x` [N, H]: v scaled by rstd(x) per row."""
     check_impl(impl)
     n = qkv.shape[0]
     hq, hkv, d = num_q_heads, num_kv_heads, head_dim
@@ -102,12 +112,16 @@ def qk_norm_rope_paged(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, h
         q = norm_rope_torch(qkv[:, : hq * d].view(n, hq, d), q_norm, inv_freq, pos, eps)
         k = norm_rope_torch(qkv[:, hq * d : (hq + hkv) * d].view(n, hkv, d), k_norm, inv_freq, pos, eps)
         v = qkv[:, (hq + hkv) * d :].view(n, hkv, d)
+        if x is not None:
+            v = (v.float() * rstd_torch(x, x_eps)[:, :, None]).to(qkv.dtype)
         cache[page_idx[:n], 0, page_off[:n]] = k.to(cache.dtype)
         cache[page_idx[:n], 1, page_off[:n]] = v.to(cache.dtype)
         return q
     assert qkv.stride(-1) == 1 and cache.is_contiguous()
     q = torch.empty(n, hq, d, dtype=qkv.dtype, device=qkv.device)
+    x2 = _rows(x) if x is not None else qkv
     _qk_norm_rope_paged_kernel[(n, hq + hkv)](
         qkv, qkv.stride(0), q, cache, positions, page_idx, page_off, q_norm, k_norm, inv_freq, eps,
-        cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3), HQ=hq, HKV=hkv, D=d, num_warps=1)
+        cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3), x2, x2.stride(0), x2.shape[-1], x_eps,
+        HQ=hq, HKV=hkv, D=d, HAS_X=x is not None, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=1 if x is None else 4)
     return q

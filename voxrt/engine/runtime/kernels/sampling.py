@@ -8,9 +8,14 @@ always stays); then `argmax(scaled + g)` over the kept values with Gumbel noise 
 uniforms `u` the caller draws (`torch.rand` inside a CUDA graph draws fresh numbers on every replay). This is
 `runtime/sampling.py`'s rule with the noise drawn in vocabulary order instead of sorted order.
 
-The Triton kernel finds the top-k and top-p thresholds without sorting: a bisection over the order-preserving
-integer image of the float32 scores (32 halvings of [min, max]), each a masked count or sum over the row held
-in registers. One program per row; the row must fit one block (codec vocabularies: 2048-4096).
+The Triton kernel finds the top-k and top-p thresholds without sorting: a search over the order-preserving
+integer image of the float32 scores that splits [min, max] into 4 at each of 17 rounds (the 3 inner
+candidates' masked counts or sums over the row held in registers in one reduction per round, 17 reductions
+where a bisection needs 32; more candidates per round would spill registers). One program per row; the row
+must fit one block (codec vocabularies: 2048-4096).
+
+With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
+kernels/norm.py), the logits are first scaled by each row's rstd(x).
 """
 
 from __future__ import annotations
@@ -18,20 +23,43 @@ from __future__ import annotations
 import torch
 
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
 if triton_available():
     import triton
     import triton.language as tl
 
+    from voxrt.engine.runtime.kernels.norm import row_rstd
+
+    @triton.jit
+    def _threshold(key, keep, weight, target, ROUNDS: tl.constexpr):
+        """The smallest integer K with sum(weight over kept keys > K) < target (weights >= 0, the sum at the
+        lowest kept key - 1 is >= target): 4 candidates per round, each round shrinks [lo, hi] 4-fold, so 17
+        rounds take the 2^32-wide integer range down to one step."""
+        lo = tl.min(tl.where(keep, key, 2147483647), axis=0) - 1
+        hi = tl.max(tl.where(keep, key, -2147483648), axis=0)
+        j = tl.arange(0, 4).to(tl.int64)
+        for _ in range(ROUNDS):
+            mids = lo + ((hi - lo) * (j + 1)) // 4  # [4], mids[3] == hi
+            above = keep[None, :] & (key[None, :] > mids[:, None])  # [4, V]
+            total = tl.sum(tl.where(above, weight[None, :], 0.0), axis=1)  # [4], non-increasing
+            first = tl.sum((total >= target).to(tl.int32), axis=0)  # the first candidate under target
+            new_hi = tl.sum(tl.where(j == first, mids, 0), axis=0)
+            lo = tl.where(first > 0, tl.sum(tl.where(j == first - 1, mids, 0), axis=0), lo)
+            hi = new_hi
+        return hi
+
     @triton.jit
     def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
-                       HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr, BLOCK_V: tl.constexpr,
-                       BLOCK_H: tl.constexpr):
+                       x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
+                       HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
         x = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=float("-inf")).to(tl.float32)
+        if HAS_X:
+            x = x * row_rstd(x_ptr + row * x_stride, n_x, x_eps, BLOCK_X)
         if HAS_SUPPRESS:
             banned = tl.load(suppress_ptr + cols, mask=valid, other=1).to(tl.int32)
             x = tl.where(banned != 0, float("-inf"), x)
@@ -45,28 +73,14 @@ if triton_available():
             key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)  # ordered like the floats
             top_k = tl.load(topk_ptr + row)
             num_kept = tl.sum(keep.to(tl.int32), axis=0)
-            if (top_k > 0) & (top_k < num_kept):
-                # the smallest K with #{kept: key > K} < top_k; keep key >= K
-                lo = tl.min(tl.where(keep, key, 2147483647), axis=0) - 1
-                hi = tl.max(tl.where(keep, key, -2147483648), axis=0)
-                for _ in range(32):
-                    mid = lo + (hi - lo) // 2
-                    count = tl.sum((keep & (key > mid)).to(tl.int32), axis=0)
-                    hi = tl.where(count < top_k, mid, hi)
-                    lo = tl.where(count < top_k, lo, mid)
-                keep = keep & (key >= hi)
+            if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
+                ones = tl.where(keep, 1.0, 0.0)
+                keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
             top_p = tl.load(topp_ptr + row)
-            if top_p < 1.0:
+            if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
                 e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
                 probs = e / tl.sum(e, axis=0)
-                lo = tl.min(tl.where(keep, key, 2147483647), axis=0) - 1
-                hi = tl.max(tl.where(keep, key, -2147483648), axis=0)
-                for _ in range(32):
-                    mid = lo + (hi - lo) // 2
-                    mass = tl.sum(tl.where(keep & (key > mid), probs, 0.0), axis=0)
-                    hi = tl.where(mass < top_p, mid, hi)
-                    lo = tl.where(mass < top_p, lo, mid)
-                keep = keep & (key >= hi)
+                keep = keep & (key >= _threshold(key, keep, probs, top_p, 17))
             u = tl.load(u_ptr + row * u_stride + cols, mask=valid, other=0.5)
             u = tl.minimum(tl.maximum(u, 1e-20), 1.0 - 1e-7)
             score = tl.where(keep, scaled - tl.log(-tl.log(u)), float("-inf"))
@@ -102,13 +116,16 @@ def _keep_torch(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) 
 def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                  top_p: torch.Tensor, greedy: torch.Tensor, out: torch.Tensor, suppress: torch.Tensor | None = None,
                  next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
-                 impl: str = "torch") -> None:
+                 impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6) -> None:
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
-    [V, H]: next_out [B, H] <- next_table[code]."""
+    [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first."""
     check_impl(impl)
+    rows = x
     if impl == "torch":
         x = logits.float()
+        if rows is not None:
+            x = x * rstd_torch(rows, x_eps)
         if suppress is not None:
             x = x.masked_fill(suppress, float("-inf"))
         scaled = x / temperature[:, None]
@@ -124,10 +141,12 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
     assert logits.stride(-1) == 1 and uniform.stride(-1) == 1
     has_next = next_table is not None
     hidden = next_table.shape[1] if has_next else 0
+    x2 = _rows(rows) if rows is not None else logits
     _sample_kernel[(bsz,)](
         logits, logits.stride(0), vocab, uniform, uniform.stride(0), temperature, top_k, top_p, greedy,
         suppress if suppress is not None else logits, out, out.stride(0),
         next_table if has_next else logits, next_table.stride(0) if has_next else 0,
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
-        HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next, BLOCK_V=next_pow2(vocab),
-        BLOCK_H=min(1024, next_pow2(max(hidden, 1))), num_warps=8 if vocab > 2048 else 4)
+        x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
+        HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
+        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=8 if vocab > 2048 else 4)
