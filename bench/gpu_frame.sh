@@ -25,7 +25,8 @@ tail -2 "$R/mk.log"
 (cd bench && timeout 180 python -u gpu_fused_check.py --checkpoint /tmp/q17 --out "$R") > "$R/check.log" 2>&1
 echo "== fused check (rc $?)"; grep -v " INFO \|^ *warn" "$R/check.log" | tail -6
 args=(); for c in $CKPTS; do args+=(--checkpoint "$c"); done
-(cd bench && timeout 420 python -u gpu_frame.py "${args[@]}" --batches "$BATCHES" --out "$R") > "$R/frame.log" 2>&1
+(cd bench && timeout 420 python -u gpu_frame.py "${args[@]}" --batches "$BATCHES" --paths "${FRAME_PATHS:-reference,fused}" \
+  --out "$R") > "$R/frame.log" 2>&1
 echo "== frame (rc $?)"; sed -n '/^== /,$p' "$R/frame.log"; grep -i "error\|Traceback" "$R/frame.log" | head -5
 if [ "$BENCH" = 1 ]; then
   for path in reference fused; do

@@ -86,7 +86,8 @@ class Qwen3TTSProgram(ModelProgram):
 
     # ---- execution path ------------------------------------------------------------------------------------
 
-    def use_frame_path(self, path: str, device: torch.device, impl: str | None = None) -> str:
+    def use_frame_path(self, path: str, device: torch.device, impl: str | None = None,
+                       gemm_impl: str | None = None) -> str:
         """`fused` (auto on CUDA with Triton): models/qwen3_tts/fused.py over these weights. `impl` picks the
         kernels ("torch" or "triton"; default: triton on CUDA, torch elsewhere); a program already on the fused
         path keeps its kernels when asked for `fused` again without `impl` (tests pick them before the engine
@@ -103,7 +104,7 @@ class Qwen3TTSProgram(ModelProgram):
             return path
         from voxrt.models.qwen3_tts.fused import FusedTalker  # noqa: PLC0415
 
-        self.fused = FusedTalker(self.talker, impl)
+        self.fused = FusedTalker(self.talker, impl, gemm_impl)
         log.info("qwen3-tts: fused frame path (%s kernels; folded projections and lookup tables: %.0f MB beside "
                  "the released weights)", impl, self.fused.num_extra_bytes / 1e6)
         return path

@@ -4,8 +4,8 @@ The code predictor's cache lives for one frame: at most `num_code_groups` (16) p
 offsets (step 0 writes positions 0 and 1, step s >= 1 writes position s + 1). Each step therefore needs, per
 layer: per-head q/k RMSNorm, rotary, the K/V write, and causal attention over <= 16 keys. The reference does
 that in ~25 kernels (rotary, cache slices, repeat_interleave for GQA, a mask, SDPA); here one program per
-(batch row, KV head) does all of it: it writes the step's k/v, then attends for the step's tokens and the
-query heads of its group, keys and values kept in registers.
+(batch row, query head) does all of it: it computes the step's k/v (the group's first head writes them to the
+cache), and attends for the step's tokens with keys and values in registers.
 """
 
 from __future__ import annotations
@@ -31,48 +31,57 @@ if triton_available():
                                 inv_freq_ptr, start, eps, scale, s_b, s_h, s_l, x_ptr, x_stride, n_x, x_eps,
                                 T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                                 L: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr):
+        """One program per (batch row, query head). The step's new k/v are computed in registers by every
+        query head of their group (the first one writes them to the cache), so no program reads back what
+        another wrote in the same launch; older positions come from the cache."""
         b = tl.program_id(0)
-        kh = tl.program_id(1)
-        HALF: tl.constexpr = D // 2
+        h = tl.program_id(1)
         G: tl.constexpr = HQ // HKV
+        kh = h // G
+        HALF: tl.constexpr = D // 2
         cols = tl.arange(0, HALF)
         dcols = tl.arange(0, D)
+        lpos = tl.arange(0, L)
         kbase = k_cache_ptr + b * s_b + kh * s_h
         vbase = v_cache_ptr + b * s_b + kh * s_h
+        old = (lpos < start)[:, None]
+        k1s = tl.load(kbase + lpos[:, None] * s_l + cols[None, :], mask=old, other=0.0).to(tl.float32)
+        k2s = tl.load(kbase + lpos[:, None] * s_l + HALF + cols[None, :], mask=old, other=0.0).to(tl.float32)
+        vs = tl.load(vbase + lpos[:, None] * s_l + dcols[None, :], mask=old, other=0.0).to(tl.float32)
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * qkv_stride
             pos = start + t
             k1 = tl.load(row + HQ * D + kh * D + cols).to(tl.float32)
             k2 = tl.load(row + HQ * D + kh * D + HALF + cols).to(tl.float32)
             o1, o2 = _norm_rope_half(k1, k2, kw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
-            tl.store(kbase + pos * s_l + cols, o1.to(k_cache_ptr.dtype.element_ty))
-            tl.store(kbase + pos * s_l + HALF + cols, o2.to(k_cache_ptr.dtype.element_ty))
+            o1 = o1.to(k_cache_ptr.dtype.element_ty)
+            o2 = o2.to(k_cache_ptr.dtype.element_ty)
             v = tl.load(row + (HQ + HKV) * D + kh * D + dcols)
             if HAS_X:  # the input norm folded into the projection: v takes the row's rstd (kernels/rope.py)
                 v = v.to(tl.float32) * row_rstd(x_ptr + (b * T + t) * x_stride, n_x, x_eps, BLOCK_X)
-            tl.store(vbase + pos * s_l + dcols, v.to(v_cache_ptr.dtype.element_ty))
-        tl.debug_barrier()  # this program's K/V stores are visible to all its threads
-        lpos = tl.arange(0, L)
-        valid = lpos < start + T
-        k1s = tl.load(kbase + lpos[:, None] * s_l + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        k2s = tl.load(kbase + lpos[:, None] * s_l + HALF + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        vs = tl.load(vbase + lpos[:, None] * s_l + dcols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+            v = v.to(v_cache_ptr.dtype.element_ty)
+            if h % G == 0:
+                tl.store(kbase + pos * s_l + cols, o1)
+                tl.store(kbase + pos * s_l + HALF + cols, o2)
+                tl.store(vbase + pos * s_l + dcols, v)
+            here = (lpos == pos)[:, None]
+            k1s = tl.where(here, o1.to(tl.float32)[None, :], k1s)
+            k2s = tl.where(here, o2.to(tl.float32)[None, :], k2s)
+            vs = tl.where(here, v.to(tl.float32)[None, :], vs)
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * qkv_stride
             pos = start + t
-            for g in tl.static_range(G):
-                h = kh * G + g
-                q1 = tl.load(row + h * D + cols).to(tl.float32)
-                q2 = tl.load(row + h * D + HALF + cols).to(tl.float32)
-                r1, r2 = _norm_rope_half(q1, q2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
-                r1 = r1.to(qkv_ptr.dtype.element_ty).to(tl.float32)  # the reference attends over rounded q
-                r2 = r2.to(qkv_ptr.dtype.element_ty).to(tl.float32)
-                scores = (tl.sum(k1s * r1[None, :], axis=1) + tl.sum(k2s * r2[None, :], axis=1)) * scale
-                scores = tl.where(lpos <= pos, scores, float("-inf"))
-                p = tl.exp(scores - tl.max(scores, axis=0))
-                p = p / tl.sum(p, axis=0)
-                o = tl.sum(p[:, None] * vs, axis=0)
-                tl.store(out_ptr + (b * T + t) * out_stride + h * D + dcols, o.to(out_ptr.dtype.element_ty))
+            q1 = tl.load(row + h * D + cols).to(tl.float32)
+            q2 = tl.load(row + h * D + HALF + cols).to(tl.float32)
+            r1, r2 = _norm_rope_half(q1, q2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+            r1 = r1.to(qkv_ptr.dtype.element_ty).to(tl.float32)  # the reference attends over rounded q
+            r2 = r2.to(qkv_ptr.dtype.element_ty).to(tl.float32)
+            scores = (tl.sum(k1s * r1[None, :], axis=1) + tl.sum(k2s * r2[None, :], axis=1)) * scale
+            scores = tl.where(lpos <= pos, scores, float("-inf"))
+            p = tl.exp(scores - tl.max(scores, axis=0))
+            p = p / tl.sum(p, axis=0)
+            o = tl.sum(p[:, None] * vs, axis=0)
+            tl.store(out_ptr + (b * T + t) * out_stride + h * D + dcols, o.to(out_ptr.dtype.element_ty))
 
 
 def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, q_norm: torch.Tensor,
@@ -106,7 +115,7 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
     assert start + t <= length, (start, t, length)
     out = torch.empty(bsz * t, hq * d, dtype=qkv.dtype, device=qkv.device)
     x2 = _rows(x_rows) if x_rows is not None else qkv
-    _depth_attention_kernel[(bsz, hkv)](
+    _depth_attention_kernel[(bsz, hq)](
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
         1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), x2, x2.stride(0), x2.shape[-1],
         x_eps, T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), HAS_X=x_rows is not None,

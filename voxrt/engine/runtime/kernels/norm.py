@@ -73,15 +73,17 @@ def rstd_torch(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                 impl: str = "torch") -> tuple[torch.Tensor, torch.Tensor]:
-    """[N, H] -> (rms_norm(residual + x) * weight, residual + x). Rows may be strided views."""
+                 impl: str = "torch", out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, H] -> (rms_norm(residual + x) * weight, residual + x). Rows may be strided views. The norm comes
+    out in `out_dtype` (default: x's)."""
     check_impl(impl)
+    out_dtype = out_dtype or x.dtype
     if impl == "torch":
         r = x if residual is None else residual + x
-        return F.rms_norm(r, (r.shape[-1],), weight.to(r.dtype), eps), r
+        return F.rms_norm(r, (r.shape[-1],), weight.to(r.dtype), eps).to(out_dtype), r
     x2 = _rows(x)
     n, h = x2.shape
-    out = torch.empty(n, h, dtype=x.dtype, device=x.device)
+    out = torch.empty(n, h, dtype=out_dtype, device=x.device)
     if residual is None:
         res_in, res_out, r = x2, x2, x2
     else:

@@ -36,12 +36,13 @@ if triton_available():
         """The smallest integer K with sum(weight over kept keys > K) < target (weights >= 0, the sum at the
         lowest kept key - 1 is >= target): 4 candidates per round, each round shrinks [lo, hi] 4-fold, so 17
         rounds take the 2^32-wide integer range down to one step."""
-        lo = tl.min(tl.where(keep, key, 2147483647), axis=0) - 1
-        hi = tl.max(tl.where(keep, key, -2147483648), axis=0)
+        # keys are int32 (no kept key is INT32_MIN, so lo does not wrap); the arithmetic on the bounds is int64
+        lo = tl.min(tl.where(keep, key, 2147483647), axis=0).to(tl.int64) - 1
+        hi = tl.max(tl.where(keep, key, -2147483647), axis=0).to(tl.int64)
         j = tl.arange(0, 4).to(tl.int64)
         for _ in range(ROUNDS):
             mids = lo + ((hi - lo) * (j + 1)) // 4  # [4], mids[3] == hi
-            above = keep[None, :] & (key[None, :] > mids[:, None])  # [4, V]
+            above = keep[None, :] & (key[None, :] > mids.to(tl.int32)[:, None])  # [4, V]
             total = tl.sum(tl.where(above, weight[None, :], 0.0), axis=1)  # [4], non-increasing
             first = tl.sum((total >= target).to(tl.int32), axis=0)  # the first candidate under target
             new_hi = tl.sum(tl.where(j == first, mids, 0), axis=0)
@@ -70,7 +71,7 @@ if triton_available():
             scaled = x / tl.load(temp_ptr + row)
             keep = scaled > float("-inf")
             bits = scaled.to(tl.int32, bitcast=True)
-            key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)  # ordered like the floats
+            key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # int32, ordered like the floats
             top_k = tl.load(topk_ptr + row)
             num_kept = tl.sum(keep.to(tl.int32), axis=0)
             if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
@@ -91,7 +92,7 @@ if triton_available():
                 hcols = h0 + tl.arange(0, BLOCK_H)
                 hmask = hcols < n_hidden
                 vals = tl.load(table_ptr + choice.to(tl.int64) * t_stride + hcols, mask=hmask)
-                tl.store(next_ptr + row * n_stride + hcols, vals, mask=hmask)
+                tl.store(next_ptr + row * n_stride + hcols, vals.to(next_ptr.dtype.element_ty), mask=hmask)
 
 
 def _keep_torch(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
