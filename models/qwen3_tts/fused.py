@@ -9,9 +9,9 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   (`W diag(w)`); the kernel that consumes each projection applies the row's rstd (kernels/norm.py): the
   rotary / attention kernels (v only: the per-head q/k norms cancel a row scale), the SiLU-gate kernel, and
   the sampler (the code predictor's final norm folded into its heads). No norm kernel runs inside a layer;
-- the projections are skinny products spread over every SM (kernels/gemv.py; cuBLAS left most SMs idle at
-  these shapes), and the residual stream is float32: the o_proj and down_proj products add into it (split
-  along K with atomic adds), so a residual add costs nothing;
+- the residual adds happen in the o_proj and down_proj products (into the residual stream, in place); at one
+  to four rows every projection is a matrix-vector kernel spread over all SMs (kernels/gemv.py: cuBLAS left
+  most SMs idle at these shapes), beyond that cuBLAS (`addmm_`);
 - q/k norm + rotary + the KV write are one kernel (kernels/rope.py); the code predictor's attention over its
   <= 16-position cache is one kernel per layer (kernels/depth_attention.py);
 - the text projection is precomputed for the whole text vocabulary (a table lookup per step), the 16 frame
@@ -21,8 +21,7 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   the predictor's uniforms for all 15 steps are drawn at once.
 
 A layer is 6 kernels on the predictor (qkv, attention, o_proj + residual, gate_up, SiLU gate, down + residual),
-7-8 on the talker (FlashInfer's attention apart from the rotary kernel). Prefill-sized products (more than
-128 rows) go to cuBLAS. With `impl="torch"` the same
+7-8 on the talker (FlashInfer's attention apart from the rotary kernel). With `impl="torch"` the same
 structure runs in plain torch ops (the CPU; tests compare it with the reference path), with `impl="triton"`
 on the GPU kernels.
 """
@@ -36,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
-from voxrt.engine.runtime.kernels.gemv import linear, linear_accumulate
+from voxrt.engine.runtime.kernels.gemv import add_linear_, linear
 from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch, silu_mul
 from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged, rope_inv_freq
 from voxrt.engine.runtime.kernels.sampling import sample_codes
@@ -129,16 +128,16 @@ class FusedTalker:
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         """[N, H] at [N] positions -> [N, H] final-normed hidden states; K/V written through `attn`'s pages."""
         lm, impl, eps = self.lm, self.impl, self.lm.rms_norm_eps
-        n, dtype = x.shape[0], x.dtype
-        x = x.float()  # the residual stream
+        n = x.shape[0]
+        x = x.clone()  # the residual stream, updated in place
         for i, layer in enumerate(self.layers):
             q = qk_norm_rope_paged(linear(x, layer.qkv, self.gemm_impl), lm.num_q_heads, lm.num_kv_heads, lm.head_dim,
                                    layer.q_norm, layer.k_norm, self.inv_freq, eps, positions, attn.page_idx,
                                    attn.page_off, attn.kv.layers[i], impl, x=x, x_eps=eps)
-            linear_accumulate(x, attn.attend(i, q).reshape(n, -1), layer.o_proj, self.gemm_impl)
-            linear_accumulate(x, silu_mul(linear(x, layer.gate_up, self.gemm_impl), impl, x=x, eps=eps), layer.down,
-                              self.gemm_impl)
-        out, _ = add_rms_norm(x, None, self.talker.model.norm.weight, eps, impl, out_dtype=dtype)
+            add_linear_(x, attn.attend(i, q).reshape(n, -1), layer.o_proj, self.gemm_impl)
+            add_linear_(x, silu_mul(linear(x, layer.gate_up, self.gemm_impl), impl, x=x, eps=eps), layer.down,
+                        self.gemm_impl)
+        out, _ = add_rms_norm(x, None, self.talker.model.norm.weight, eps, impl)
         return out
 
     def sample(self, logits: torch.Tensor, sampling: SamplingTensors, suppress: torch.Tensor | None = None) -> torch.Tensor:
@@ -166,17 +165,17 @@ class FusedTalker:
         codes = torch.empty(bsz, k, dtype=torch.int64, device=dev)
         codes[:, 0] = code0
         x = torch.stack([cp.small_to_mtp_projection(hidden), F.embedding(code0, self.code0_table)], dim=1)
-        x = x.view(bsz * 2, -1).float()  # the residual stream; step 0: two tokens per row (positions 0, 1), then one
-        inputs = [torch.empty(bsz, x.shape[1], dtype=torch.float32, device=dev) for _ in range(2)]  # the sampler writes one
+        x = x.view(bsz * 2, -1)  # the residual stream; step 0: two tokens per row (positions 0, 1), then one
+        inputs = [torch.empty(bsz, x.shape[1], dtype=dtype, device=dev) for _ in range(2)]  # the sampler writes one
         start, t = 0, 2
         for step in range(k - 1):
             for layer, (k_cache, v_cache) in zip(self.pred_layers, caches):
                 out = depth_attention(linear(x, layer.qkv, self.gemm_impl), pred.num_q_heads, pred.num_kv_heads, pred.head_dim,
                                       layer.q_norm, layer.k_norm, self.pred_inv_freq, eps, k_cache, v_cache, start, t,
                                       impl, x=x, x_eps=eps)
-                linear_accumulate(x, out, layer.o_proj, self.gemm_impl)
-                linear_accumulate(x, silu_mul(linear(x, layer.gate_up, self.gemm_impl), impl, x=x, eps=eps), layer.down,
-                              self.gemm_impl)
+                add_linear_(x, out, layer.o_proj, self.gemm_impl)
+                add_linear_(x, silu_mul(linear(x, layer.gate_up, self.gemm_impl), impl, x=x, eps=eps), layer.down,
+                            self.gemm_impl)
             last = x[t - 1 :: t]  # each row's last token
             logits = linear(last, self.heads[step], self.gemm_impl)  # [B, V], the final norm's rstd still to apply
             if record_logits is not None:

@@ -93,7 +93,7 @@ class Qwen3TTSProgram(ModelProgram):
         path keeps its kernels when asked for `fused` again without `impl` (tests pick them before the engine
         is built)."""
         check_frame_path(path)
-        if path == "fused" and impl is None and self.fused is not None:
+        if path == "fused" and impl is None and gemm_impl is None and self.fused is not None:
             return path
         impl = impl or default_impl(device)
         check_impl(impl)

@@ -134,6 +134,9 @@ def test_depth_attention_over_a_frame(dtype):
         qkv = torch.randn(bsz * t, (hq + 2 * hkv) * d).to(dtype)
         outs = {impl: depth_attention(qkv, hq, hkv, d, qw, kw, inv, 1e-6, *caches[impl], start, t, impl=impl)
                 for impl in caches}
+        grouped = depth_attention(qkv, hq, hkv, d, qw, kw, inv, 1e-6, *[c.clone() for c in caches["triton"]], start,
+                                  t, impl="triton", heads_per_program=hq // hkv)  # one program per KV group
+        torch.testing.assert_close(grouped, outs["triton"])
         torch.testing.assert_close(outs["triton"], outs["torch"], **_tol(dtype, loose=True))
         torch.testing.assert_close(caches["triton"][0], caches["torch"][0], **_tol(dtype))
         pos = torch.arange(start, start + t)
@@ -248,10 +251,10 @@ def test_folded_norm_scales_equal_an_explicit_rms_norm():
         assert torch.equal(a, b), impl
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 40, 300), (17, 64, 128), (2, 1024, 512)])
-def test_skinny_linear_equals_f_linear(m, n, k):
-    """Plain and accumulating products, split along K or not, rows strided or not."""
-    from voxrt.engine.runtime.kernels.gemv import linear, linear_accumulate  # noqa: PLC0415
+@pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 40, 300), (4, 64, 512), (2, 1030, 256)])
+def test_gemv_equals_f_linear(m, n, k):
+    """Plain and residual products, rows strided or not; more rows than MAX_ROWS fall back to cuBLAS."""
+    from voxrt.engine.runtime.kernels.gemv import add_linear_, linear  # noqa: PLC0415
 
     g = torch.Generator().manual_seed(m * 7 + n)
     x = torch.randn(2 * m, k, generator=g)[::2]  # strided rows
@@ -259,9 +262,9 @@ def test_skinny_linear_equals_f_linear(m, n, k):
     ref = F.linear(x, w)
     for impl in ("torch", "triton"):
         torch.testing.assert_close(linear(x, w, impl=impl), ref, atol=1e-4, rtol=1e-4)
-        acc = torch.randn(m, n, generator=torch.Generator().manual_seed(1))
-        expected = acc + ref
-        linear_accumulate(acc, x, w, impl=impl)
-        torch.testing.assert_close(acc, expected, atol=1e-4, rtol=1e-4)
-    # (bfloat16 weights go through tl.dot in bf16, which Triton's interpreter does not compute correctly:
-    # bench/gpu_fused_check.py checks that case on the GPU, against the reference path's cuBLAS products)
+        res = torch.randn(m, n, generator=torch.Generator().manual_seed(1))
+        expected = res + ref
+        add_linear_(res, x, w, impl=impl)
+        torch.testing.assert_close(res, expected, atol=1e-4, rtol=1e-4)
+    many = torch.randn(9, k, generator=g)
+    torch.testing.assert_close(linear(many, w, impl="triton"), F.linear(many, w))

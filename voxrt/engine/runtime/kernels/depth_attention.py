@@ -19,6 +19,8 @@ from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 from voxrt.engine.runtime.kernels.rope import norm_rope_torch
 
+SMALL_BATCH = 8  # rows up to which one program per query head (measured: bench/results/2026-12-01-frame)
+
 if triton_available():
     import triton
     import triton.language as tl
@@ -30,14 +32,14 @@ if triton_available():
     def _depth_attention_kernel(qkv_ptr, qkv_stride, out_ptr, out_stride, k_cache_ptr, v_cache_ptr, qw_ptr, kw_ptr,
                                 inv_freq_ptr, start, eps, scale, s_b, s_h, s_l, x_ptr, x_stride, n_x, x_eps,
                                 T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                                L: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr):
-        """One program per (batch row, query head). The step's new k/v are computed in registers by every
-        query head of their group (the first one writes them to the cache), so no program reads back what
-        another wrote in the same launch; older positions come from the cache."""
+                                L: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr, NH: tl.constexpr):
+        """One program per (batch row, NH query heads of one KV group). The step's new k/v are computed in
+        registers by each program of their group (the first writes them to the cache), so no program reads
+        back what another wrote in the same launch; older positions come from the cache."""
         b = tl.program_id(0)
-        h = tl.program_id(1)
+        h0 = tl.program_id(1) * NH
         G: tl.constexpr = HQ // HKV
-        kh = h // G
+        kh = h0 // G
         HALF: tl.constexpr = D // 2
         cols = tl.arange(0, HALF)
         dcols = tl.arange(0, D)
@@ -60,7 +62,7 @@ if triton_available():
             if HAS_X:  # the input norm folded into the projection: v takes the row's rstd (kernels/rope.py)
                 v = v.to(tl.float32) * row_rstd(x_ptr + (b * T + t) * x_stride, n_x, x_eps, BLOCK_X)
             v = v.to(v_cache_ptr.dtype.element_ty)
-            if h % G == 0:
+            if h0 % G == 0:
                 tl.store(kbase + pos * s_l + cols, o1)
                 tl.store(kbase + pos * s_l + HALF + cols, o2)
                 tl.store(vbase + pos * s_l + dcols, v)
@@ -71,26 +73,30 @@ if triton_available():
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * qkv_stride
             pos = start + t
-            q1 = tl.load(row + h * D + cols).to(tl.float32)
-            q2 = tl.load(row + h * D + HALF + cols).to(tl.float32)
-            r1, r2 = _norm_rope_half(q1, q2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
-            r1 = r1.to(qkv_ptr.dtype.element_ty).to(tl.float32)  # the reference attends over rounded q
-            r2 = r2.to(qkv_ptr.dtype.element_ty).to(tl.float32)
-            scores = (tl.sum(k1s * r1[None, :], axis=1) + tl.sum(k2s * r2[None, :], axis=1)) * scale
-            scores = tl.where(lpos <= pos, scores, float("-inf"))
-            p = tl.exp(scores - tl.max(scores, axis=0))
-            p = p / tl.sum(p, axis=0)
-            o = tl.sum(p[:, None] * vs, axis=0)
-            tl.store(out_ptr + (b * T + t) * out_stride + h * D + dcols, o.to(out_ptr.dtype.element_ty))
+            for g in tl.static_range(NH):
+                h = h0 + g
+                q1 = tl.load(row + h * D + cols).to(tl.float32)
+                q2 = tl.load(row + h * D + HALF + cols).to(tl.float32)
+                r1, r2 = _norm_rope_half(q1, q2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+                r1 = r1.to(qkv_ptr.dtype.element_ty).to(tl.float32)  # the reference attends over rounded q
+                r2 = r2.to(qkv_ptr.dtype.element_ty).to(tl.float32)
+                scores = (tl.sum(k1s * r1[None, :], axis=1) + tl.sum(k2s * r2[None, :], axis=1)) * scale
+                scores = tl.where(lpos <= pos, scores, float("-inf"))
+                p = tl.exp(scores - tl.max(scores, axis=0))
+                p = p / tl.sum(p, axis=0)
+                o = tl.sum(p[:, None] * vs, axis=0)
+                tl.store(out_ptr + (b * T + t) * out_stride + h * D + dcols, o.to(out_ptr.dtype.element_ty))
 
 
 def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, q_norm: torch.Tensor,
                     k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, start: int, num_new: int, impl: str = "torch", x: torch.Tensor | None = None,
-                    x_eps: float = 1e-6) -> torch.Tensor:
+                    x_eps: float = 1e-6, heads_per_program: int | None = None) -> torch.Tensor:
     """qkv [B * T, (Hq + 2 Hkv) * D] for T = `num_new` tokens per row at positions start..start+T-1;
     k_cache, v_cache [B, Hkv, L, D]. Writes the new k/v, returns the attention output [B * T, Hq * D].
-    `x` [B * T, H]: v scaled by rstd(x) per row (kernels/rope.py)."""
+    `x` [B * T, H]: v scaled by rstd(x) per row (kernels/rope.py). `heads_per_program`: query heads per
+    Triton program (default: 1 for up to SMALL_BATCH rows, where latency rules; a whole KV group beyond,
+    where each program's cache loads serve all its heads)."""
     check_impl(impl)
     hq, hkv, d, t = num_q_heads, num_kv_heads, head_dim, num_new
     bsz = qkv.shape[0] // t
@@ -115,9 +121,11 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
     assert start + t <= length, (start, t, length)
     out = torch.empty(bsz * t, hq * d, dtype=qkv.dtype, device=qkv.device)
     x2 = _rows(x_rows) if x_rows is not None else qkv
-    _depth_attention_kernel[(bsz, hq)](
+    nh = heads_per_program or (1 if bsz <= SMALL_BATCH else hq // hkv)
+    assert (hq // hkv) % nh == 0, (hq, hkv, nh)
+    _depth_attention_kernel[(bsz, hq // nh)](
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
         1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), x2, x2.stride(0), x2.shape[-1],
         x_eps, T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), HAS_X=x_rows is not None,
-        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=4)
+        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=4)
     return out

@@ -1,0 +1,134 @@
+"""Per-kernel timings of the fused frame's building blocks on the GPU, against cuBLAS, at decode shapes.
+
+Each case is captured in a CUDA graph of REPS calls and replayed (the frame runs as graphs, so launch overhead
+is the graph's, not Python's); the figure is the time per call. Projections of the 1.7B talker and code
+predictor at 1-64 rows: cuBLAS (`F.linear`, `addmm_`) against kernels/gemv.py at BLOCK_K 128 / 256 / 512,
+with the bandwidth each reaches; the predictor's attention kernel per query head and per KV group; the
+sampler. Prints one table.
+
+    python bench/gpu_kernels.py --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+
+from voxrt.engine.runtime.kernels import gemv
+from voxrt.engine.runtime.kernels.depth_attention import depth_attention
+from voxrt.engine.runtime.kernels.rope import rope_inv_freq
+from voxrt.engine.runtime.kernels.sampling import sample_codes
+
+DEV = torch.device("cuda")
+REPS = 20
+SHAPES = {"pred.qkv": (4096, 1024), "pred.o": (1024, 2048), "pred.gate_up": (6144, 1024), "pred.down": (1024, 3072),
+          "pred.head": (2048, 1024), "talk.qkv": (4096, 2048), "talk.o": (2048, 2048), "talk.gate_up": (12288, 2048),
+          "talk.down": (2048, 6144)}
+
+
+def graph_us(fn) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(REPS):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (10 * REPS)
+
+
+def products(rows: list[int]) -> list[dict]:
+    out = []
+    for name, (n, k) in SHAPES.items():
+        w = torch.randn(n, k, device=DEV, dtype=torch.bfloat16) * 0.02
+        gb = n * k * 2 / 1e9
+        for m in rows:
+            x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+            res = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
+            row = dict(shape=name, n=n, k=k, rows=m, cublas_us=round(graph_us(lambda: F.linear(x, w)), 2),
+                       cublas_addmm_us=round(graph_us(lambda: res.addmm_(x, w.t())), 2))
+            if m <= 8:
+                for bk in (128, 256, 512):
+                    o = torch.empty(m, n, device=DEV, dtype=torch.bfloat16)
+                    row[f"gemv_bk{bk}_us"] = round(graph_us(lambda: gemv._launch(x, w, o, False, bk)), 2)
+                    row[f"gemv_res_bk{bk}_us"] = round(graph_us(lambda: gemv._launch(x, w, res, True, bk)), 2)
+                ref = F.linear(x, w).float()
+                o = torch.empty(m, n, device=DEV, dtype=torch.bfloat16)
+                gemv._launch(x, w, o, False, 256)
+                row["gemv_max_rel_err"] = round(((o.float() - ref).abs().max() / ref.abs().max()).item(), 5)
+            best = min(v for key, v in row.items() if key.endswith("_us"))
+            row["best_tb_s"] = round(gb / (best * 1e-6) / 1e3, 2)
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def attention(batches: list[int]) -> list[dict]:
+    out = []
+    hq, hkv, d, hidden = 16, 8, 128, 1024
+    qw, kw = torch.ones(d, device=DEV), torch.ones(d, device=DEV)
+    inv = rope_inv_freq(d, 1e6, DEV)
+    for b in batches:
+        qkv = torch.randn(b, (hq + 2 * hkv) * d, device=DEV, dtype=torch.bfloat16)
+        x = torch.randn(b, hidden, device=DEV, dtype=torch.bfloat16)
+        kc = torch.randn(b, hkv, 16, d, device=DEV, dtype=torch.bfloat16)
+        vc = torch.randn(b, hkv, 16, d, device=DEV, dtype=torch.bfloat16)
+        row = dict(batch=b)
+        for nh in (1, 2):
+            row[f"attn_heads{nh}_us"] = round(graph_us(lambda: depth_attention(
+                qkv, hq, hkv, d, qw, kw, inv, 1e-6, kc, vc, 8, 1, "triton", x=x, heads_per_program=nh)), 2)
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def sampler(batches: list[int]) -> list[dict]:
+    out = []
+    for vocab in (2048, 3072):
+        for b in batches:
+            logits = torch.randn(b, vocab, device=DEV, dtype=torch.bfloat16)
+            uniform = torch.rand(b, vocab, device=DEV)
+            codes = torch.empty(b, dtype=torch.int64, device=DEV)
+            row = dict(vocab=vocab, batch=b)
+            for label, k, p, greedy in (("greedy", 0, 1.0, True), ("temp", 0, 1.0, False), ("topk50", 50, 1.0, False),
+                                        ("topk50_topp0.9", 50, 0.9, False)):
+                params = (torch.full((b,), 0.9, device=DEV), torch.full((b,), k, device=DEV, dtype=torch.int64),
+                          torch.full((b,), p, device=DEV), torch.full((b,), greedy, device=DEV, dtype=torch.bool))
+                row[f"{label}_us"] = round(graph_us(lambda: sample_codes(logits, uniform, *params, codes, impl="triton")), 2)
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    results = dict(gpu=torch.cuda.get_device_name(), products=products([1, 2, 4, 8, 64]),
+                   attention=attention([1, 8, 16, 64, 128]), sampler=sampler([1, 64]))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "kernels.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    keys = ["cublas_us", "cublas_addmm_us", "gemv_bk128_us", "gemv_bk256_us", "gemv_bk512_us", "gemv_res_bk256_us",
+            "best_tb_s"]
+    print(f"\n{'shape':>14} {'rows':>5} " + " ".join(f"{k:>17}" for k in keys))
+    for row in results["products"]:
+        print(f"{row['shape']:>14} {row['rows']:>5} " + " ".join(f"{row.get(k, '-'):>17}" for k in keys))
+    for row in results["attention"] + results["sampler"]:
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
