@@ -53,3 +53,11 @@ def test_bad_engine_flags_are_clear_errors(flags):
     with pytest.raises(SystemExit) as info:
         main(["bench", "--model", "tiny", "--device", "cpu", "--requests", "1", *flags])
     assert "error" in str(info.value.code)
+
+
+def test_a_fused_frame_path_for_a_model_without_one_is_a_clear_error(capsys):
+    from voxrt.cli import main  # noqa: PLC0415
+
+    code = main(["bench", "--model", "tiny", "--device", "cpu", "--requests", "1", "--frame-path", "fused"])
+    assert code != 0
+    assert "has no fused frame path" in capsys.readouterr().err

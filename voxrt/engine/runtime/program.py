@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from voxrt.engine.errors import InvalidParamsError
 from voxrt.engine.runtime.attention import AttentionContext
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.engine.sched.plan import ProgramSpec
@@ -26,7 +27,7 @@ FRAME_PATHS = ("auto", "reference", "fused")
 
 def check_frame_path(path: str) -> None:
     if path not in FRAME_PATHS:
-        raise ValueError(f"unknown frame path {path!r}; expected one of {', '.join(FRAME_PATHS)}")
+        raise InvalidParamsError(f"unknown frame path {path!r}; expected one of {', '.join(FRAME_PATHS)}")
 
 
 @dataclass(frozen=True)
@@ -130,5 +131,5 @@ class ModelProgram(nn.Module, abc.ABC):
         Triton), else reference. Programs without a fused path run the reference and refuse `fused`."""
         check_frame_path(path)
         if path == "fused":
-            raise ValueError(f"model {self.name!r} has no fused frame path; use --frame-path reference or auto")
+            raise InvalidParamsError(f"model {self.name!r} has no fused frame path; use --frame-path reference or auto")
         return "reference"
