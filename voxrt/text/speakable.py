@@ -36,7 +36,7 @@ _LINE_MARKER = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:#{1,6}[ \t]+|(?:[-*+]|\d{1,9}[
 # [label](url) and ![alt](url), with an optional "title"; group 1 is the label. Label and title are bounded
 # (100 characters, far longer than link text in agent replies) so that a lone "[" in a reply holds the
 # incremental stream (stream.py) back for at most that long, never to the end of the line.
-_LINK = re.compile(r"!?\[([^\]\n]{0,100})\]\([^)\s]*(?:[ \t]+\"[^\"\n]{0,100}\")?\)")
+LINK = re.compile(r"!?\[([^\]\n]{0,100})\]\([^)\s]*(?:[ \t]+\"[^\"\n]{0,100}\")?\)")
 _EMPHASIS = re.compile(r"\*+|_+|~~+")
 
 # For the incremental stream (stream.py), which holds text back while one of these matches all of the text
@@ -94,31 +94,37 @@ def speakable_span(text: str, start: int, end: int) -> tuple[str, list[int]]:
 
 
 def drop_reasons(text: str, start: int, mark_from: int, end: int, previous_is_emoji: bool) -> bytearray:
-    """Why each character of `text[mark_from:end]` is dropped (_KEEP, _MARKUP, _SEPARATOR), as
-    `speakable_span(text, start, end)` decides it. The patterns match from `start`, so line starts and links
-    before `mark_from` are seen; the per-character rules run from `mark_from` only, with the emoji state of
-    the character before it (`previous_is_emoji`). The incremental stream (stream.py) re-marks only its
-    undecided tail this way."""
+    """Why each character of `text[mark_from:end]` is dropped (_KEEP, _MARKUP or _SEPARATOR), as
+    `speakable_span(text, start, end)` decides it, with `previous_is_emoji` the emoji state before
+    `mark_from`. The line patterns are tried at the start of `mark_from`'s line (when that is at or after
+    `start`, as "^" would match there) and at every later line start; links and emphasis runs are searched
+    from `mark_from`, so `mark_from` must not lie inside one that begins before it. speakable_span passes
+    `mark_from == start`; the incremental stream (stream.py) passes its decided offset, which never lies
+    inside a link or a run (it decides each whole), and so re-marks only its undecided tail."""
     drop = bytearray(end - mark_from)
 
     def mark(a: int, b: int, why: int = _MARKUP) -> None:
         for i in range(max(a, mark_from), min(b, end)):
             drop[i - mark_from] = drop[i - mark_from] or why
 
-    for m in _FENCE_LINE.finditer(text, start, end):
-        mark(m.start(), m.end())
-    for m in _RULE_LINE.finditer(text, start, end):
-        mark(m.start(), m.end())
-    for m in _LINE_MARKER.finditer(text, start, end):
-        mark(m.start(), m.end())  # leading spaces go too: the newline before them still separates words
-    for m in _LINK.finditer(text, start, end):
+    line = text.rfind("\n", 0, mark_from) + 1
+    if line < start:  # the span starts mid-line: its first line start is after its first newline
+        newline = text.find("\n", mark_from, end)
+        line = newline + 1 if newline >= 0 else -1
+    while line >= 0:
+        for pattern in (_FENCE_LINE, _RULE_LINE, _LINE_MARKER):
+            if (m := pattern.match(text, line, end)) is not None:
+                mark(m.start(), m.end())  # a marker's leading spaces go too: the newline still separates
+        newline = text.find("\n", line, end)
+        line = newline + 1 if newline >= 0 else -1
+    for m in LINK.finditer(text, mark_from, end):
         mark(m.start(), m.start(1))
         mark(m.end(1), m.end())
     for i in range(mark_from, end):
         if text[i] == "`":
             mark(i, i + 1)
-    for m in _EMPHASIS.finditer(text, start, end):
-        if m.end() > mark_from and _is_emphasis_marker(text, m.start(), m.end(), end):
+    for m in _EMPHASIS.finditer(text, mark_from, end):
+        if _is_emphasis_marker(text, m.start(), m.end(), end):
             mark(m.start(), m.end())
     _mark_emoji(text, mark_from, end, mark, previous_is_emoji)
     return drop
@@ -138,7 +144,9 @@ def _is_emphasis_marker(text: str, a: int, b: int, end: int) -> bool:
 def _mark_emoji(text: str, start: int, end: int, mark, previous_is_emoji: bool) -> None:
     for i in range(start, end):
         ch = text[i]
-        if is_emoji(ch):
+        if ch < _ZWJ:  # below every emoji code point and the ZWJ: most text (cleaned once per token)
+            previous_is_emoji = False
+        elif is_emoji(ch):
             # Pictographs separate words; the invisible parts (VS16, keycap, tags) join them.
             mark(i, i + 1, _MARKUP if _is_invisible_emoji_part(ord(ch)) else _SEPARATOR)
             previous_is_emoji = True

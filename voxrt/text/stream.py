@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voxrt.text.speakable import (EMPHASIS_CHARS, LINE_START_PREFIX, LINK_PREFIX, Collapser, drop_reasons,
-                                  is_emoji)
+from voxrt.text.speakable import (EMPHASIS_CHARS, LINE_START_PREFIX, LINK, LINK_PREFIX, Collapser,
+                                  drop_reasons, is_emoji)
 
 _ZWJ = "\u200d"
 
@@ -116,26 +116,32 @@ class SpeakableStream:
         text, end = self._text, len(self._text)
         line_start = text.rfind("\n") + 1  # earlier lines are finished, so decided
         region = max(line_start, self._span_start)
-        hold = end
         if line_start >= self._span_start and LINE_START_PREFIX.fullmatch(text, line_start, end):
-            return line_start  # "^" matches here: the line start is open (fence, rule, marker)
-        q = max(region, self._decided)  # a "[" or "!" before it was decided (the prefixes are prefix-closed)
-        while (q := _find_link_start(text, q, end)) >= 0:
-            if LINK_PREFIX.fullmatch(text, q, end):
-                hold = q
-                break
-            q += 1
+            hold = line_start  # "^" matches here: the line start is open (fence, rule, marker)
+        else:
+            hold = _open_link_start(text, region, end)
         if end > region and text[end - 1] in EMPHASIS_CHARS:
             run = end - 1
             while run > region and text[run - 1] == text[end - 1]:
                 run -= 1
             hold = min(hold, run)
-        return max(hold, self._decided)
+        # the prefixes are prefix-closed, so nothing released is ever undecided again
+        assert hold >= self._decided, (hold, self._decided)
+        return hold
 
 
-def _find_link_start(text: str, start: int, end: int) -> int:
-    """The first `[` or `!` at or after `start` (a link, or an image's `![`, may open there); -1 if none."""
-    bracket, bang = text.find("[", start, end), text.find("!", start, end)
-    if bracket < 0 or bang < 0:
-        return max(bracket, bang)
-    return min(bracket, bang)
+def _open_link_start(text: str, start: int, end: int) -> int:
+    """Where a link that later text may still complete opens (`end` when none), scanning as
+    `LINK.finditer` does: a complete link is skipped whole (a "[" inside its URL opens nothing)."""
+    at = start
+    while True:
+        bracket, bang = text.find("[", at, end), text.find("!", at, end)
+        q = min(bracket, bang) if bracket >= 0 and bang >= 0 else max(bracket, bang)
+        if q < 0:
+            return end
+        if (m := LINK.match(text, q, end)) is not None:
+            at = m.end()
+        elif LINK_PREFIX.fullmatch(text, q, end):
+            return q
+        else:
+            at = q + 1
