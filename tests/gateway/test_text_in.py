@@ -129,6 +129,7 @@ def test_engine_text_and_alignment_do_not_depend_on_the_split(texts):
         _, reference = run_context([text], interleave=False)
         assert reference.feed.text == speakable(text)[0]
         words, segments = words_and_segments(reference, with_times=True)
+        assert all(message_words for _, message_words in reference.messages)  # clients may read words only
         assert [w[:3] for w in words] == expected_words(text)
         assert [s[:3] for s in segments] == expected_segments(text)
         for fragments in (llm_tokens(text), list(text), random_split(text, rng)):
@@ -145,6 +146,7 @@ def test_words_point_back_at_the_original_text_and_keep_time_order():
     rng = random.Random(9)
     for text in REPLIES + WORKLOAD[:40]:
         _, engine = run_context(random_split(text, rng), interleave=True)
+        assert all(message_words for _, message_words in engine.messages)
         words, segments = words_and_segments(engine, with_times=True)
         for word, start, end, *_ in words:
             assert text[start:end] == word and word.strip() == word

@@ -53,6 +53,7 @@ def test_first_audio_arrives_while_the_first_sentence_is_still_being_sent(live):
     frames, messages = run(scenario())
     assert frames and messages[-1]["type"] == "context.done" and messages[-1]["reason"] == "completed"
     alignments = [m for m in messages if m["type"] == "alignment"]
+    assert all(m["words"] for m in alignments)  # clients may read words only
     words = [(w["word"], w["char_start"], w["char_end"]) for m in alignments for w in m["words"]]
     assert words == expected_words(TEXT)  # every word once, in order, pointing back at the sent text
     segmenter = Segmenter("auto")
@@ -94,3 +95,25 @@ def test_barge_in_reports_the_words_heard(live):
             assert len(heard) >= w["char_end"]
         elif w["end_ms"] > played_ms + 1:
             assert len(heard) < w["char_end"]
+
+
+def test_explicit_sentence_segmentation_still_speaks_segments(live):
+    """`sentence` keeps the segment path on a program that could take words: alignment by sentence, its
+    words splitting the sentence's time."""
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, segmentation="sentence", **BURST)
+            await send_tokens(ws, "s", llm_tokens(TEXT))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "s"}))
+            await recv_json(ws)
+            return await collect_context(ws)
+
+    _, messages = run(scenario())
+    assert messages[-1]["reason"] == "completed"
+    alignments = [m for m in messages if m["type"] == "alignment"]
+    segmenter = Segmenter("sentence")
+    expected = [(s.text, s.char_start, s.char_end) for s in segmenter.push(TEXT) + segmenter.flush()]
+    assert [(s["text"], s["char_start"], s["char_end"]) for m in alignments for s in m["segments"]] == expected
+    assert len(expected) == 2 and all(m["segments"] for m in alignments)
+    words = [w for m in alignments for w in m["words"]]
+    assert [w["word"] for w in words] == TEXT.split()[:-1]  # "🙂." is no word; "**Nobody**" is one

@@ -34,8 +34,6 @@ def make_text_in(segmentation: str, consumes_text_incrementally: bool) -> "WordT
 
 
 class SegmentTextIn:
-    is_word_forwarding = False
-
     def __init__(self, mode: str) -> None:
         self.segmenter = Segmenter(mode)
         self.alignment = AlignmentTracker()
@@ -67,8 +65,6 @@ class SegmentTextIn:
 
 
 class WordTextIn:
-    is_word_forwarding = True
-
     def __init__(self) -> None:
         self.segmenter = Segmenter("auto")  # groups words into alignment segments; forwards nothing
         self.stream = SpeakableStream()

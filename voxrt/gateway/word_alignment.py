@@ -16,7 +16,8 @@ by length.
 Segments group the words for the `segments` field: the segments the `auto` Segmenter would cut (an early
 first clause, then sentences), timed from their words. An `alignment` message goes out per chunk that
 voiced words, with those words and the segments that became complete (all their words voiced and no word
-can start inside them any more), so captions follow the audio word by word; `segments` may be empty.
+can start inside them any more), so captions follow the audio word by word; `segments` may be empty,
+`words` never is.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class WordAlignment:
             self._last_word_end_ms = word.end_ms
             self._num_voiced += 1
             ready.words.append(word)
-        ready.segments = self._complete_segments(is_final=False)
+        if ready.words:  # a segment goes with words: every message has words (clients read words or segments)
+            ready.segments = self._complete_segments(is_final=False)
         return ready
 
     def finish(self, total_ms: float) -> Ready:
