@@ -21,6 +21,10 @@ before it is cleaned as if the text ended there, then one space is written so th
 tokenizes a word only once whitespace follows it (engine/sched/text_feed.py), speaks the last word now;
 what follows is cleaned like `speakable_span(text, flush_offset, ...)`.
 
+Each push re-cleans only the undecided tail: the decided offset never lies inside a link or an emphasis run
+(each is decided whole), so `drop_reasons` can start there, and the cost of a token does not grow with the
+length of its line.
+
 The partial word at the end is released too: the engine's text feed holds it back until it is complete, so
 the gateway never has to guess where a word ends.
 """
