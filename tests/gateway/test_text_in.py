@@ -113,13 +113,14 @@ def expected_segments(text: str) -> list[tuple[str, int, int]]:
 
 
 def test_the_mode_and_the_program_pick_the_text_path():
-    assert isinstance(make_text_in("auto", consumes_text_incrementally=True), WordTextIn)
-    assert isinstance(make_text_in("auto", consumes_text_incrementally=False), SegmentTextIn)
+    assert isinstance(make_text_in(Segmenter("auto"), consumes_text_incrementally=True), WordTextIn)
+    assert isinstance(make_text_in(Segmenter("auto"), consumes_text_incrementally=False), SegmentTextIn)
     for mode in ("sentence", "none"):  # explicit modes segment on any program
-        text_in = make_text_in(mode, consumes_text_incrementally=True)
-        assert isinstance(text_in, SegmentTextIn) and text_in.segmenter.mode == mode
-    with pytest.raises(ValueError, match="expected one of auto, sentence, none"):
-        make_text_in("words", consumes_text_incrementally=True)
+        segmenter = Segmenter(mode)
+        text_in = make_text_in(segmenter, consumes_text_incrementally=True)
+        assert isinstance(text_in, SegmentTextIn) and text_in.segmenter is segmenter
+    with pytest.raises(ValueError, match="fresh 'auto' segmenter, got mode 'sentence'"):
+        WordTextIn(Segmenter("sentence"))
 
 
 @pytest.mark.parametrize("texts", [WORKLOAD, REPLIES], ids=["workload", "replies"])
@@ -200,7 +201,8 @@ def test_the_first_word_reaches_the_engine_with_the_next_token():
     soon as the token after it arrives; the segmenter held the first 80 characters (or a clause) back."""
     text = "Once upon a time there lived a king who ruled a quiet land far away beyond the blue mountains and seas."
     tokens = llm_tokens(text)
-    for text_in, first_token_at in ((make_text_in("auto", True), 1), (make_text_in("auto", False), None)):
+    for text_in, first_token_at in ((make_text_in(Segmenter("auto"), True), 1),
+                                    (make_text_in(Segmenter("auto"), False), None)):
         feed = TextFeed(tokenize)
         arrived_at = None
         for i, token in enumerate(tokens):

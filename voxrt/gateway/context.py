@@ -27,6 +27,7 @@ from voxrt.protocol.clock import PlaybackClock
 from voxrt.protocol.config import SessionConfig
 from voxrt.protocol.events import encode_alignment, encode_error, encode_flushed
 from voxrt.protocol.frames import encode_audio_frame
+from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.context")
 
@@ -53,10 +54,11 @@ class ContextRunner:
         self.metrics = metrics
         out = config.output
         self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms)
-        self.text_in = make_text_in(config.segmentation, engine.info.consumes_text_incrementally)
-        # what the audio side reads: the original text (`segmenter.text`) and the alignment with the audio
-        self.segmenter, self.alignment = self.text_in.segmenter, self.text_in.alignment
+        self.segmenter = Segmenter(config.segmentation)
         self.clock = PlaybackClock()
+        # word forwarding or segments; the audio side reads `segmenter.text` and `alignment`
+        self.text_in = make_text_in(self.segmenter, engine.info.consumes_text_incrementally)
+        self.alignment = self.text_in.alignment
         self.request_id: str | None = None
         self.opened_ms = now_ms()
         self.first_frame_ms: float | None = None

@@ -22,20 +22,21 @@ from __future__ import annotations
 
 from voxrt.gateway.alignment import AlignmentTracker
 from voxrt.gateway.word_alignment import WordAlignment
-from voxrt.text import MODES, Segment, Segmenter, SpeakableStream, Speech
+from voxrt.text import Segment, Segmenter, SpeakableStream, Speech
 
 
-def make_text_in(segmentation: str, consumes_text_incrementally: bool) -> "WordTextIn | SegmentTextIn":
-    if segmentation not in MODES:
-        raise ValueError(f"unknown segmentation mode {segmentation!r}; expected one of {', '.join(MODES)}")
-    if segmentation == "auto" and consumes_text_incrementally:
-        return WordTextIn()
-    return SegmentTextIn(segmentation)
+def make_text_in(segmenter: Segmenter, consumes_text_incrementally: bool) -> "WordTextIn | SegmentTextIn":
+    """The text path for a context whose `segmenter` runs the session's segmentation mode: word forwarding
+    for `auto` on a program that reads text incrementally (the segmenter then only groups alignment),
+    segments otherwise."""
+    if segmenter.mode == "auto" and consumes_text_incrementally:
+        return WordTextIn(segmenter)
+    return SegmentTextIn(segmenter)
 
 
 class SegmentTextIn:
-    def __init__(self, mode: str) -> None:
-        self.segmenter = Segmenter(mode)
+    def __init__(self, segmenter: Segmenter) -> None:
+        self.segmenter = segmenter
         self.alignment = AlignmentTracker()
         self.num_engine_chars = 0  # characters appended to the engine request so far
 
@@ -65,8 +66,11 @@ class SegmentTextIn:
 
 
 class WordTextIn:
-    def __init__(self) -> None:
-        self.segmenter = Segmenter("auto")  # groups words into alignment segments; forwards nothing
+    def __init__(self, segmenter: Segmenter | None = None) -> None:
+        self.segmenter = segmenter or Segmenter("auto")  # groups words into alignment segments; forwards nothing
+        if self.segmenter.mode != "auto" or self.segmenter.text:
+            raise ValueError(f"word forwarding groups alignment with a fresh 'auto' segmenter, got mode "
+                             f"{self.segmenter.mode!r} with {len(self.segmenter.text)} characters pushed")
         self.stream = SpeakableStream()
         self.alignment = WordAlignment()
         self.num_engine_chars = 0  # characters returned for the engine request so far
