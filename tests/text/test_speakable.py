@@ -100,6 +100,14 @@ def test_offsets_point_into_the_original_with_markup():
     assert offsets == [2, 3, 6, 8, 9, 10]
 
 
+def test_link_label_and_title_are_bounded():
+    # 100 characters at most, so that the incremental stream never holds a lone "[" to the end of a line
+    label = "w" * 100
+    assert clean(f"[{label}](u) end") == f"{label} end"
+    assert clean(f"[{label}x](u) end") == f"[{label}x](u) end"
+    assert clean(f'[a](u "{"t" * 101}") end').startswith("[a](u")
+
+
 def test_empty_input():
     assert speakable("") == ("", [])
     assert speakable(" \n ") == ("", [])

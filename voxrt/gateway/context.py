@@ -1,6 +1,6 @@
 """One context (an agent turn) of a realtime session: text in, paced audio frames out.
 
-Text goes through the segmenter (speakable segments, original offsets kept) into one engine request; the
+Text goes to one engine request word by word, or in segments (text_in.py; original offsets kept); the
 engine's chunks are resampled and encoded into fixed frames, paced against the context's playback clock,
 and sent with the binary header. The newest frame is held back until the next one exists, so that the
 context's last frame can carry the LAST flag; a flush releases it (and a silent frame then closes the
@@ -21,13 +21,13 @@ from voxrt.audio import OpusEncoder, StreamEncoder, alaw_encode, mulaw_encode, p
 from voxrt.engine.client import EngineClient
 from voxrt.engine.errors import EngineError
 from voxrt.engine.params import SamplingParams
-from voxrt.gateway.alignment import AlignmentTracker
 from voxrt.gateway.metrics import GatewayMetrics
+from voxrt.gateway.text_in import make_text_in
 from voxrt.protocol.clock import PlaybackClock
 from voxrt.protocol.config import SessionConfig
 from voxrt.protocol.events import encode_alignment, encode_error, encode_flushed
 from voxrt.protocol.frames import encode_audio_frame
-from voxrt.text import Segment, Segmenter
+from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.context")
 
@@ -56,11 +56,12 @@ class ContextRunner:
         self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms)
         self.segmenter = Segmenter(config.segmentation)
         self.clock = PlaybackClock()
-        self.alignment = AlignmentTracker()
+        # word forwarding or segments; the audio side reads `segmenter.text` and `alignment`
+        self.text_in = make_text_in(self.segmenter, engine.info.consumes_text_incrementally)
+        self.alignment = self.text_in.alignment
         self.request_id: str | None = None
         self.opened_ms = now_ms()
         self.first_frame_ms: float | None = None
-        self._engine_text_len = 0  # characters fed to the engine so far
         self._audio_in_samples = 0  # model-rate samples received
         self._seq = 0
         self._held: bytes | None = None  # newest encoded frame, not yet sent
@@ -79,12 +80,13 @@ class ContextRunner:
         self._pump = asyncio.create_task(self._run_pump(), name=f"voxrt-context-{self.context_id}")
 
     async def append(self, text: str) -> None:
-        await self._feed(self.segmenter.push(text))
+        await self._feed(self.text_in.push(text))
 
     async def flush(self) -> None:
-        await self._feed(self.segmenter.flush())
-        if self._engine_text_len > self._span_end + 1:
-            self._flush_points.append(self._engine_text_len - 1)
+        await self._feed(self.text_in.flush())
+        num_engine_chars = self.text_in.num_engine_chars  # the engine text now ends with a space
+        if num_engine_chars > self._span_end + 1:
+            self._flush_points.append(num_engine_chars - 1)
         else:  # everything fed is already voiced: all its audio is out once the held frame is
             await self._release_held()
             await self._send_text(encode_flushed(self.context_id))
@@ -93,16 +95,11 @@ class ContextRunner:
         if self.is_ended:
             return
         self.is_ended = True
-        await self._feed(self.segmenter.flush())
-        await self.engine.append_text(self.request_id, "", final=True)
+        await self.engine.append_text(self.request_id, self.text_in.end(), final=True)
 
-    async def _feed(self, segments: list[Segment]) -> None:
-        for segment in segments:
-            text = segment.text + " "  # the trailing space lets the engine tokenize the segment's last word
-            start = self._engine_text_len
-            self._engine_text_len += len(text)
-            self.alignment.add_segment(segment, start, start + len(segment.text))
-            await self.engine.append_text(self.request_id, text)
+    async def _feed(self, engine_text: str) -> None:
+        if engine_text:
+            await self.engine.append_text(self.request_id, engine_text)
 
     def report_playback(self, played_ms: float) -> None:
         now = now_ms()

@@ -4,6 +4,10 @@ Sans-I/O: `push(fragment)` returns the segments that became complete, `flush()` 
 segment carries its speakable text (see speakable.py) and the span of the context's original text it came
 from, so alignment and barge-in can point back at what the client sent.
 
+The gateway segments text for programs that read their whole prompt at once, and for the explicit modes; for
+programs that read text as it arrives, its `auto` forwards words instead (gateway/text_in.py, stream.py)
+and runs an "auto" segmenter only to group the words of alignment messages.
+
 Where cuts go is boundaries.py's job; the segmenter only picks the rules for the next segment:
 - "auto" (the default): sentence boundaries, plus an early first segment for a low time to first audio.
   Until the first segment is out, a clause mark (`,` `;` `:` `—`) ends it once it has `first_min_chars`

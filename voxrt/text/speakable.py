@@ -5,10 +5,11 @@ aloud. `speakable` keeps the words and drops the markup, and for every character
 offset of that character in the input, so that audio alignment can point back into the client's text.
 
 Every rule is local (it looks at a line, a link, or a character's neighbours), so cleaning a segment's span
-gives the same result however the stream was cut into fragments. The segmenter cleans a span of the whole
-context text with `speakable_span`: `^` still means a real line start there, and the character before the
-span is still seen as a neighbour (re's `pos`/`endpos` search arguments keep both; see the `re` docs on
-`Pattern.search`).
+gives the same result however the stream was cut into fragments, and stream.py can clean text as it arrives
+(`drop_reasons` and `Collapser` are the two halves it shares with `speakable_span`). The segmenter cleans
+a span of the whole context text with `speakable_span`: `^` still means a real line start there, and the
+character before the span is still seen as a neighbour (re's `pos`/`endpos` search arguments keep both;
+see the `re` docs on `Pattern.search`). Link labels and titles are at most 100 characters.
 
 Kept on purpose: bare URLs (a TTS front end may read or skip them; dropping words is worse), a lone `*`
 between spaces or digits (`2 * 3`), underscores inside words (`snake_case`), and symbols that are words
@@ -32,9 +33,23 @@ _RULE_LINE = re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE) 
 # Line-start markers: quotes (`> `, nested), then one heading (`## `) or list marker (`- `, `* `, `+ `,
 # `1. `, `1) `). CommonMark needs the space after a marker; "-5 degrees" and "#1" are text.
 _LINE_MARKER = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:#{1,6}[ \t]+|(?:[-*+]|\d{1,9}[.)])[ \t]+)?", re.MULTILINE)
-# [label](url) and ![alt](url), with an optional "title"; group 1 is the label.
-_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\s]*(?:[ \t]+\"[^\"\n]*\")?\)")
+# [label](url) and ![alt](url), with an optional "title"; group 1 is the label. Label and title are bounded
+# (100 characters, far longer than link text in agent replies) so that a lone "[" in a reply holds the
+# incremental stream (stream.py) back for at most that long, never to the end of the line.
+LINK = re.compile(r"!?\[([^\]\n]{0,100})\]\([^)\s]*(?:[ \t]+\"[^\"\n]{0,100}\")?\)")
 _EMPHASIS = re.compile(r"\*+|_+|~~+")
+
+# For the incremental stream (stream.py), which holds text back while one of these matches all of the text
+# from a line start or a "[" / "!" to its end: a line start that may still turn into a fence, a thematic break
+# or a block marker (decided by its first character that cannot continue one, or its newline), and a link
+# not closed yet. Each accepts every text whose verdict more characters may still change, and is
+# prefix-closed (once a text fails, every longer one fails too), so a character once decided stays decided.
+LINE_START_PREFIX = re.compile(
+    r"[ \t]*(?:`{1,2}|~{1,2})?"  # _FENCE_LINE
+    r"|[ \t]*(?:(?P<rule>[-*_])(?:[ \t]*(?P=rule))*[ \t]*)?"  # _RULE_LINE
+    r"|[ \t]*(?:>[ \t]?)*(?:#{1,6}[ \t]*|[-*+][ \t]*|\d{1,9}(?:[.)][ \t]*)?)?")  # _LINE_MARKER
+LINK_PREFIX = re.compile(r"!?(?:\[[^\]\n]{0,100}(?:\](?:\([^)\s]*(?:[ \t]+(?:\"[^\"\n]{0,100}\"?)?)?)?)?)?")
+EMPHASIS_CHARS = "*_~"  # a run of them at the end of the text waits for its right neighbour
 
 _CLOSING_PUNCTUATION = ",.;:!?…)]}”’»"
 _ZWJ = "\u200d"
@@ -72,29 +87,47 @@ def speakable_span(text: str, start: int, end: int) -> tuple[str, list[int]]:
     (whether `start` is a line start, the neighbour of a marker at `start`)."""
     if not 0 <= start <= end <= len(text):
         raise ValueError(f"span [{start}, {end}) outside text of {len(text)} characters")
-    drop = bytearray(end - start)  # per character of the span: _KEEP, _MARKUP or _SEPARATOR
+    drop = drop_reasons(text, start, start, end, start > 0 and is_emoji(text[start - 1]))
+    collapser = Collapser()
+    collapser.feed(text, start, end, drop)
+    return collapser.take()
+
+
+def drop_reasons(text: str, start: int, mark_from: int, end: int, previous_is_emoji: bool) -> bytearray:
+    """Why each character of `text[mark_from:end]` is dropped (_KEEP, _MARKUP or _SEPARATOR), as
+    `speakable_span(text, start, end)` decides it, with `previous_is_emoji` the emoji state before
+    `mark_from`. The line patterns are tried at the start of `mark_from`'s line (when that is at or after
+    `start`, as "^" would match there) and at every later line start; links and emphasis runs are searched
+    from `mark_from`, so `mark_from` must not lie inside one that begins before it. speakable_span passes
+    `mark_from == start`; the incremental stream (stream.py) passes its decided offset, which never lies
+    inside a link or a run (it decides each whole), and so re-marks only its undecided tail."""
+    drop = bytearray(end - mark_from)
 
     def mark(a: int, b: int, why: int = _MARKUP) -> None:
-        for i in range(max(a, start), min(b, end)):
-            drop[i - start] = drop[i - start] or why
+        for i in range(max(a, mark_from), min(b, end)):
+            drop[i - mark_from] = drop[i - mark_from] or why
 
-    for m in _FENCE_LINE.finditer(text, start, end):
-        mark(m.start(), m.end())
-    for m in _RULE_LINE.finditer(text, start, end):
-        mark(m.start(), m.end())
-    for m in _LINE_MARKER.finditer(text, start, end):
-        mark(m.start(), m.end())  # leading spaces go too: the newline before them still separates words
-    for m in _LINK.finditer(text, start, end):
+    line = text.rfind("\n", 0, mark_from) + 1
+    if line < start:  # the span starts mid-line: its first line start is after its first newline
+        newline = text.find("\n", mark_from, end)
+        line = newline + 1 if newline >= 0 else -1
+    while line >= 0:
+        for pattern in (_FENCE_LINE, _RULE_LINE, _LINE_MARKER):
+            if (m := pattern.match(text, line, end)) is not None:
+                mark(m.start(), m.end())  # a marker's leading spaces go too: the newline still separates
+        newline = text.find("\n", line, end)
+        line = newline + 1 if newline >= 0 else -1
+    for m in LINK.finditer(text, mark_from, end):
         mark(m.start(), m.start(1))
         mark(m.end(1), m.end())
-    for i in range(start, end):
+    for i in range(mark_from, end):
         if text[i] == "`":
             mark(i, i + 1)
-    for m in _EMPHASIS.finditer(text, start, end):
+    for m in _EMPHASIS.finditer(text, mark_from, end):
         if _is_emphasis_marker(text, m.start(), m.end(), end):
             mark(m.start(), m.end())
-    _mark_emoji(text, start, end, mark)
-    return _collapse(text, start, end, drop)
+    _mark_emoji(text, mark_from, end, mark, previous_is_emoji)
+    return drop
 
 
 def _is_emphasis_marker(text: str, a: int, b: int, end: int) -> bool:
@@ -108,11 +141,12 @@ def _is_emphasis_marker(text: str, a: int, b: int, end: int) -> bool:
     return not (before.isalnum() and after.isalnum())
 
 
-def _mark_emoji(text: str, start: int, end: int, mark) -> None:
-    previous_is_emoji = start > 0 and is_emoji(text[start - 1])
+def _mark_emoji(text: str, start: int, end: int, mark, previous_is_emoji: bool) -> None:
     for i in range(start, end):
         ch = text[i]
-        if is_emoji(ch):
+        if ch < _ZWJ:  # below every emoji code point and the ZWJ: most text (cleaned once per token)
+            previous_is_emoji = False
+        elif is_emoji(ch):
             # Pictographs separate words; the invisible parts (VS16, keycap, tags) join them.
             mark(i, i + 1, _MARKUP if _is_invisible_emoji_part(ord(ch)) else _SEPARATOR)
             previous_is_emoji = True
@@ -122,27 +156,44 @@ def _mark_emoji(text: str, start: int, end: int, mark) -> None:
             previous_is_emoji = False
 
 
-def _collapse(text: str, start: int, end: int, drop: bytearray) -> tuple[str, list[int]]:
-    out: list[str] = []
-    offsets: list[int] = []
-    space_at: int | None = None  # offset of the first whitespace of the current run
-    run_has_emoji = False
-    for i in range(start, end):
-        why = drop[i - start]
-        if why == _MARKUP:
-            continue
-        ch = text[i]
-        if why == _SEPARATOR or ch.isspace():
-            if space_at is None:
-                space_at = i
-            run_has_emoji = run_has_emoji or why == _SEPARATOR
-            continue
-        # "Sure 😊, I can" -> "Sure, I can": the space was the emoji's, not the writer's.
-        if space_at is not None and out and not (run_has_emoji and ch in _CLOSING_PUNCTUATION):
-            out.append(" ")
-            offsets.append(space_at)
-        space_at = None
-        run_has_emoji = False
-        out.append(ch)
-        offsets.append(i)
-    return "".join(out), offsets
+class Collapser:
+    """Whitespace runs (and emoji separators) become one space between kept characters; none leads or
+    trails. Fed in pieces, it gives what one pass over the whole span gives: a run's space is written only
+    when the next kept character arrives (it may be the "," that drops it), so a trailing run stays
+    pending until then, and is dropped by whoever ends the text."""
+
+    def __init__(self) -> None:
+        self._out: list[str] = []
+        self._offsets: list[int] = []
+        self.has_output = False  # something was written since construction: a later run becomes a space
+        self._space_at: int | None = None  # offset of the first whitespace of the current run
+        self._run_has_emoji = False
+
+    def feed(self, text: str, lo: int, hi: int, drop: bytearray) -> None:
+        """Feeds `text[lo:hi]`; `drop[i - lo]` is character i's drop reason (drop_reasons)."""
+        for i in range(lo, hi):
+            why = drop[i - lo]
+            if why == _MARKUP:
+                continue
+            ch = text[i]
+            if why == _SEPARATOR or ch.isspace():
+                if self._space_at is None:
+                    self._space_at = i
+                self._run_has_emoji = self._run_has_emoji or why == _SEPARATOR
+                continue
+            # "Sure 😊, I can" -> "Sure, I can": the space was the emoji's, not the writer's.
+            if self._space_at is not None and self.has_output and not (
+                    self._run_has_emoji and ch in _CLOSING_PUNCTUATION):
+                self._out.append(" ")
+                self._offsets.append(self._space_at)
+            self._space_at = None
+            self._run_has_emoji = False
+            self._out.append(ch)
+            self._offsets.append(i)
+            self.has_output = True
+
+    def take(self) -> tuple[str, list[int]]:
+        """What was written since the last take, and its offsets."""
+        out, offsets = "".join(self._out), self._offsets
+        self._out, self._offsets = [], []
+        return out, offsets
