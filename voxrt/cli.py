@@ -42,6 +42,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
                    "(fields of voxrt.engine.sched.costs.CostModel)")
     p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
+    p.add_argument("--standin-speed", type=float, default=2.0, help="--model standin (gateway benchmarks, no "
+                   "model): frames finish at this multiple of real time")
 
 
 def _parse_costs(text: str | None) -> tuple[tuple[str, float], ...]:
@@ -106,13 +108,15 @@ def _engine_config(args: argparse.Namespace):
                         deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
-                        costs=_parse_costs(args.costs), trace_dir=args.trace_dir)
+                        costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
+                        standin_speed=args.standin_speed)
 
 
 def _check_model(name: str) -> None:
+    from voxrt.engine.standin import STANDIN_MODEL  # noqa: PLC0415
     from voxrt.models.registry import available_models  # noqa: PLC0415
 
-    if name not in available_models():
+    if name != STANDIN_MODEL and name not in available_models():
         raise SystemExit(f"error: unknown model {name!r}; available: {', '.join(available_models())}")
 
 
@@ -172,6 +176,16 @@ def main(argv: list[str] | None = None) -> int:
                        "extension of `text` (pinned output length); off by default")
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="allow binding a non-loopback host without API keys")
+    serve.add_argument("--encode-threads", type=int, default=0, help="worker threads that encode audio beside "
+                       "each gateway process's event loop (default 0: each frame on the loop, just before it is sent)")
+    serve.add_argument("--opus-signal", default="auto", choices=["auto", "voice", "music"], help="libopus's mode "
+                       "hint: auto (its speech/music detector), voice (SILK/hybrid), music (CELT, cheapest per frame)")
+    serve.add_argument("--per-message-deflate", action="store_true", help="allow WebSocket compression "
+                       "(off by default: audio frames do not compress and deflate costs CPU per frame)")
+    serve.add_argument("--stats-file", default=None, help="each gateway process writes its frame-lateness and "
+                       "loop-lag histograms and CPU time to PREFIX.<pid>.json every second (benchmarks)")
+    serve.add_argument("--trace-file", default=None, help="each gateway process appends every finished "
+                       "context's chunk timestamps to PREFIX.<pid>.jsonl (see voxrt.loadgen.path)")
 
     maker = sub.add_parser("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
                            "(benchmarks only)")
@@ -310,9 +324,14 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      "or --insecure-no-auth")
     port = args.port or env.port or 8000
     gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions,
-                            allow_pinned_lengths=args.allow_pinned_lengths)
+                            allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
+                            trace_path=args.trace_file, encode_threads=args.encode_threads,
+                            opus_signal=args.opus_signal)
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
-    make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning").run()
+    if args.encode_threads < 0:
+        parser.error("--encode-threads must be >= 0")
+    make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning",
+                per_message_deflate=args.per_message_deflate).run()
     return 0
 
 

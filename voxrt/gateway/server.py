@@ -20,10 +20,14 @@ class _Server(uvicorn.Server):
                   f"  http://{host}:{port}/v1/audio/speech   ws://{host}:{port}/v1/realtime", flush=True)
 
 
-def make_server(gateway: GatewayConfig, engine: EngineConfig, host: str, port: int, log_level: str = "info") -> uvicorn.Server:
+def make_server(gateway: GatewayConfig, engine: EngineConfig, host: str, port: int, log_level: str = "info",
+                per_message_deflate: bool = False) -> uvicorn.Server:
     app = build_app(gateway, engine)
     # the protocol's own limit is enforced by the session (error, then close 1009), so the transport's must be larger
     ws_max = max(16 * 1024 * 1024, 2 * gateway.limits.max_message_bytes)
+    # No permessage-deflate: clients (browsers, websockets) offer it by default, and deflating every Opus or
+    # PCM frame costs CPU per frame for audio that does not compress; the JSON messages are small.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws="websockets-sansio",
-                            ws_max_size=ws_max, lifespan="on", timeout_graceful_shutdown=5)
+                            ws_max_size=ws_max, ws_per_message_deflate=per_message_deflate, lifespan="on",
+                            timeout_graceful_shutdown=5)
     return _Server(config)
