@@ -176,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                        "extension of `text` (pinned output length); off by default")
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="allow binding a non-loopback host without API keys")
+    serve.add_argument("--workers", type=int, default=1, help="gateway processes in front of the one engine "
+                       "process, sharing the port (SO_REUSEPORT); each paces, encodes and sends its own sessions")
+    serve.add_argument("--engine-socket", default=None, help="the engine also listens on this Unix socket "
+                       "(authkey: VOXRT_ENGINE_AUTHKEY, hex), e.g. for `voxrt loadgen --engine-socket`; implies the "
+                       "--workers layout")
     serve.add_argument("--encode-threads", type=int, default=0, help="worker threads that encode audio beside "
                        "each gateway process's event loop (default 0: each frame on the loop, just before it is sent)")
     serve.add_argument("--opus-signal", default="auto", choices=["auto", "voice", "music"], help="libopus's mode "
@@ -215,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                          "--capacity the capacities are read on the swept grid")
     loadgen.add_argument("--engine-direct", action="store_true", help="drive the engine process directly "
                          "(no HTTP/WebSocket)")
+    loadgen.add_argument("--engine-socket", default=None, help="with --engine-direct: join the engine of a "
+                         "running `voxrt serve --engine-socket PATH` (authkey: VOXRT_ENGINE_AUTHKEY) instead of "
+                         "starting one")
     loadgen.add_argument("--no-pin-frames", action="store_true", help="let the model decide output lengths "
                          "(default: pinned from the text, 15 characters per audio second; over the WebSocket the "
                          "server must run with --allow-pinned-lengths)")
@@ -278,7 +286,9 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.engine_direct == bool(args.url):
         parser.error("loadgen: give exactly one of --url and --engine-direct")
-    if args.engine_direct:
+    if args.engine_socket and not args.engine_direct:
+        parser.error("loadgen: --engine-socket drives the engine directly: add --engine-direct")
+    if args.engine_direct and not args.engine_socket:
         _check_model(args.model)
     try:
         sweep = [float(r) for r in args.sweep.split(",") if r.strip()] if args.sweep else []
@@ -301,7 +311,7 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            capacity_tol=args.capacity_tol, stop_below=args.stop_below, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
                            api_key=args.api_key, voice=args.voice,
-                           pin_frames=not args.no_pin_frames, warmup=args.warmup)
+                           pin_frames=not args.no_pin_frames, warmup=args.warmup, engine_socket=args.engine_socket)
     try:
         asyncio.run(run_loadgen(config, _engine_config(args) if args.engine_direct else None))
     except (EngineError, ValueError, OSError) as exc:
@@ -330,6 +340,14 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
     if args.encode_threads < 0:
         parser.error("--encode-threads must be >= 0")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.workers > 1 or args.engine_socket:
+        from voxrt.gateway.workers import serve_workers  # noqa: PLC0415
+
+        return serve_workers(gateway, _engine_config(args), host, port, args.workers,
+                             "info" if args.verbose else "warning", args.per_message_deflate,
+                             engine_socket=args.engine_socket, authkey=env.engine_authkey)
     make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning",
                 per_message_deflate=args.per_message_deflate).run()
     return 0

@@ -29,7 +29,7 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 @dataclass
 class AppState:
     config: GatewayConfig
-    engine_config: EngineConfig
+    engine_config: EngineConfig | None
     auth: Authenticator
     metrics: GatewayMetrics
     engine: EngineClient | None = None
@@ -39,14 +39,20 @@ class AppState:
     encode_pool: ThreadPoolExecutor | None = None  # --encode-threads
 
 
-def build_app(config: GatewayConfig, engine_config: EngineConfig) -> Starlette:
+def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
+              engine_address: tuple[str, bytes] | None = None) -> Starlette:
+    """`engine_address` (Unix socket path, authkey): join a running engine (`voxrt serve --workers`, see
+    gateway/workers.py) instead of starting one from `engine_config`."""
     state = AppState(config=config, engine_config=engine_config,
                      auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        log.info("starting the engine: model %s", engine_config.model)
-        state.engine = await EngineClient.start(engine_config)
+        if engine_address is not None:
+            state.engine = await EngineClient.connect(*engine_address)
+        else:
+            log.info("starting the engine: model %s", engine_config.model)
+            state.engine = await EngineClient.start(engine_config)
         state.engine_ready = True
         state.metrics.loop_lag.start()
         stats = StatsWriter(config.stats_path, state) if config.stats_path else None

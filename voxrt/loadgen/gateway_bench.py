@@ -121,9 +121,11 @@ async def _clients(url: str, num_sessions: int, frames: int, ramp_s: float, run_
 
 
 def _client_main(args: tuple, out) -> None:
-    cpus = args[-1]
+    cpus, nice = args[-1]
     if cpus:
         os.sched_setaffinity(0, cpus)
+    if nice:
+        os.nice(nice)
     out.put(asyncio.run(_clients(*args[:-1])))
 
 
@@ -135,18 +137,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gateway(port: int, stats_prefix: str, cpus: list[int] | None, extra: list[str], speed: float) \
-        -> subprocess.Popen:
+def start_gateway(port: int, stats_prefix: str, cpus: list[int] | None, extra: list[str], speed: float,
+                  nice: int = 0) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "voxrt.cli", "serve", "--model", "standin", "--standin-speed", str(speed),
            "--port", str(port), "--allow-pinned-lengths", "--max-sessions", "100000", "--stats-file", stats_prefix,
            *extra]
-    preexec = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=preexec,
-                            start_new_session=True)
+    def preexec() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.nice(nice)
+    log_path = f"{stats_prefix}.serve.log"
+    with open(log_path, "w") as log:  # a file, not a pipe nobody reads: a full pipe would block the gateway
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, preexec_fn=preexec, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the gateway exited: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"the gateway exited: {Path(log_path).read_text()[-2000:]}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
             return proc
@@ -199,7 +206,7 @@ def run_point(num_sessions: int, args) -> dict:
     port = _free_port()
     workdir = tempfile.mkdtemp(prefix="voxrt-gwbench-")
     prefix = os.path.join(workdir, "stats")
-    gateway = start_gateway(port, prefix, args.gateway_cpus, args.serve_args, args.speed)
+    gateway = start_gateway(port, prefix, args.gateway_cpus, args.serve_args, args.speed, args.nice)
     try:
         url = f"ws://127.0.0.1:{port}/v1/realtime"
         run_s = args.ramp + args.warmup + args.duration + 1.0
@@ -211,7 +218,7 @@ def run_point(num_sessions: int, args) -> dict:
                for i in range(args.client_procs)]
         for i, n in enumerate(per):
             p = ctx.Process(target=_client_main, args=((url, n, args.frames, args.ramp, run_s, window, args.seed + i,
-                                                        args.client_cpus), queue), daemon=True)
+                                                        (args.client_cpus, args.nice)), queue), daemon=True)
             p.start()
             procs.append(p)
         t0 = time.monotonic()
@@ -224,6 +231,11 @@ def run_point(num_sessions: int, args) -> dict:
             p.join(10)
     finally:
         stop_gateway(gateway)
+    log_lines = Path(f"{prefix}.serve.log").read_text().splitlines()
+    problems = [line for line in log_lines if "ERROR" in line or "WARNING" in line or "Traceback" in line]
+    if problems:
+        print(f"[gateway-bench] {len(problems)} warnings/errors in the gateway log, e.g. {problems[:3]}",
+              file=sys.stderr)
     figures = window_figures(before, after)
     cpu = figures["cpu_cores"] or 0.0
     client_frames = sum(c["frames"] for c in clients)
@@ -287,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--client-cpus", default=None, help="pin the clients, e.g. 1")
     p.add_argument("--jitter-bound-ms", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nice", type=int, default=0, help="niceness increment for the gateway and the clients "
+                   "(negative, as root, keeps other work on a shared machine from preempting them)")
+    p.add_argument("--opus-floor", action="store_true", help="first time libopus alone on the stand-in's "
+                   "signal and print the sessions-per-core floor")
     p.add_argument("--out", default=None, help="write the rows and the ceiling as JSON here")
     p.add_argument("serve_args", nargs="*", help="after --: more `voxrt serve` flags (e.g. --workers 2)")
     args = p.parse_args(argv)
@@ -297,6 +313,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sessions: expected comma-separated integers, got {args.sessions!r}")
     if not counts or min(counts) < 1 or args.duration <= 0 or args.client_procs < 1 or args.frames < 1:
         p.error("--sessions counts, --duration, --client-procs and --frames must be positive")
+    floor = None
+    if args.opus_floor:
+        from voxrt.engine.standin import opus_floor_us  # noqa: PLC0415
+
+        signal_hint = next((a.split("=", 1)[1] for a in args.serve_args if a.startswith("--opus-signal=")), "auto")
+        floor_us = opus_floor_us(signal=signal_hint)
+        floor = {"opus_signal": signal_hint, "us_per_frame": round(floor_us, 1),
+                 "sessions_per_core": round(1e6 / floor_us / (1000 / FRAME_MS))}
+        print(f"libopus alone on the stand-in's signal (--opus-signal {signal_hint}): {floor_us:.1f} us per 20 ms "
+              f"frame, {floor['sessions_per_core']} streams per core; 70%: {0.7 * floor['sessions_per_core']:.0f}",
+              flush=True)
     rows = []
     for n in counts:
         row = run_point(n, args)
@@ -304,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
     best = ceiling(rows, args.jitter_bound_ms)
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, "rows": rows,
-                                              "ceiling": best}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, "opus_floor": floor,
+                                              "rows": rows, "ceiling": best}, indent=2) + "\n")
     print(format_table(rows, args.jitter_bound_ms))
     if best is None:
         print(f"ceiling: none of the points kept send-jitter p99 <= {args.jitter_bound_ms:g} ms")
