@@ -45,6 +45,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
                    "(fields of voxrt.engine.sched.costs.CostModel)")
     p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
+    p.add_argument("--standin-speed", type=float, default=2.0, help="--model standin (gateway benchmarks, no "
+                   "model): frames finish at this multiple of real time")
 
 
 def _parse_costs(text: str | None) -> tuple[tuple[str, float], ...]:
@@ -109,13 +111,15 @@ def _engine_config(args: argparse.Namespace):
                         deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
-                        costs=_parse_costs(args.costs), trace_dir=args.trace_dir)
+                        costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
+                        standin_speed=args.standin_speed)
 
 
 def _check_model(name: str) -> None:
+    from voxrt.engine.standin import STANDIN_MODEL  # noqa: PLC0415
     from voxrt.models.registry import available_models  # noqa: PLC0415
 
-    if name not in available_models():
+    if name != STANDIN_MODEL and name not in available_models():
         raise SystemExit(f"error: unknown model {name!r}; available: {', '.join(available_models())}")
 
 
@@ -175,6 +179,21 @@ def main(argv: list[str] | None = None) -> int:
                        "extension of `text` (pinned output length); off by default")
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="allow binding a non-loopback host without API keys")
+    serve.add_argument("--workers", type=int, default=1, help="gateway processes in front of the one engine "
+                       "process, sharing the port (SO_REUSEPORT); each paces, encodes and sends its own sessions")
+    serve.add_argument("--engine-socket", default=None, help="the engine also listens on this Unix socket "
+                       "(authkey: VOXRT_ENGINE_AUTHKEY, hex), e.g. for `voxrt loadgen --engine-socket`; implies the "
+                       "--workers layout")
+    serve.add_argument("--encode-threads", type=int, default=0, help="worker threads that encode audio beside "
+                       "each gateway process's event loop (default 0: each frame on the loop, just before it is sent)")
+    serve.add_argument("--opus-signal", default="auto", choices=["auto", "voice", "music"], help="libopus's mode "
+                       "hint: auto (its speech/music detector), voice (SILK/hybrid), music (CELT, cheapest per frame)")
+    serve.add_argument("--per-message-deflate", action="store_true", help="allow WebSocket compression "
+                       "(off by default: audio frames do not compress and deflate costs CPU per frame)")
+    serve.add_argument("--stats-file", default=None, help="each gateway process writes its frame-lateness and "
+                       "loop-lag histograms and CPU time to PREFIX.<pid>.json every second (benchmarks)")
+    serve.add_argument("--trace-file", default=None, help="each gateway process appends every finished "
+                       "context's chunk timestamps to PREFIX.<pid>.jsonl (see voxrt.loadgen.path)")
 
     maker = sub.add_parser("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
                            "(benchmarks only)")
@@ -204,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                          "--capacity the capacities are read on the swept grid")
     loadgen.add_argument("--engine-direct", action="store_true", help="drive the engine process directly "
                          "(no HTTP/WebSocket)")
+    loadgen.add_argument("--engine-socket", default=None, help="with --engine-direct: join the engine of a "
+                         "running `voxrt serve --engine-socket PATH` (authkey: VOXRT_ENGINE_AUTHKEY) instead of "
+                         "starting one")
     loadgen.add_argument("--no-pin-frames", action="store_true", help="let the model decide output lengths "
                          "(default: pinned from the text, 15 characters per audio second; over the WebSocket the "
                          "server must run with --allow-pinned-lengths)")
@@ -267,7 +289,9 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.engine_direct == bool(args.url):
         parser.error("loadgen: give exactly one of --url and --engine-direct")
-    if args.engine_direct:
+    if args.engine_socket and not args.engine_direct:
+        parser.error("loadgen: --engine-socket drives the engine directly: add --engine-direct")
+    if args.engine_direct and not args.engine_socket:
         _check_model(args.model)
     try:
         sweep = [float(r) for r in args.sweep.split(",") if r.strip()] if args.sweep else []
@@ -290,7 +314,7 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            capacity_tol=args.capacity_tol, stop_below=args.stop_below, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
                            api_key=args.api_key, voice=args.voice,
-                           pin_frames=not args.no_pin_frames, warmup=args.warmup)
+                           pin_frames=not args.no_pin_frames, warmup=args.warmup, engine_socket=args.engine_socket)
     try:
         asyncio.run(run_loadgen(config, _engine_config(args) if args.engine_direct else None))
     except (EngineError, ValueError, OSError) as exc:
@@ -313,9 +337,22 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      "or --insecure-no-auth")
     port = args.port or env.port or 8000
     gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions,
-                            allow_pinned_lengths=args.allow_pinned_lengths)
+                            allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
+                            trace_path=args.trace_file, encode_threads=args.encode_threads,
+                            opus_signal=args.opus_signal)
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
-    make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning").run()
+    if args.encode_threads < 0:
+        parser.error("--encode-threads must be >= 0")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.workers > 1 or args.engine_socket:
+        from voxrt.gateway.workers import serve_workers  # noqa: PLC0415
+
+        return serve_workers(gateway, _engine_config(args), host, port, args.workers,
+                             "info" if args.verbose else "warning", args.per_message_deflate,
+                             engine_socket=args.engine_socket, authkey=env.engine_authkey)
+    make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning",
+                per_message_deflate=args.per_message_deflate).run()
     return 0
 
 

@@ -12,6 +12,9 @@ class EnvSettings:
     token_secret: str | None  # VOXRT_TOKEN_SECRET: signs browser tokens (default: random per process)
     host: str | None  # VOXRT_HOST
     port: int | None  # VOXRT_PORT
+    # VOXRT_ENGINE_AUTHKEY: hex authkey of the engine's socket (`voxrt serve --engine-socket`, `voxrt loadgen
+    # --engine-socket`); default: a random one per `voxrt serve`
+    engine_authkey: bytes | None = None
 
 
 def read_env(environ: dict[str, str] | None = None) -> EnvSettings:
@@ -20,5 +23,11 @@ def read_env(environ: dict[str, str] | None = None) -> EnvSettings:
     port = env.get("VOXRT_PORT")
     if port is not None and not port.isdigit():
         raise ValueError(f"VOXRT_PORT must be a port number, got {port!r}")
+    authkey = env.get("VOXRT_ENGINE_AUTHKEY") or None
+    try:
+        engine_authkey = bytes.fromhex(authkey) if authkey else None
+    except ValueError:
+        raise ValueError("VOXRT_ENGINE_AUTHKEY must be hex digits") from None
     return EnvSettings(api_keys=keys, token_secret=env.get("VOXRT_TOKEN_SECRET") or None,
-                       host=env.get("VOXRT_HOST") or None, port=int(port) if port else None)
+                       host=env.get("VOXRT_HOST") or None, port=int(port) if port else None,
+                       engine_authkey=engine_authkey)

@@ -35,7 +35,7 @@ class StreamEncoder:
     silence the listener must sit through.
     """
 
-    def __init__(self, codec: str, in_rate: int, out_rate: int, frame_ms: int) -> None:
+    def __init__(self, codec: str, in_rate: int, out_rate: int, frame_ms: int, *, opus_signal: str = "auto") -> None:
         self.codec = check_codec(codec)
         self.in_rate = check_input_rate(in_rate)
         self.out_rate = check_sample_rate(out_rate, "output sample rate")
@@ -45,7 +45,7 @@ class StreamEncoder:
         self._framer = Framer(self._samples_per_frame)
         self._opus: OpusEncoder | None = None
         if self.codec == "opus":
-            self._opus = OpusEncoder(self.out_rate, self._frame_ms)
+            self._opus = OpusEncoder(self.out_rate, self._frame_ms, signal=opus_signal)
         self._encode_frame: Callable[[np.ndarray], bytes] = {
             "opus": lambda frame: self._opus.encode(frame),
             "pcm16": pcm16_encode,
@@ -87,39 +87,61 @@ class StreamEncoder:
         return 0 if self._opus is None else self._opus.lookahead_samples
 
     @property
+    def held_ms(self) -> float:
+        """Audio pushed in but not yet out as frames: inside the resampler's filter, and the partial frame. It
+        comes out only with the next push (or `finish`)."""
+        held = self._resampler.delay_samples + self._framer.num_pending_samples
+        return held * 1000 / self.out_rate
+
+    @property
     def is_finished(self) -> bool:
         return self._is_finished
 
     def push(self, pcm: np.ndarray) -> list[bytes]:
         """float32 mono at in_rate -> the frames completed so far (often none for a small chunk)."""
-        self._check_open("push")
-        return self._encode_all(self._framer.push(self._resampler.process(pcm)))
+        return [self.encode(frame) for frame in self.split(pcm)]
 
     def finish(self) -> list[bytes]:
         """The remaining frames: the resampler's tail and the last partial frame. [] when nothing remains.
         The encoder is then finished: a new stream needs a new StreamEncoder (the Opus state, the
         resampler's filter and the counters all belong to one stream)."""
+        return [self.encode(frame) for frame in self.split_finish()]
+
+    # The same two steps apart, for a caller that encodes each frame only when it is about to send it (the
+    # gateway: a 25-frame chunk is 100 Opus frames, ~33 ms of libopus at once if encoded on arrival).
+    # `split` / `split_finish` resample and cut (and count the samples); `encode` codes one frame, in order.
+
+    def split(self, pcm: np.ndarray) -> list[np.ndarray]:
+        """float32 mono at in_rate -> the wire-rate frames completed so far, not yet encoded."""
+        self._check_open("push")
+        return self._count(self._framer.push(self._resampler.process(pcm)))
+
+    def split_finish(self) -> list[np.ndarray]:
+        """`finish()` without encoding: the remaining frames, the last one padded with silence for Opus."""
         self._check_open("finish")
         self._is_finished = True
-        packets = self._encode_all(self._framer.push(self._resampler.flush()))
+        frames = self._count(self._framer.push(self._resampler.flush()))
         tail = self._framer.finish()
         if tail is not None:
             if self._opus is not None:
                 self._num_padding_samples = self._samples_per_frame - tail.shape[0]
                 padded = np.zeros(self._samples_per_frame, dtype=np.float32)
                 padded[: tail.shape[0]] = tail
-                packets.append(self._encode_frame(padded))
+                frames.append(padded)
                 self._num_samples_out += tail.shape[0]
                 self._num_frames_out += 1
             else:
-                packets.extend(self._encode_all([tail]))
-        return packets
+                frames.extend(self._count([tail]))
+        return frames
 
-    def _encode_all(self, frames: list[np.ndarray]) -> list[bytes]:
-        packets = [self._encode_frame(frame) for frame in frames]
+    def encode(self, frame: np.ndarray) -> bytes:
+        """One frame from `split` / `split_finish` -> its wire bytes. Opus is stateful: encode in order."""
+        return self._encode_frame(frame)
+
+    def _count(self, frames: list[np.ndarray]) -> list[np.ndarray]:
         self._num_samples_out += sum(frame.shape[0] for frame in frames)
         self._num_frames_out += len(frames)
-        return packets
+        return frames
 
     def _check_open(self, action: str) -> None:
         if self._is_finished:

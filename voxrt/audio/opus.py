@@ -27,6 +27,11 @@ except Exception as error:  # opuslib raises a bare Exception at import when lib
     ) from error
 
 APPLICATIONS: tuple[str, ...] = ("audio", "voip", "restricted_lowdelay")
+# OPUS_SET_SIGNAL (opus_defines.h): a hint for libopus's mode decision. "auto" leaves it to its speech/music
+# detector, which for speech at 48 kHz usually picks the SILK-based hybrid mode: measured here on the
+# gateway benchmark's speech-like signal, ~330 us per 20 ms frame against ~87 us in CELT ("music"), at the
+# same ~45 kb/s (bench/results/2026-12-01-gateway-bench/README.md).
+SIGNALS: dict[str, int] = {"auto": -1000, "voice": 3001, "music": 3002}
 
 # RFC 6716 §3.2.1: one packet codes at most 120 ms; 1275 bytes per frame at most. 4000 is libopus's
 # recommended output buffer (opus_demo) and bounds any packet of up to 60 ms.
@@ -47,6 +52,7 @@ class OpusEncoder:
         bitrate: int | None = None,
         *,
         complexity: int | None = None,
+        signal: str = "auto",
     ) -> None:
         self.sample_rate = check_sample_rate(sample_rate, "Opus sample rate")
         self.frame_ms = check_frame_ms(frame_ms)
@@ -57,13 +63,18 @@ class OpusEncoder:
             raise ValueError(f"Opus bitrate must be None (libopus default) or 6000..510000 b/s (got {bitrate!r})")
         if complexity is not None and not (is_integer(complexity) and 0 <= complexity <= 10):
             raise ValueError(f"Opus complexity must be None (libopus default) or 0..10 (got {complexity!r})")
+        if signal not in SIGNALS:
+            raise ValueError(f"Opus signal must be one of {list(SIGNALS)} (got {signal!r})")
         self.application = application
+        self.signal = signal
         self.frame_samples = frame_samples(self.sample_rate, self.frame_ms)
         self._encoder = opuslib.Encoder(self.sample_rate, 1, application)
         if bitrate is not None:
             self._encoder.bitrate = int(bitrate)
         if complexity is not None:
             self._encoder.complexity = int(complexity)
+        if signal != "auto":
+            self._encoder.signal = SIGNALS[signal]
 
     @property
     def bitrate(self) -> int:

@@ -27,10 +27,13 @@ def as_mono_float32(pcm: object) -> np.ndarray:
 def float_to_int16(pcm: np.ndarray) -> np.ndarray:
     """float32 [-1, 1] -> int16, clipped and rounded to nearest. NaN becomes silence and +-inf full scale:
     a model that emits them is broken, but the listener should hear a glitch, not noise at full scale."""
-    array = as_mono_float32(pcm)
-    scaled = np.nan_to_num(array, nan=0.0, posinf=1.0, neginf=-1.0)
-    scaled = np.clip(scaled, -1.0, 1.0) * FULL_SCALE
-    return np.rint(scaled).astype(np.int16)
+    # One scratch array, clipped and rounded in place: this runs for every frame the gateway sends, and the
+    # straightforward nan_to_num -> clip -> multiply -> rint chain cost ~40 us per 20 ms frame at 48 kHz here.
+    scaled = np.multiply(as_mono_float32(pcm), np.float32(FULL_SCALE), dtype=np.float32)
+    np.clip(scaled, -FULL_SCALE, FULL_SCALE, out=scaled)  # +-inf -> full scale
+    if np.isnan(scaled.sum()):  # one reduction finds a NaN (infinities are clipped already)
+        np.nan_to_num(scaled, copy=False, nan=0.0)
+    return np.rint(scaled, out=scaled).astype(np.int16)
 
 
 def int16_to_float(samples: np.ndarray) -> np.ndarray:

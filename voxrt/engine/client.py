@@ -8,7 +8,12 @@
     await client.close()
 
 A reader thread receives the engine's messages and hands them to the event loop, so a large audio chunk
-never blocks the loop. A request's stream ends after its last chunk, raises the engine's typed error when
+never blocks the loop; it stamps each chunk's `received_ns`.
+
+`EngineClient.start` spawns the engine process (the client owns it: `close()` shuts it down).
+`EngineClient.connect(path, authkey)` joins an engine that another process started with `listen=` (several
+gateway processes in front of one engine: `voxrt serve --workers N`); `close()` then only disconnects, and the
+engine cancels what this client left running. A request's stream ends after its last chunk, raises the engine's typed error when
 it failed (`CapacityError`, `RequestFailedError`, ... each with its `code`), and ends quietly when it was
 cancelled.
 """
@@ -18,7 +23,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import dataclasses
 import multiprocessing as mp
+import os
+import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +61,8 @@ class EngineClient:
         self._stats_waiters: dict[int, asyncio.Future] = {}
         self._cancel_waiters: dict[str, list[asyncio.Event]] = {}
         self._ids = itertools.count(1)
+        # request ids are unique per engine, and an engine may serve several clients: a random prefix per client
+        self._id_prefix = f"req-{secrets.token_hex(4)}-"
         self._ready: asyncio.Future = loop.create_future()
         self._dead: EngineError | None = None
         self._closing = False
@@ -60,17 +71,37 @@ class EngineClient:
 
     @classmethod
     async def start(cls, config: EngineConfig | None = None, *, startup_timeout_s: float = 600.0,
-                    log_level: int = logging.INFO) -> "EngineClient":
-        """Spawns the engine process and waits until its model is loaded (and graphs captured)."""
+                    log_level: int = logging.INFO, listen: tuple[str, bytes] | None = None) -> "EngineClient":
+        """Spawns the engine process and waits until its model is loaded (and graphs captured). `listen`:
+        (Unix socket path, authkey) on which the engine also accepts `connect()`ing clients."""
         from voxrt.engine.process import engine_main  # noqa: PLC0415
 
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=engine_main, args=(config or EngineConfig(), child, log_level),
+        process = ctx.Process(target=engine_main, args=(config or EngineConfig(), child, log_level, listen),
                               name="voxrt-engine", daemon=True)
         process.start()
         child.close()
-        client = cls(process, parent, asyncio.get_running_loop())
+        return await cls._ready_client(process, parent, startup_timeout_s)
+
+    @classmethod
+    async def connect(cls, path: str, authkey: bytes, *, timeout_s: float = 30.0) -> "EngineClient":
+        """Joins a running engine that listens on the Unix socket `path` (see `start(listen=...)`)."""
+        from multiprocessing.connection import Client  # noqa: PLC0415
+
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await asyncio.wait_for(loop.run_in_executor(None, lambda: Client(path, "AF_UNIX", authkey)),
+                                          timeout_s)
+        except (OSError, EOFError, asyncio.TimeoutError) as exc:
+            raise EngineDeadError(f"cannot connect to the engine at {path}: {type(exc).__name__}: {exc}") from None
+        except mp.AuthenticationError:
+            raise EngineDeadError(f"the engine at {path} refused the authkey") from None
+        return await cls._ready_client(None, conn, timeout_s)
+
+    @classmethod
+    async def _ready_client(cls, process, conn, startup_timeout_s: float) -> "EngineClient":
+        client = cls(process, conn, asyncio.get_running_loop())
         client._reader.start()
         try:
             client.info = await asyncio.wait_for(asyncio.shield(client._ready), startup_timeout_s)
@@ -99,7 +130,7 @@ class EngineClient:
             params = SamplingParams.from_dict(params)
         elif not isinstance(params, SamplingParams):
             raise InvalidParamsError(f"params must be SamplingParams or a dict, got {type(params).__name__}")
-        request_id = request_id or f"req-{next(self._ids)}"
+        request_id = request_id or f"{self._id_prefix}{next(self._ids)}"
         if request_id in self._streams:
             raise InvalidParamsError(f"request id {request_id!r} is already in use")
         self._streams[request_id] = _Stream()
@@ -167,8 +198,10 @@ class EngineClient:
             self._stats_waiters.pop(token, None)
 
     async def close(self, timeout_s: float = 10.0) -> None:
+        """Shuts the engine down when this client started it; a connected client only disconnects (the engine
+        cancels what it left running)."""
         self._closing = True
-        if self._process.is_alive():
+        if self._process is not None and self._process.is_alive():
             try:
                 self._conn.send(Shutdown())
             except (OSError, ValueError):
@@ -177,12 +210,21 @@ class EngineClient:
             if self._process.is_alive():
                 self._process.terminate()
                 await asyncio.get_running_loop().run_in_executor(None, self._process.join, timeout_s)
+        elif self._process is None:
+            # a connected client: the engine stays up, so no EOF would ever wake the reader thread; shutting the
+            # socket down does (closing the descriptor alone does not interrupt a blocked recv)
+            try:
+                sock = socket.socket(fileno=os.dup(self._conn.fileno()))
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
         self._conn.close()
         self._fail_all(EngineDeadError("engine client closed"))
 
     @property
     def is_alive(self) -> bool:
-        return self._dead is None and self._process.is_alive()
+        return self._dead is None and (self._process is None or self._process.is_alive())
 
     # ---- internals ------------------------------------------------------------------------------------------------
 
@@ -214,6 +256,8 @@ class EngineClient:
                     log.error("engine process connection lost")
                 self._loop.call_soon_threadsafe(self._fail_all, EngineDeadError("the engine process exited"))
                 return
+            if isinstance(msg, AudioChunk):
+                msg = dataclasses.replace(msg, received_ns=time.monotonic_ns())
             self._loop.call_soon_threadsafe(self._dispatch, msg)
 
     def _dispatch(self, msg) -> None:

@@ -44,6 +44,8 @@ class EngineConfig:
     dec_batch: int = 8
     costs: tuple[tuple[str, float], ...] = ()  # CostModel fields that override the start-up measurement
     trace_dir: str | None = None  # JSON lines: each launch's GPU time and each decision
+    # model "standin" (voxrt/engine/standin.py, gateway benchmarks): frames finish at this multiple of real time
+    standin_speed: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,10 @@ class AudioChunk:
     is_last: bool
     text_span: tuple[int, int] | None = None
     finish_reason: str | None = None  # set on the last chunk: "stop", "length", "pinned", "max_frames", "empty"
+    # time.monotonic_ns() (one clock for every process of a host) when the chunk left the engine core, and when
+    # the client's reader thread received it: the first two timestamps of a chunk's path to the listener
+    done_ns: int = 0
+    received_ns: int = 0
 
     @property
     def num_samples(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from voxrt.gateway.auth import Authenticator
 from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
+from voxrt.gateway.stats import StatsWriter, TraceWriter
 
 log = logging.getLogger("voxrt.gateway")
 
@@ -27,27 +29,49 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 @dataclass
 class AppState:
     config: GatewayConfig
-    engine_config: EngineConfig
+    engine_config: EngineConfig | None
     auth: Authenticator
     metrics: GatewayMetrics
     engine: EngineClient | None = None
     engine_ready: bool = False
     num_sessions: int = 0
+    trace: TraceWriter | None = None  # --trace-file: each finished context's chunk timestamps
+    encode_pool: ThreadPoolExecutor | None = None  # --encode-threads
 
 
-def build_app(config: GatewayConfig, engine_config: EngineConfig) -> Starlette:
+def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
+              engine_address: tuple[str, bytes] | None = None) -> Starlette:
+    """`engine_address` (Unix socket path, authkey): join a running engine (`voxrt serve --workers`, see
+    gateway/workers.py) instead of starting one from `engine_config`."""
     state = AppState(config=config, engine_config=engine_config,
                      auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        log.info("starting the engine: model %s", engine_config.model)
-        state.engine = await EngineClient.start(engine_config)
+        if engine_address is not None:
+            state.engine = await EngineClient.connect(*engine_address)
+        else:
+            log.info("starting the engine: model %s", engine_config.model)
+            state.engine = await EngineClient.start(engine_config)
         state.engine_ready = True
+        state.metrics.loop_lag.start()
+        stats = StatsWriter(config.stats_path, state) if config.stats_path else None
+        if stats is not None:
+            stats.start()
+        state.trace = TraceWriter(config.trace_path) if config.trace_path else None
+        if config.encode_threads:
+            state.encode_pool = ThreadPoolExecutor(config.encode_threads, thread_name_prefix="voxrt-encode")
         try:
             yield
         finally:
             state.engine_ready = False
+            await state.metrics.loop_lag.stop()
+            if stats is not None:
+                await stats.stop()
+            if state.trace is not None:
+                state.trace.close()
+            if state.encode_pool is not None:
+                state.encode_pool.shutdown(wait=False, cancel_futures=True)
             await state.engine.close()
 
     routes = [

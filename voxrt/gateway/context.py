@@ -1,10 +1,11 @@
 """One context (an agent turn) of a realtime session: text in, paced audio frames out.
 
 Text goes to one engine request word by word, or in segments (text_in.py; original offsets kept); the
-engine's chunks are resampled and encoded into fixed frames, paced against the context's playback clock,
-and sent with the binary header. The newest frame is held back until the next one exists, so that the
-context's last frame can carry the LAST flag; a flush releases it (and a silent frame then closes the
-context if no more audio comes). Cancel is a hard stop: the pump task is cancelled and awaited before the
+engine's chunks are resampled and cut into fixed frames, each encoded just before it is sent (or the whole
+chunk in a worker thread, `--encode-threads`), paced against the context's playback clock, and sent with the
+binary header. No frame is held back: the engine marks its last chunk, whose final frame carries the LAST
+flag (a last chunk without audio gets a frame of silence for it), so the listener never waits for the next
+chunk to get the end of this one. Cancel is a hard stop: the pump task is cancelled and awaited before the
 engine request is cancelled and `cancelled` is sent, so no frame of the context can follow it.
 """
 
@@ -44,7 +45,8 @@ def now_ms() -> float:
 class ContextRunner:
     def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
                  send_text: SendText, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics,
-                 num_frames: int | None = None) -> None:
+                 num_frames: int | None = None, *, encode_pool=None, opus_signal: str = "auto",
+                 trace=None) -> None:
         self.context_id = context_id
         self.num_frames = num_frames  # pinned output length (benchmark extension), None: the model decides
         self.index = index
@@ -53,7 +55,9 @@ class ContextRunner:
         self._send_text, self._send_bytes, self._on_done = send_text, send_bytes, on_done
         self.metrics = metrics
         out = config.output
-        self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms)
+        self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms,
+                                     opus_signal=opus_signal)
+        self._encode_pool, self._trace = encode_pool, trace  # a ThreadPoolExecutor or None; a TraceWriter or None
         self.segmenter = Segmenter(config.segmentation)
         self.clock = PlaybackClock()
         # word forwarding or segments; the audio side reads `segmenter.text` and `alignment`
@@ -64,10 +68,11 @@ class ContextRunner:
         self.first_frame_ms: float | None = None
         self._audio_in_samples = 0  # model-rate samples received
         self._seq = 0
-        self._held: bytes | None = None  # newest encoded frame, not yet sent
         self._flush_points: list[int] = []  # engine offsets whose audio must be sent before `flushed`
         self._span_end = 0  # highest engine offset covered by received chunks
         self._pump: asyncio.Task | None = None
+        self._ready_ms = 0.0  # when the chunk being sent reached this process
+        self._chunk_trace: list[list] = []  # per chunk: index, first frame, frames, then the path's timestamps
         self.is_cancelled = False
         self.is_finished = False
         self.is_ended = False  # no more text (context.end or session.end)
@@ -105,7 +110,11 @@ class ContextRunner:
         now = now_ms()
         self.clock.on_report(played_ms, now)
         if self.request_id is not None:
-            played_samples = int(self.clock.played_ms(now) * self.engine.info.sample_rate / 1000)
+            # The engine's deadline for a chunk is when the listener has played everything before it. Audio
+            # this side still holds (inside the resampler, a partial frame) reaches the listener only with the
+            # next chunk, so the listener runs dry that much earlier: count it as played for the engine.
+            played_ms = self.clock.played_ms(now) + self.encoder.held_ms
+            played_samples = int(played_ms * self.engine.info.sample_rate / 1000)
             asyncio.ensure_future(self.engine.set_playback(self.request_id, played_samples, time.monotonic_ns(),
                                                            self.clock.is_stalled(now)))
 
@@ -132,19 +141,28 @@ class ContextRunner:
                                                     context_id=self.context_id))
         if not self.is_cancelled:
             self.is_finished = True
+            self._write_trace(reason)
             await self._on_done(self.context_id, reason, self.audio_ms, self.context_metrics())
 
     async def _on_chunk(self, chunk) -> None:
+        handled_ns = time.monotonic_ns()
+        self._ready_ms = (chunk.received_ns or handled_ns) / 1e6
         pcm = np.frombuffer(chunk.pcm, dtype="<f4")
         rate = self.engine.info.sample_rate
         start_ms = self._audio_in_samples * 1000 / rate
         self._audio_in_samples += len(pcm)
         end_ms = self._audio_in_samples * 1000 / rate
-        frames = self.encoder.push(pcm) if len(pcm) else []
+        frames: list = self.encoder.split(pcm) if len(pcm) else []
         if chunk.is_last:
-            frames += self.encoder.finish()
-        for frame in frames:
-            await self._queue_frame(frame)
+            frames += self.encoder.split_finish()
+        if self._encode_pool is not None and frames:  # libopus releases the GIL: encode beside the loop
+            frames = await asyncio.get_running_loop().run_in_executor(
+                self._encode_pool, lambda: [self.encoder.encode(f) for f in frames])
+        need_ms = self.clock.play_time_ms(start_ms)  # when the listener needs this chunk, by our clock
+        trace = [chunk.chunk_index, chunk.first_frame, chunk.num_frames, chunk.done_ns, chunk.received_ns,
+                 handled_ns, None if need_ms is None else round(need_ms * 1e6), None, None]
+        self._chunk_trace.append(trace)
+        await self._send_frames(frames, chunk.is_last, trace)
         if chunk.text_span is not None:
             self._span_end = max(self._span_end, chunk.text_span[1])
         done = self.alignment.finish(end_ms) if chunk.is_last else self.alignment.on_chunk(chunk.text_span, start_ms, end_ms)
@@ -152,8 +170,6 @@ class ContextRunner:
             segments, words = self.alignment.message_fields(done, self.segmenter.text)
             await self._send_text(encode_alignment(self.context_id, segments, words, True))
         if chunk.is_last:
-            await self._send_frame(self._held if self._held is not None else self._silent_frame(), is_last=True)
-            self._held = None
             self.clock.mark_finished()
         while self._flush_points and (chunk.is_last or self._span_end >= self._flush_points[0]):
             self._flush_points.pop(0)
@@ -161,32 +177,48 @@ class ContextRunner:
                 await self._release_held()
             await self._send_text(encode_flushed(self.context_id))
 
-    async def _queue_frame(self, frame: bytes) -> None:
-        if self._held is not None:
-            await self._send_frame(self._held, is_last=False)
-        self._held = frame
+    async def _send_frames(self, frames: list, is_last_chunk: bool, trace: list) -> None:
+        """Each frame as soon as the pacing rule lets it out, encoded just before (unless a worker thread
+        encoded the chunk already): the loop never holds a whole chunk's libopus work at once. The last
+        chunk's final frame carries LAST; a last chunk without audio gets a frame of silence to carry it."""
+        pacing = self.config.pacing
+        if is_last_chunk and not frames:
+            frames = [self._silent_frame()]
+        for i, frame in enumerate(frames):
+            if pacing.mode == "realtime":  # at most lead_ms ahead of the listener
+                while (wait_ms := self.clock.buffered_ms(now_ms()) - pacing.lead_ms) > 0:
+                    await asyncio.sleep(wait_ms / 1000)
+            payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
+            sent_ns = await self._send_frame(payload, is_last=is_last_chunk and i == len(frames) - 1)
+            trace[7] = trace[7] or sent_ns
+            trace[8] = sent_ns
 
     async def _release_held(self) -> None:
-        if self._held is not None:
-            held, self._held = self._held, None
-            await self._send_frame(held, is_last=False)
+        """Nothing is held back: every frame goes out as soon as pacing allows (the LAST flag rides on the last
+        chunk's final frame), so the audio of everything voiced so far is sent or paced already."""
 
-    async def _send_frame(self, payload: bytes, is_last: bool) -> None:
+    async def _send_frame(self, payload: bytes, is_last: bool) -> int:
         pacing = self.config.pacing
         frame_ms = self.config.output.frame_ms
-        if pacing.mode == "realtime":  # at most lead_ms ahead of the listener
-            while (wait_ms := self.clock.buffered_ms(now_ms()) - pacing.lead_ms) > 0:
-                await asyncio.sleep(wait_ms / 1000)
         header = encode_audio_frame(self.index, self._seq, self._seq * frame_ms, payload,
                                     is_first=self._seq == 0, is_last=is_last)
         await self._send_bytes(header)
-        now = now_ms()
+        sent_ns = time.monotonic_ns()
+        now = sent_ns / 1e6
+        # send jitter: the send time against the frame's due time, the pacing rule's earliest send (the listener's
+        # buffer down to lead_ms by the playback clock) or its chunk's arrival in this process, whichever is later
+        due = self._ready_ms
+        if pacing.mode == "realtime" and self.clock.is_started:
+            due = max(due, self.clock.play_time_ms(self.clock.sent_ms) - pacing.lead_ms)
+        self.metrics.send_lateness.observe(now - due)
+        self.metrics.num_frames_sent += 1
         if self._seq == 0:
             self.first_frame_ms = now
             self.metrics.ttfa.observe((now - self.opened_ms) / 1000)
         self._seq += 1
         self.clock.on_audio_sent(frame_ms, now)
         self.metrics.frames_sent.inc()
+        return sent_ns
 
     def _silent_frame(self) -> bytes:
         """A frame of silence that carries the LAST flag when no audio frame is left to carry it."""
@@ -212,6 +244,7 @@ class ContextRunner:
                 await self.engine.cancel(self.request_id)
             except (EngineError, asyncio.TimeoutError):
                 log.warning("engine cancel of %s did not complete", self.request_id)
+        self._write_trace("cancelled")
         played = self.clock.played_ms(now_ms())
         return played, self.alignment.spoken_text(self.segmenter.text, played)
 
@@ -224,6 +257,18 @@ class ContextRunner:
         ttfa = None if self.first_frame_ms is None else round(self.first_frame_ms - self.opened_ms)
         return {"ttfa_ms": ttfa, "frames": self._seq, "stalls": self.clock.num_stalls,
                 "stall_ms": round(self.clock.stall_ms)}
+
+    def _write_trace(self, reason: str) -> None:
+        """--trace-file: this context's chunks with their path timestamps (monotonic ns: engine done, received
+        by this process, handled on its loop, when the listener needs it by our clock, first and last frame
+        sent), for voxrt.loadgen.path to join with the client's arrival times."""
+        if self._trace is not None and self._chunk_trace:
+            self._trace.write({"context_id": self.context_id, "request_id": self.request_id, "reason": reason,
+                               "opened_ns": round(self.opened_ms * 1e6), "frame_ms": self.config.output.frame_ms,
+                               "fields": ["chunk", "first_frame", "frames", "engine_done_ns", "received_ns",
+                                          "handled_ns", "need_ns", "first_sent_ns", "last_sent_ns"],
+                               "chunks": self._chunk_trace})
+            self._chunk_trace = []
 
     async def _safe_send_text(self, data: str) -> None:
         try:

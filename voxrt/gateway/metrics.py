@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import HistogramMetricFamily
+
+from voxrt.timing import EDGES_MS, LoopLagMonitor, MsHistogram
 
 TTFA_BUCKETS_S = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 
@@ -36,6 +39,17 @@ class GatewayMetrics:
         self.engine_early = Counter("voxrt_engine_early_chunks", "chunks the deadline policy cut before all their "
                                     "frames were there, so as not to be late", registry=r)
         self._last: dict[tuple[str, str], int] = {}  # engine totals already counted
+        # Per-frame figures kept in cheap histograms (voxrt/timing.py) and exported at scrape time: a frame's
+        # send time against its due time (the pacing rule's earliest send, or its chunk's arrival when later),
+        # and the event loop's lag (started by the app's lifespan).
+        self.send_lateness = MsHistogram()
+        self.num_frames_sent = 0  # as voxrt_frames_sent, readable without the registry
+        self.loop_lag = LoopLagMonitor()
+        ProcessCollector(registry=r)  # process_cpu_seconds_total etc.: CPU per gateway process
+        r.register(_MsHistograms({"voxrt_frame_send_lateness_seconds": ("audio frame send time minus its due "
+                                                                        "time", self.send_lateness),
+                                  "voxrt_event_loop_lag_seconds": ("how late a 10 ms timer of the gateway's "
+                                                                   "event loop fired", self.loop_lag.lag)}))
 
     def update_engine(self, stats) -> None:
         self.engine_waiting.set(stats.num_waiting)
@@ -62,3 +76,19 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _MsHistograms:
+    """Exports MsHistograms (milliseconds) as Prometheus histograms in seconds."""
+
+    def __init__(self, histograms: dict[str, tuple[str, MsHistogram]]) -> None:
+        self._histograms = histograms
+
+    def collect(self):
+        for name, (doc, hist) in self._histograms.items():
+            buckets, running = [], 0
+            for edge_ms, count in zip((*EDGES_MS, float("inf")), hist.counts):
+                running += count
+                buckets.append((str(edge_ms / 1000) if edge_ms != float("inf") else "+Inf", running))
+            yield HistogramMetricFamily(name.removesuffix("_seconds") + "_seconds", doc, buckets=buckets,
+                                        sum_value=hist.total_ms / 1000)

@@ -106,7 +106,9 @@ class RealtimeSession:
         elif isinstance(action, OpenContext):
             num_frames = action.num_frames if self.state.config.allow_pinned_lengths else None
             runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_text,
-                                   self.send_bytes, self._on_context_done, self.state.metrics, num_frames=num_frames)
+                                   self.send_bytes, self._on_context_done, self.state.metrics, num_frames=num_frames,
+                                   encode_pool=self.state.encode_pool, opus_signal=self.state.config.opus_signal,
+                                   trace=self.state.trace)
             self.runners[action.context_id] = runner
             self.state.metrics.contexts.inc()
             await runner.open()

@@ -19,6 +19,7 @@ from voxrt.loadgen.plots import plot_summaries
 from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, point_rows, run_point
 from voxrt.loadgen.sweep import Sweep, format_table
 from voxrt.loadgen.workload import FRAMES_PER_S, PINNED_LENGTH_RULE, load_workload
+from voxrt.timing import LoopLagMonitor
 
 PINNED_TOLERANCE_S = 0.1  # audio of a pinned request vs num_frames / FRAMES_PER_S (frame padding, resampling)
 
@@ -42,6 +43,7 @@ class LoadgenConfig:
     voice: str | None = None
     pin_frames: bool = True  # pin each request's length from its text (PINNED_LENGTH_RULE)
     warmup: int = 8  # requests run at once before the first point and not recorded (first-use costs)
+    engine_socket: str | None = None  # engine-direct through a running server's engine (VOXRT_ENGINE_AUTHKEY)
 
 
 async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
@@ -52,13 +54,25 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
     if config.engine_direct:
         from voxrt.engine.client import EngineClient  # noqa: PLC0415
 
-        client = await EngineClient.start(engine_config)
+        if config.engine_socket:
+            from voxrt.settings import read_env  # noqa: PLC0415
+
+            authkey = read_env().engine_authkey
+            if authkey is None:
+                raise ValueError("--engine-socket needs the engine's authkey in VOXRT_ENGINE_AUTHKEY (hex)")
+            client = await EngineClient.connect(config.engine_socket, authkey)
+        else:
+            client = await EngineClient.start(engine_config)
         target = EngineTarget(client, voice=config.voice, pin_frames=config.pin_frames)
-        mode = f"engine-direct ({engine_config.model}, {client.info.scheduler_type}; {client.info.lanes})"
+        mode = f"engine-direct ({client.info.name}, {client.info.scheduler_type}; {client.info.lanes})"
     else:
         target = WebSocketTarget(config.url, api_key=config.api_key, voice=config.voice, pin_frames=config.pin_frames)
         mode = f"websocket ({config.url})"
     lines = open(out / "requests.jsonl", "w", encoding="utf-8")
+    # The load generator's own event loop: when it lags, arrival times (and so stalls and TTFA) are its own
+    # delay, not the server's. Every point's summary carries the lag and CPU of this process during the point.
+    monitor = LoopLagMonitor()
+    monitor.start()
     long_run = config.duration_s >= 20
     unpinned = 0  # completed pinned requests whose audio is not the pinned length (a server ignoring it)
 
@@ -69,6 +83,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         # Rows are a seeded shuffle of the whole workload (`point_rows`), so every point's load is a uniform sample.
         point_seed = config.seed * 1_000_003 + round(rate * 1000)
         rows = [workload[i] for i in point_rows(len(workload), point_seed)]
+        monitor.window()
         records = await run_point(target, rows, rate, config.duration_s, seed=point_seed,
                                   tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
                                   progress=long_run)
@@ -81,7 +96,9 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         for record in records:
             lines.write(json.dumps(record.to_json()) + "\n")
         lines.flush()
-        return summarize(records, rate, config.duration_s)
+        own = monitor.window()
+        return {**summarize(records, rate, config.duration_s), "loadgen_loop_lag_p99_ms": own["loop_lag"]["p99_ms"],
+                "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_cpu_cores": own["cpu_cores"]}
 
     started = time.time()
     sweep: Sweep | None = None
@@ -135,6 +152,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
                 capacities[f"{threshold:.0%}"] = sweep.grid_capacity(threshold)
     finally:
         lines.close()
+        await monitor.stop()
         if client is not None:
             await client.close()
     summary = write_summary(complete=True)

@@ -113,12 +113,13 @@ def format_table(summaries: list[dict], capacities: dict[str, float | None] | No
         return "-" if v is None else format(v, fmt)
 
     lines = [f"{'rate':>8} {'reqs':>6} {'ok':>6} {'attain%':>8} {'p50ms':>8} {'p90ms':>8} {'p99ms':>8} "
-             f"{'stalled':>8} {'goodput':>8} {'audio-s/s':>10} {'audio-s/req':>11}"]
+             f"{'stalled':>8} {'goodput':>8} {'audio-s/s':>10} {'audio-s/req':>11} {'lg-lag99ms':>10} {'lg-cpu':>6}"]
     for s in sorted(summaries, key=lambda s: s["rate"]):
         lines.append(f"{s['rate']:>8g} {s['requests']:>6d} {s['completed']:>6d} {100 * s['attainment']:>8.1f} "
                      f"{num(s['ttfa_p50_ms'], '8.1f'):>8} {num(s['ttfa_p90_ms'], '8.1f'):>8} "
                      f"{num(s['ttfa_p99_ms'], '8.1f'):>8} {s['stalled_requests']:>8d} {s['goodput_rps']:>8.2f} "
-                     f"{s['audio_s_per_s']:>10.2f} {s['mean_audio_s']:>11.2f}")
+                     f"{s['audio_s_per_s']:>10.2f} {s['mean_audio_s']:>11.2f} "
+                     f"{num(s.get('loadgen_loop_lag_p99_ms'), '10.1f'):>10} {num(s.get('loadgen_cpu_cores'), '6.2f'):>6}")
     for name, value in (capacities or {}).items():
         lines.append(f"capacity at {name} attainment: {'none found' if value is None else f'{value:.3g} req/s'}")
     return "\n".join(lines)

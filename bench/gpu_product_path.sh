@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Issue 21, "the product path", in one GPU call: where the WebSocket path loses against engine-direct.
+# Qwen3-TTS-1.7B (full-size random checkpoint), deadline scheduler with lanes (codec lane SPLIT SMs, as the
+# 2026-11-29 runs), LibriTTS test-clean, Poisson arrivals, lengths pinned, the same seed and rows per rate on
+# every path. ONE engine process serves every path: `voxrt serve --engine-socket` runs the gateway
+# (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine through
+# that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
+#   direct      engine-direct, whole text, at RATES
+#   ws-whole    WebSocket, whole text, at RATES
+#   ws-tokens   WebSocket, tokens at TOKENS_PER_S (30/s), at RATES
+#   ttfa        TTFA at 1 req/s: WebSocket tokens at 30/s, then WebSocket whole text (TTFA_DURATION_S each)
+#   gwbench     the GPU-less gateway benchmark on this machine's cores (stand-in engine, Opus 48 kHz):
+#               one gateway process vs GW_THREADS encode threads vs GW_BENCH_WORKERS processes at GW_SESSIONS
+# Run from the repository root on the GPU machine:
+#
+#   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_product_path.sh
+#
+# Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
+# SPLIT (32), SEED (0), MAXREQ (600), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), MODEL
+# (qwen3-tts; MODEL=tiny is the CPU dry run: no checkpoint, --lanes inline). Everything is in
+# $OUT/product_path.tgz; the table is printed last (and in $OUT/table.txt).
+set -uo pipefail
+OUT=${OUT:-out/product_path}
+RATES=${RATES:-12,16}
+DURATION_S=${DURATION_S:-30}
+PATHS=${PATHS:-direct ws-whole ws-tokens ttfa gwbench}
+TOKENS_PER_S=${TOKENS_PER_S:-30}
+TTFA_DURATION_S=${TTFA_DURATION_S:-20}
+GW_WORKERS=${GW_WORKERS:-1}
+SPLIT=${SPLIT:-32}
+SEED=${SEED:-0}
+MAXREQ=${MAXREQ:-600}
+GW_SESSIONS=${GW_SESSIONS:-400}
+GW_THREADS=${GW_THREADS:-3}
+GW_BENCH_WORKERS=${GW_BENCH_WORKERS:-4}
+MODEL=${MODEL:-qwen3-tts}
+CKPT=/tmp/q17
+PORT=8765
+R=$OUT/runs
+mkdir -p "$R"
+SECONDS=0
+log() { echo "[$(printf '%4d' $SECONDS) s] $*"; }
+
+MODEL_ARGS=(--model "$MODEL")
+ENGINE_ARGS=(--scheduler-type deadline)
+if [ "$MODEL" = qwen3-tts ]; then
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt" 2>&1
+  if [ ! -f $CKPT/config.json ]; then
+    log "making the full-size random checkpoint"
+    python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT --tokenizer-dir .gpu/qwen-tokenizer \
+      > "$R/mk.log" 2>&1 || { tail -20 "$R/mk.log"; exit 1; }
+  fi
+  MODEL_ARGS+=(--checkpoint $CKPT)
+  ENGINE_ARGS+=(--lanes auto --sm-modes "$SPLIT")
+else
+  ENGINE_ARGS+=(--lanes inline)
+fi
+lscpu | grep -E "Model name|^CPU\(s\)" > "$R/cpu.txt"
+
+export VOXRT_ENGINE_AUTHKEY=${VOXRT_ENGINE_AUTHKEY:-$(python -c "import secrets; print(secrets.token_hex(32))")}
+SOCK=$(mktemp -u /tmp/voxrt-engine-XXXX.sock)
+log "starting the server: ${MODEL_ARGS[*]} ${ENGINE_ARGS[*]}, $GW_WORKERS gateway process(es)"
+python -m voxrt.cli serve "${MODEL_ARGS[@]}" "${ENGINE_ARGS[@]}" --port $PORT --allow-pinned-lengths \
+  --max-sessions 2048 --workers "$GW_WORKERS" --engine-socket "$SOCK" --stats-file "$R/gw-stats" \
+  --trace-file "$R/gw-trace" > "$R/serve.log" 2>&1 &
+SERVER=$!
+echo idle > "$R/tag"
+python bench/product_path.py sample "$R/cpu.jsonl" $SERVER "$R/tag" &
+SAMPLER=$!
+trap 'kill $SAMPLER 2>/dev/null; kill -INT $SERVER 2>/dev/null; sleep 3; kill $SERVER 2>/dev/null' EXIT
+for _ in $(seq 1 300); do
+  grep -q "voxrt ready" "$R/serve.log" && break
+  kill -0 $SERVER 2>/dev/null || { tail -30 "$R/serve.log"; exit 1; }
+  sleep 1
+done
+log "server ready"
+
+COMMON=(--workload bench/workloads/libritts_test_clean.jsonl --seed "$SEED" --max-requests "$MAXREQ")
+run() {  # TAG DURATION RATES LOADGEN-ARGS...
+  local tag=$1 duration=$2 rates=$3; shift 3
+  echo "$tag" > "$R/tag"
+  python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-before.json"
+  python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" --duration "$duration" \
+    --out "$R/$tag" > "$R/$tag.log" 2>&1
+  local rc=$?
+  python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-after.json"
+  echo idle > "$R/tag"
+  log "$tag done (rc $rc)"; sed -n '/rate   reqs/,$p' "$R/$tag.log"
+}
+WS=(--url ws://127.0.0.1:$PORT/v1/realtime)
+for path in $PATHS; do
+  case $path in
+    direct) run direct "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" ;;
+    ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" ;;
+    ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" ;;
+    ttfa) run ttfa-tokens "$TTFA_DURATION_S" 1 "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup 2
+          run ttfa-whole "$TTFA_DURATION_S" 1 "${WS[@]}" --warmup 2 ;;
+    gwbench) ;;  # after the server is stopped (below): it needs the cores to itself
+    *) log "unknown path $path" ;;
+  esac
+done
+kill $SAMPLER 2>/dev/null
+kill -INT $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+trap - EXIT
+
+if [[ " $PATHS " == *" gwbench "* ]]; then
+  NCPU=$(nproc); HALF=$((NCPU / 2))
+  GB=(python -m voxrt.loadgen.gateway_bench --sessions "$GW_SESSIONS" --duration 8 --ramp 2 --warmup 3
+      --gateway-cpus "0-$((GW_BENCH_WORKERS - 1))" --client-cpus "$HALF-$((NCPU - 1))" --client-procs 4 --opus-floor)
+  for cfg in "w1:" "t$GW_THREADS:--encode-threads=$GW_THREADS" "w$GW_BENCH_WORKERS:--workers=$GW_BENCH_WORKERS"; do
+    name=${cfg%%:*}; flags=${cfg#*:}
+    timeout 120 "${GB[@]}" --out "$R/gwbench-$name.json" -- --opus-signal=music $flags > "$R/gwbench-$name.log" 2>&1
+    log "gwbench $name (rc $?): $(grep -E '^ +[0-9]+ ' "$R/gwbench-$name.log" | tail -1)"
+  done
+fi
+
+python bench/product_path.py report "$R" > "$OUT/table.txt" 2>&1
+if ls "$R"/gwbench-*.log > /dev/null 2>&1; then
+  { echo; echo "gateway bench ($GW_SESSIONS Opus sessions, gateway on cores 0-$((GW_BENCH_WORKERS - 1)), --opus-signal music):"
+    for f in "$R"/gwbench-*.log; do echo "$(basename "$f" .log): $(grep -E '^ +[0-9]+ ' "$f" | tail -1)"; done
+    grep -h "libopus alone" "$R"/gwbench-w1.log; } >> "$OUT/table.txt"
+fi
+tar czf "$OUT/product_path.tgz" -C "$OUT" runs && rm -rf "$R"
+log "done"
+cat "$OUT/table.txt"

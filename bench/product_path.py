@@ -1,0 +1,158 @@
+"""Helpers of bench/gpu_product_path.sh (stdlib only; Linux /proc).
+
+    python bench/product_path.py sample OUT.jsonl SERVE_PID LOADGEN_TAG_FILE   # until killed: CPU of every process
+    python bench/product_path.py snapshot STATS_PREFIX OUT.json                 # the gateways' cumulative stats
+    python bench/product_path.py report RUNS_DIR                                # the last table
+
+`sample` writes one line a second: for the serve process and its descendants (the engine process and the
+gateway workers) and every `voxrt loadgen` process, the CPU fraction of one core since the previous line,
+labelled with the run tag read from LOADGEN_TAG_FILE. `report` joins each run's loadgen summary.json, the
+gateway stats snapshots taken before and after it (frame send lateness, loop lag) and the CPU samples.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from voxrt.timing import MsHistogram  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            out += [int(x) for x in Path(path).read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += _children(p)
+    return seen
+
+
+def _loadgens() -> list[int]:
+    pids = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            cmd = Path(path).read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"loadgen" in cmd and any(c.endswith(b"voxrt.cli") for c in cmd):
+            pids.append(int(path.split("/")[2]))
+    return pids
+
+
+def sample(out_path: str, serve_pid: int, tag_file: str) -> None:
+    last: dict[int, tuple[float, int]] = {}
+    with open(out_path, "a", encoding="utf-8") as out:
+        while True:
+            now = time.monotonic()
+            roles = {p: "serve" for p in _descendants(serve_pid)}
+            roles.update({p: "loadgen" for p in _loadgens()})
+            line = {"t": now, "tag": Path(tag_file).read_text().strip() if os.path.exists(tag_file) else "",
+                    "cpu": {}}
+            for pid, role in roles.items():
+                ticks = _cpu_ticks(pid)
+                if ticks is None:
+                    continue
+                if pid in last:
+                    t0, k0 = last[pid]
+                    line["cpu"][f"{role}:{pid}"] = round((ticks - k0) / TICKS / max(1e-6, now - t0), 3)
+                last[pid] = (now, ticks)
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            time.sleep(1.0)
+
+
+def snapshot(prefix: str, out_path: str) -> None:
+    stats = {}
+    for path in glob.glob(f"{prefix}.*.json"):
+        try:
+            data = json.loads(Path(path).read_text())
+            stats[data["pid"]] = data
+        except (OSError, ValueError):
+            pass
+    Path(out_path).write_text(json.dumps(stats))
+
+
+def _gateway_window(before: dict, after: dict) -> dict:
+    late, lag = MsHistogram(), MsHistogram()
+    cpu = wall = 0.0
+    for pid, end in after.items():
+        start = before.get(pid)
+        if start is None:
+            continue
+        late.merge(MsHistogram.from_dict(end["send_lateness"]).minus(MsHistogram.from_dict(start["send_lateness"])))
+        lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
+        cpu += end["cpu_s"] - start["cpu_s"]
+        wall = max(wall, end["monotonic_s"] - start["monotonic_s"])
+    return {"lateness": late.summary(), "loop_lag": lag.summary(), "cpu_cores": cpu / wall if wall else None}
+
+
+def report(runs_dir: str) -> None:
+    runs = Path(runs_dir)
+    samples = []
+    if (runs / "cpu.jsonl").exists():
+        samples = [json.loads(line) for line in (runs / "cpu.jsonl").read_text().splitlines() if line.strip()]
+    gateway_pids = set()
+    for snap in runs.glob("*.stats-after.json"):
+        gateway_pids |= set(json.loads(snap.read_text()))
+    print("run               rate  attain%  stalled  ttfa p50  p99 ms | gw jitter p99  max ms  gw lag p99  max ms  "
+          "gw CPU | loadgen lag p99  max ms  CPU | engine CPU mean/max")
+    for summary_path in sorted(runs.glob("*/summary.json")):
+        tag = summary_path.parent.name
+        summary = json.loads(summary_path.read_text())
+        gw = {}
+        before, after = runs / f"{tag}.stats-before.json", runs / f"{tag}.stats-after.json"
+        if before.exists() and after.exists():
+            gw = _gateway_window(json.loads(before.read_text()), json.loads(after.read_text()))
+        mine = [s for s in samples if s.get("tag") == tag]
+        engine = [v for s in mine for k, v in s["cpu"].items()
+                  if k.startswith("serve:") and int(k.split(":")[1]) not in gateway_pids]
+        engine = [v for v in engine if v > 0.01] or [0.0]
+
+        def f(x, spec):
+            return "-" if x is None else format(x, spec)
+        for point in summary.get("points", []):
+            print(f"{tag:16s} {point['rate']:5g}  {100 * point['attainment']:7.1f}  {point['stalled_requests']:7d}  "
+                  f"{f(point['ttfa_p50_ms'], '8.0f')}  {f(point['ttfa_p99_ms'], '6.0f')} | "
+                  f"{f(gw.get('lateness', {}).get('p99_ms'), '13.2f')}  {f(gw.get('lateness', {}).get('max_ms'), '6.0f')}"
+                  f"  {f(gw.get('loop_lag', {}).get('p99_ms'), '10.2f')}  {f(gw.get('loop_lag', {}).get('max_ms'), '6.0f')}"
+                  f"  {f(gw.get('cpu_cores'), '6.2f')} | {f(point.get('loadgen_loop_lag_p99_ms'), '15.2f')}  "
+                  f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
+                  f"{sum(engine) / len(engine):.2f}/{max(engine):.2f}")
+    print("(gw figures are per run, over all its points; CPU in cores; jitter = frame send time minus due time)")
+
+
+if __name__ == "__main__":
+    command, *rest = sys.argv[1:]
+    if command == "sample":
+        sample(rest[0], int(rest[1]), rest[2])
+    elif command == "snapshot":
+        snapshot(rest[0], rest[1])
+    elif command == "report":
+        report(rest[0])
+    else:
+        raise SystemExit(f"unknown command {command!r}: sample, snapshot or report")

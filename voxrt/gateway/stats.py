@@ -1,0 +1,67 @@
+"""Measurement files of one gateway process (`voxrt serve --stats-file PREFIX --trace-file PREFIX`).
+
+- Stats: every `STATS_EVERY_S` the process replaces `<prefix>.<pid>.json` with its cumulative figures: the
+  frame send-lateness and event-loop-lag histograms (voxrt/timing.py), frames sent, open sessions, and its
+  CPU seconds. A benchmark reads the files of every gateway process before and after a window and subtracts
+  (voxrt/loadgen/gateway_bench.py), which also works with several processes behind one port, where a
+  /metrics scrape reaches one of them at random.
+- Trace: one JSON line per finished context with each chunk's timestamps along the path (engine done,
+  received by this process, handled on its loop, first and last frame sent, and when the listener needs
+  the chunk by this process's playback clock), for `voxrt.loadgen.path` to join with the load generator's
+  arrival times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+STATS_EVERY_S = 1.0
+
+
+class StatsWriter:
+    def __init__(self, prefix: str, state) -> None:
+        self.path = f"{prefix}.{os.getpid()}.json"
+        self.state = state
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="voxrt-stats")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.write()
+
+    async def _run(self) -> None:
+        while True:
+            self.write()
+            await asyncio.sleep(STATS_EVERY_S)
+
+    def write(self) -> None:
+        m = self.state.metrics
+        data = {"pid": os.getpid(), "monotonic_s": time.monotonic(), "cpu_s": time.process_time(),
+                "sessions": self.state.num_sessions, "frames_sent": m.num_frames_sent,
+                "send_lateness": m.send_lateness.to_dict(), "loop_lag": m.loop_lag.lag.to_dict()}
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.path)
+
+
+class TraceWriter:
+    def __init__(self, prefix: str) -> None:
+        self.path = f"{prefix}.{os.getpid()}.jsonl"
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,347 @@
+"""The gateway benchmark without a GPU: `python -m voxrt.loadgen.gateway_bench`.
+
+A `voxrt serve --model standin` (voxrt/engine/standin.py: chunks of Qwen3-TTS's schedule, 2, 4, 8, 16, 25, ...
+frames of 80 ms of float32 PCM at 24 kHz, finishing at a fixed multiple of real time) serves N concurrent
+realtime sessions (Opus 48 kHz, 20 ms frames, pacing `realtime` with the default lead of 300 ms). Each session
+speaks contexts back to back, each of `--frames` model frames (87: 6.96 s, LibriTTS test-clean's mean), and its
+client reports playback every 100 ms, as the load generator does.
+
+Per point the gateway's own figures over the measured window (after a ramp and a warm-up), from the stats
+files every gateway process writes (`--stats-file`, voxrt/gateway/stats.py):
+- send jitter: each frame's send time minus its due time. Due is when the pacing rule first allows the
+  frame out (the instant the listener's buffer, by the session's playback clock, falls to lead_ms), or when
+  its chunk reached the gateway process, whichever is later. 0 means the frame left the instant it could;
+  what makes it late is the gateway itself: its event loop busy elsewhere, encoding, sending.
+- CPU: the gateway processes' CPU seconds per second (cores), per session, and sessions per core.
+- the gateway's event-loop lag, and the clients' (a client that lags is not measuring the gateway).
+The ceiling is the highest session count whose send-jitter p99 stays within `--jitter-bound-ms` (5 ms).
+
+The clients are plain `websockets` clients (cheaper per frame than voxrt.client) in `--client-procs`
+processes. `--gateway-cpus` / `--client-cpus` pin each side to its own cores (Linux), so the gateway's
+figures are per core and the clients do not steal its CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from voxrt.loadgen.listener import Listener
+from voxrt.timing import LoopLagMonitor, MsHistogram
+
+FRAME_MS = 20
+REPORT_EVERY_S = 0.1
+
+
+# ---- the clients (one process runs many sessions) ---------------------------------------------------------------
+
+async def _session(url: str, frames: int, stop_at: float, start_delay_s: float, totals: dict) -> None:
+    import websockets  # noqa: PLC0415
+
+    await asyncio.sleep(start_delay_s)
+    async with websockets.connect(url, max_size=None) as ws:  # offers permessage-deflate, as browsers do
+        await ws.send(json.dumps({"type": "session.start",
+                                  "output": {"codec": "opus", "sample_rate": 48000, "frame_ms": FRAME_MS}}))
+        json.loads(await ws.recv())
+        turn = 0
+        while time.monotonic() < stop_at:
+            turn += 1
+            cid = f"c{turn}"
+            await ws.send(json.dumps({"type": "text", "context_id": cid, "text": "x" * 100, "num_frames": frames}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": cid}))
+            listener = Listener(time.monotonic())
+            reporter = asyncio.create_task(_report(ws, cid, listener))
+            try:
+                while True:
+                    message = await ws.recv()
+                    if isinstance(message, bytes):
+                        now = time.monotonic()
+                        is_last = bool(message[1] & 2)
+                        listener.on_audio(now, FRAME_MS / 1000, is_last)
+                        totals["frames"] += 1
+                    elif message.startswith('{"type":"context.done'):
+                        break
+            finally:
+                reporter.cancel()
+            totals["contexts"] += 1
+            totals["stalls"] += listener.num_stalls
+            totals["stall_ms"] += listener.stall_ms
+            if listener.ttfa_ms is not None:
+                totals["ttfa"].observe(listener.ttfa_ms)
+        await ws.send(json.dumps({"type": "session.end"}))
+
+
+async def _report(ws, cid: str, listener: Listener) -> None:
+    try:
+        while not listener.is_finished:
+            await asyncio.sleep(REPORT_EVERY_S)
+            if listener.first_audio_s is not None and not listener.is_finished:
+                played_ms = listener.played_s(time.monotonic()) * 1000
+                await ws.send(json.dumps({"type": "playback", "context_id": cid, "played_ms": round(played_ms, 1)}))
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 (the session closed)
+        return
+
+
+async def _clients(url: str, num_sessions: int, frames: int, ramp_s: float, run_s: float, window: tuple[float, float],
+                   seed: int) -> dict:
+    totals = {"frames": 0, "contexts": 0, "stalls": 0, "stall_ms": 0.0, "ttfa": MsHistogram(), "errors": 0}
+    monitor = LoopLagMonitor()
+    monitor.start()
+    rng = random.Random(seed)
+    stop_at = time.monotonic() + run_s
+    tasks = [asyncio.create_task(_session(url, frames, stop_at, rng.uniform(0, ramp_s), totals))
+             for _ in range(num_sessions)]
+    start_s = time.monotonic()
+    await asyncio.sleep(max(0.0, start_s + window[0] - time.monotonic()))
+    monitor.window()
+    mark = dict(totals, ttfa=None)
+    await asyncio.sleep(max(0.0, start_s + window[1] - time.monotonic()))
+    measured = monitor.window()
+    in_window = {k: totals[k] - mark[k] for k in ("frames", "contexts", "stalls", "stall_ms")}
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    await monitor.stop()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    return {**in_window, "errors": len(errors), "first_error": repr(errors[0])[:200] if errors else None,
+            "ttfa": totals["ttfa"].summary(), "loop_lag": measured["loop_lag"], "cpu_cores": measured["cpu_cores"]}
+
+
+def _client_main(args: tuple, out) -> None:
+    cpus, nice = args[-1]
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    if nice:
+        os.nice(nice)
+    out.put(asyncio.run(_clients(*args[:-1])))
+
+
+# ---- the gateway ------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_gateway(port: int, stats_prefix: str, cpus: list[int] | None, extra: list[str], speed: float,
+                  nice: int = 0) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "voxrt.cli", "serve", "--model", "standin", "--standin-speed", str(speed),
+           "--port", str(port), "--allow-pinned-lengths", "--max-sessions", "100000", "--stats-file", stats_prefix,
+           *extra]
+    def preexec() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.nice(nice)
+    log_path = f"{stats_prefix}.serve.log"
+    with open(log_path, "w") as log:  # a file, not a pipe nobody reads: a full pipe would block the gateway
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, preexec_fn=preexec, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the gateway exited: {Path(log_path).read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the gateway did not become ready within 60 s")
+
+
+def stop_gateway(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def read_stats(prefix: str) -> dict[int, dict]:
+    out = {}
+    for path in glob.glob(f"{prefix}.*.json"):
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue  # being replaced right now; the next read gets it
+        out[data["pid"]] = data
+    return out
+
+
+def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
+    """Lateness, loop lag and CPU of every gateway process between two reads of the stats files."""
+    lateness, lag = MsHistogram(), MsHistogram()
+    cpu_s = wall_s = 0.0
+    frames = 0
+    for pid, end in after.items():
+        start = before.get(pid)
+        if start is None:
+            continue
+        lateness.merge(MsHistogram.from_dict(end["send_lateness"]).minus(MsHistogram.from_dict(start["send_lateness"])))
+        lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
+        cpu_s += end["cpu_s"] - start["cpu_s"]
+        wall_s = max(wall_s, end["monotonic_s"] - start["monotonic_s"])
+        frames += end["frames_sent"] - start["frames_sent"]
+    return {"jitter": lateness.summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
+            "frames_per_s": frames / wall_s if wall_s else None, "processes": len(after)}
+
+
+def run_point(num_sessions: int, args) -> dict:
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="voxrt-gwbench-")
+    prefix = os.path.join(workdir, "stats")
+    gateway = start_gateway(port, prefix, args.gateway_cpus, args.serve_args, args.speed, args.nice)
+    try:
+        url = f"ws://127.0.0.1:{port}/v1/realtime"
+        run_s = args.ramp + args.warmup + args.duration + 1.0
+        window = (args.ramp + args.warmup, args.ramp + args.warmup + args.duration)
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        procs = []
+        per = [num_sessions // args.client_procs + (i < num_sessions % args.client_procs)
+               for i in range(args.client_procs)]
+        for i, n in enumerate(per):
+            p = ctx.Process(target=_client_main, args=((url, n, args.frames, args.ramp, run_s, window, args.seed + i,
+                                                        (args.client_cpus, args.nice)), queue), daemon=True)
+            p.start()
+            procs.append(p)
+        t0 = time.monotonic()
+        time.sleep(max(0.0, t0 + window[0] - time.monotonic()))
+        before = read_stats(prefix)
+        time.sleep(max(0.0, t0 + window[1] - time.monotonic()))
+        after = read_stats(prefix)
+        clients = [queue.get(timeout=run_s + 120) for _ in procs]
+        for p in procs:
+            p.join(10)
+    finally:
+        stop_gateway(gateway)
+    log_lines = Path(f"{prefix}.serve.log").read_text().splitlines()
+    problems = [line for line in log_lines if "ERROR" in line or "WARNING" in line or "Traceback" in line]
+    if problems:
+        print(f"[gateway-bench] {len(problems)} warnings/errors in the gateway log, e.g. {problems[:3]}",
+              file=sys.stderr)
+    figures = window_figures(before, after)
+    cpu = figures["cpu_cores"] or 0.0
+    client_frames = sum(c["frames"] for c in clients)
+    return {
+        "sessions": num_sessions, **figures,
+        "cpu_per_session_pct": 100 * cpu / num_sessions if num_sessions else None,
+        "sessions_per_core": num_sessions / cpu if cpu else None,
+        "client_frames_per_s": client_frames / args.duration,
+        "client_stalls": sum(c["stalls"] for c in clients),
+        "client_contexts": sum(c["contexts"] for c in clients),
+        "client_errors": sum(c["errors"] for c in clients),
+        "client_first_error": next((c["first_error"] for c in clients if c["first_error"]), None),
+        "client_loop_lag_p99_ms": max((c["loop_lag"]["p99_ms"] or 0) for c in clients),
+        "client_cpu_cores": sum(c["cpu_cores"] for c in clients),
+    }
+
+
+def format_table(rows: list[dict], bound_ms: float) -> str:
+    lines = ["sessions  jitter p50  p99 ms  max ms  gw loop lag p99  gw CPU cores  CPU/session %  sessions/core  "
+             "frames/s  client stalls  client lag p99"]
+    for r in rows:
+        j = r["jitter"]
+        ok = "ok" if (j["p99_ms"] is not None and j["p99_ms"] <= bound_ms) else "OVER"
+        lines.append(f"{r['sessions']:8d}  {j['p50_ms'] or 0:10.2f}  {j['p99_ms'] or 0:6.2f}  {j['max_ms']:6.1f}  "
+                     f"{r['loop_lag']['p99_ms'] or 0:15.2f}  {r['cpu_cores'] or 0:12.2f}  "
+                     f"{r['cpu_per_session_pct'] or 0:13.3f}  {r['sessions_per_core'] or 0:13.0f}  "
+                     f"{r['frames_per_s'] or 0:8.0f}  {r['client_stalls']:13d}  {r['client_loop_lag_p99_ms']:14.1f}  {ok}")
+    return "\n".join(lines)
+
+
+def ceiling(rows: list[dict], bound_ms: float) -> dict | None:
+    """The highest session count at which every point up to it kept send-jitter p99 within the bound."""
+    best = None
+    for r in sorted(rows, key=lambda r: r["sessions"]):
+        if r["jitter"]["p99_ms"] is None or r["jitter"]["p99_ms"] > bound_ms or r["client_errors"]:
+            break
+        best = r
+    return best
+
+
+def _cpus(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m voxrt.loadgen.gateway_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sessions", default="50,100,150,200", help="comma-separated session counts (one point each)")
+    p.add_argument("--duration", type=float, default=20.0, help="measured window per point, seconds")
+    p.add_argument("--ramp", type=float, default=3.0, help="sessions start spread over this many seconds")
+    p.add_argument("--warmup", type=float, default=4.0, help="seconds after the ramp before the window opens")
+    p.add_argument("--frames", type=int, default=87, help="model frames (80 ms) per context")
+    p.add_argument("--speed", type=float, default=2.0, help="the stand-in engine's multiple of real time")
+    p.add_argument("--client-procs", type=int, default=1)
+    p.add_argument("--gateway-cpus", default=None, help="pin the gateway, e.g. 0 or 0-3 (Linux)")
+    p.add_argument("--client-cpus", default=None, help="pin the clients, e.g. 1")
+    p.add_argument("--jitter-bound-ms", type=float, default=5.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nice", type=int, default=0, help="niceness increment for the gateway and the clients "
+                   "(negative, as root, keeps other work on a shared machine from preempting them)")
+    p.add_argument("--opus-floor", action="store_true", help="first time libopus alone on the stand-in's "
+                   "signal and print the sessions-per-core floor")
+    p.add_argument("--out", default=None, help="write the rows and the ceiling as JSON here")
+    p.add_argument("serve_args", nargs="*", help="after --: more `voxrt serve` flags (e.g. --workers 2)")
+    args = p.parse_args(argv)
+    args.gateway_cpus, args.client_cpus = _cpus(args.gateway_cpus), _cpus(args.client_cpus)
+    try:
+        counts = [int(x) for x in args.sessions.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--sessions: expected comma-separated integers, got {args.sessions!r}")
+    if not counts or min(counts) < 1 or args.duration <= 0 or args.client_procs < 1 or args.frames < 1:
+        p.error("--sessions counts, --duration, --client-procs and --frames must be positive")
+    floor = None
+    if args.opus_floor:
+        from voxrt.engine.standin import opus_floor_us  # noqa: PLC0415
+
+        signal_hint = next((a.split("=", 1)[1] for a in args.serve_args if a.startswith("--opus-signal=")), "auto")
+        floor_us = opus_floor_us(signal=signal_hint)
+        floor = {"opus_signal": signal_hint, "us_per_frame": round(floor_us, 1),
+                 "sessions_per_core": round(1e6 / floor_us / (1000 / FRAME_MS))}
+        print(f"libopus alone on the stand-in's signal (--opus-signal {signal_hint}): {floor_us:.1f} us per 20 ms "
+              f"frame, {floor['sessions_per_core']} streams per core; 70%: {0.7 * floor['sessions_per_core']:.0f}",
+              flush=True)
+    rows = []
+    for n in counts:
+        row = run_point(n, args)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    best = ceiling(rows, args.jitter_bound_ms)
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, "opus_floor": floor,
+                                              "rows": rows, "ceiling": best}, indent=2) + "\n")
+    print(format_table(rows, args.jitter_bound_ms))
+    if best is None:
+        print(f"ceiling: none of the points kept send-jitter p99 <= {args.jitter_bound_ms:g} ms")
+    else:
+        print(f"ceiling: {best['sessions']} sessions with send-jitter p99 {best['jitter']['p99_ms']:.2f} ms "
+              f"<= {args.jitter_bound_ms:g} ms, {best['cpu_cores']:.2f} gateway cores: "
+              f"{best['sessions_per_core']:.0f} sessions per core")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
