@@ -1,7 +1,9 @@
 """Import boundaries, checked statically: every .py file is parsed with `ast`, none is imported.
 
 - The pure core (voxrt/engine/sched/, messages.py, errors.py, params.py, client.py) imports no torch,
-  asyncio or time (client.py, the asyncio edge, may), socket or starlette.
+  asyncio, time, socket or starlette (client.py, the engine's I/O edge in the gateway's process, may use
+  asyncio, time and socket: it joins an engine over a Unix socket and shuts that socket down to wake its
+  reader thread).
 - Nothing under voxrt/engine imports starlette or uvicorn.
 - Nothing anywhere imports a top-level `models` package: `models/` ships as `voxrt.models`.
 - Nothing under models/ imports voxrt.gateway.
@@ -151,7 +153,8 @@ def test_the_import_collector_sees_every_form():
 def test_pure_core_imports_no_torch_asyncio_socket_time_starlette(path):
     rel = path.relative_to(ROOT)
     imported = imports_of(path)
-    banned = [b for b in PURE_BANNED if not (b in ("asyncio", "time") and rel.as_posix() == "voxrt/engine/client.py")]
+    banned = [b for b in PURE_BANNED
+              if not (b in ("asyncio", "time", "socket") and rel.as_posix() == "voxrt/engine/client.py")]
     bad = {b: hits(imported, b) for b in banned if hits(imported, b)}
     assert not bad, f"{rel} imports {bad}"
 
