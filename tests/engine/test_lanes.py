@@ -192,8 +192,8 @@ def test_urgent_and_background_jobs_run_on_their_lanes(monkeypatch):
     monkeypatch.setattr(core.runner, "launch_codec", spy)
     schedule = core.scheduler.schedule
 
-    def route_first_chunks_urgent(now_ns):
-        plan = schedule(now_ns)
+    def route_first_chunks_urgent(now_ns, lanes_free=None):
+        plan = schedule(now_ns, lanes_free)
         import dataclasses  # noqa: PLC0415
         plan.codec = [dataclasses.replace(j, lane=URGENT if j.chunk_index == 0 else BACKGROUND) for j in plan.codec]
         return plan

@@ -88,12 +88,12 @@ def test_playback_reports_reach_the_scheduler(monkeypatch):
     seen = []
 
     class Spy(BaseScheduler):
-        def schedule(self, now_ns: int) -> StepPlan:
+        def plan_step(self, now_ns: int) -> StepPlan:
             for request in self.requests.values():
                 if request.playback is not None:
                     anchor = request.playback
                     seen.append((now_ns, anchor.anchor_ns, anchor.played_samples))
-            return super().schedule(now_ns)
+            return super().plan_step(now_ns)
 
     monkeypatch.setitem(policies.POLICIES, "spy", Spy)
     simulate("spy", rate=5.0, duration_s=2.0, seed=3)
@@ -109,8 +109,8 @@ def test_the_checker_catches_two_chunks_of_one_request_in_flight(monkeypatch):
     class Broken(BaseScheduler):
         """Forgets that a chunk is in flight: cuts the next one of the same request at once."""
 
-        def schedule(self, now_ns: int) -> StepPlan:
-            plan = super().schedule(now_ns)
+        def plan_step(self, now_ns: int) -> StepPlan:
+            plan = super().plan_step(now_ns)
             for job in plan.codec:
                 job.request.num_chunks_in_flight = 0
             return plan

@@ -1,7 +1,10 @@
 """The in-process engine: scheduler + runner + the step loop body, and the commands that feed it.
 
-The loop body is three verbs: `plan = scheduler.schedule(now)`; run it; `scheduler.update(...)`. An
-exception in a step fails the requests of that step (their pages and slots return) and the engine goes on.
+The loop body reads schedule -> run -> update: `plan = scheduler.schedule(now, codec.lanes_free())`, the
+plan's chunks to the codec executor and its LM step to the runner, then `scheduler.update_lm` and the
+finished codec launches back to the scheduler. Where chunks run (after the LM step, or on lanes beside it) is
+the executor's business (runtime/executor.py), not a branch of the loop. An exception in a step fails the
+requests of that step (their pages and slots return) and the engine goes on.
 `voxrt.engine.process` runs this in its own process; tests and benchmarks may drive it directly.
 """
 
@@ -17,14 +20,15 @@ from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
                                    SubmitRequest)
 from voxrt.engine.runtime.attention import bytes_per_page
+from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
 from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram
-from voxrt.engine.runtime.runner import CodecLaunch, ModelRunner, RunnerConfig, resolve_backend
+from voxrt.engine.runtime.runner import ModelRunner, RunnerConfig, resolve_backend
 from voxrt.engine.runtime.trace import Tracer
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.pages import PagePool, SlotPool
-from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob
+from voxrt.engine.sched.plan import URGENT, CodecJob
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
@@ -86,14 +90,12 @@ class EngineCore:
                                               deadline_margin_ms=config.deadline_margin_ms,
                                               urgent_ms=config.urgent_ms,
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
-                                              dec_batch=config.dec_batch))
-        self.scheduler.has_lanes = self.lanes.enabled
+                                              dec_batch=config.dec_batch, has_lanes=self.lanes.enabled))
         self._cost_overrides = cost_overrides
         if cost_overrides:
             self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
-        self._in_flight: dict[str, CodecLaunch | None] = {lane: None for lane in LANES}
-        self._queued: dict[str, list[CodecJob]] = {lane: [] for lane in LANES}
         self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
+        self.codec = make_executor(self.runner, self._live, self.lanes.enabled, timing=self.tracer is not None)
         self.codec_launches: dict[str, int] = {}
         self.chunks_on_time = 0
         self.chunks_late = 0
@@ -164,73 +166,37 @@ class EngineCore:
     def has_work(self) -> bool:
         """Live requests to serve, or codec launches still in flight or queued (a cancelled request's launch
         must still complete so that its slot returns)."""
-        return (self.scheduler.has_work() or any(x is not None for x in self._in_flight.values())
-                or any(self._queued.values()))
+        return self.scheduler.has_work() or self.codec.is_busy()
 
     # ---- the loop body -----------------------------------------------------------------------------------------
 
     def step(self, now_ns: int | None = None) -> list[EngineMessage]:
-        if self.lanes.enabled:
-            return self._step_lanes(now_ns)
-        return self._step_sync(now_ns)
-
-    def _step_sync(self, now_ns: int | None) -> list[EngineMessage]:
-        """The time-shared synchronous loop: LM step, then the step's codec chunks, in order."""
+        """schedule -> run -> update. The codec executor takes the plan's chunks before the LM step (lanes launch
+        them beside it; the time-shared executor decodes them at `collect`, after it)."""
+        events = self._deliver_all(self.codec.collect())
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
-        plan = self.scheduler.schedule(now_ns)
+        plan = self.scheduler.schedule(now_ns, self.codec.lanes_free())
         self._on_plan(now_ns, plan)
-        events: list[EngineMessage] = []
-        if plan.prefill or plan.decode:
-            self._run_lm(plan)
-        jobs = self._live(plan.codec)  # a request ended during the LM step: its chunk is not decoded
-        if jobs:
-            t0 = time.monotonic_ns()
-            try:
-                audio = self.runner.run_codec(jobs)
-            except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
-                self._codec_failed(jobs)
-            else:
-                self._deliver("loop", jobs, audio, t0, None, events)
-        for failure in self.scheduler.pop_failures():
-            events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
-        self.num_steps += 1
-        return events
-
-    def _step_lanes(self, now_ns: int | None) -> list[EngineMessage]:
-        """Lanes: codec launches go to the urgent or background lane and run beside the LM step; each lane
-        keeps one launch in flight and is refilled when its event fires."""
-        sched = self.scheduler
-        events: list[EngineMessage] = []
-        self._collect(events)
-        now_ns = time.monotonic_ns() if now_ns is None else now_ns
-        sched.lanes_free = {lane: self._in_flight[lane] is None and not self._queued[lane] for lane in LANES}
-        plan = sched.schedule(now_ns)
-        self._on_plan(now_ns, plan)
-        for job in plan.codec:
-            self._queued[job.lane if job.lane in LANES else BACKGROUND].append(job)
         if self.sm_chooser is not None:
             self._choose_sm_mode(now_ns, plan)
-        self._launch(events)  # before the LM step, so that the codec runs beside it
+        self.codec.submit(plan.codec)
         if plan.prefill or plan.decode:
             self._run_lm(plan)
-            self._collect(events)
-            self._launch(events)
-        elif any(self._in_flight.values()):  # nothing for the LM: wait for the first launch to finish
-            launch = min((x for x in self._in_flight.values() if x is not None), key=lambda x: x.launched_ns)
-            launch.wait()
-            self._collect(events)
-            self._launch(events)
-        for failure in sched.pop_failures():
+        else:  # nothing for the LM: wait for a launch to finish rather than spin
+            self.codec.wait()
+        events += self._deliver_all(self.codec.collect())
+        for failure in self.scheduler.pop_failures():
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
         return events
 
     def _choose_sm_mode(self, now_ns: int, plan) -> None:
         """Adaptive SM modes: the split for this step's LM work and the next background launch."""
-        waiting = len(self._queued[BACKGROUND]) + sum(1 for job in self.scheduler.ready_chunks()
-                                                      if job.request.is_streaming)
+        assert isinstance(self.codec, LaneExecutor)  # SM modes exist only with lanes
+        waiting = self.codec.num_background_queued + sum(1 for job in self.scheduler.ready_chunks()
+                                                         if job.request.is_streaming)
         signals = SmModeSignals(now_ns, background_waiting=waiting,
-                                background_in_flight=self._in_flight[BACKGROUND] is not None,
+                                background_in_flight=self.codec.background_in_flight,
                                 urgent_continuations=sum(1 for job in plan.codec
                                                          if job.lane == URGENT and job.chunk_index > 0))
         mode = self.sm_chooser.choose(signals)
@@ -267,36 +233,6 @@ class EngineCore:
                               prefill=len(plan.prefill), decode=len(plan.decode),
                               prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None))
 
-    def _launch(self, events: list[EngineMessage]) -> None:
-        """Starts the queued chunks of every free lane (urgent first), up to one launch per lane."""
-        for lane in (URGENT, BACKGROUND):
-            if self._in_flight[lane] is not None or not self._queued[lane]:
-                continue
-            queued, self._queued[lane] = self._queued[lane], []
-            jobs = self._live(queued)  # cancelled while queued: never decoded
-            if not jobs:
-                continue
-            try:
-                self._in_flight[lane] = self.runner.launch_codec(jobs, lane, timing=self.tracer is not None)
-            except Exception:  # noqa: BLE001
-                self._codec_failed(jobs)
-            else:
-                if not self.lanes.is_async:  # inline: done at once
-                    self._collect(events)
-
-    def _collect(self, events: list[EngineMessage]) -> None:
-        """Turns every finished launch into chunks (a failed one fails its requests)."""
-        for lane, launch in self._in_flight.items():
-            if launch is None or not launch.is_done():
-                continue
-            self._in_flight[lane] = None
-            try:
-                audio = launch.results()
-            except Exception:  # noqa: BLE001 (a device error surfaces here)
-                self._codec_failed(launch.jobs)
-                continue
-            self._deliver(lane, launch.jobs, audio, launch.launched_ns, launch.gpu_ms(), events)
-
     def _live(self, jobs: list[CodecJob]) -> list[CodecJob]:
         """The jobs whose request is still live; the others are completed undecoded, so their slot returns."""
         live = []
@@ -307,20 +243,28 @@ class EngineCore:
                 live.append(job)
         return live
 
-    def _deliver(self, lane: str, jobs: list[CodecJob], audio, launched_ns: int, gpu_ms: float | None,
-                 events: list[EngineMessage]) -> None:
+    def _deliver_all(self, finished: list[Finished]) -> list[EngineMessage]:
+        events: list[EngineMessage] = []
+        for launch in finished:
+            if launch.audio is None:
+                self._codec_failed(launch.jobs, launch.error)
+            else:
+                self._deliver(launch, events)
+        return events
+
+    def _deliver(self, launch: Finished, events: list[EngineMessage]) -> None:
         """A finished launch: chunk events (not for requests that ended meanwhile), counters, completion."""
         done_ns = time.monotonic_ns()
-        self.codec_launches[lane] = self.codec_launches.get(lane, 0) + 1
-        for job, pcm in zip(jobs, audio):
+        self.codec_launches[launch.lane] = self.codec_launches.get(launch.lane, 0) + 1
+        for job, pcm in zip(launch.jobs, launch.audio):
             if not job.request.is_terminal:
                 events.append(self._chunk_event(job, pcm))
                 self._count_timing(job, done_ns)
             self.scheduler.complete_codec(job, done_ns)  # the launch is over: a held slot returns
-        self._trace_codec(lane, jobs, launched_ns, done_ns, gpu_ms)
+        self._trace_codec(launch.lane, launch.jobs, launch.launched_ns, done_ns, launch.gpu_ms)
 
-    def _codec_failed(self, jobs: list[CodecJob]) -> None:
-        log.exception("codec launch failed; failing its %d requests", len(jobs))
+    def _codec_failed(self, jobs: list[CodecJob], error: BaseException | None) -> None:
+        log.error("codec launch failed; failing its %d requests", len(jobs), exc_info=error)
         self.num_failed_steps += 1
         now_ns = time.monotonic_ns()
         for job in jobs:

@@ -12,7 +12,7 @@ from voxrt.engine.sched.scheduler import Scheduler
 class BaseScheduler(Scheduler):
     name = "base"
 
-    def schedule(self, now_ns: int) -> StepPlan:
+    def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
         running = self.running()  # before admission: a request admitted now is prefilled, not decoded
         self.admit(plan, self.waiting(), len(running))  # first come, first served

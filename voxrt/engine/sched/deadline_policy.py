@@ -91,7 +91,7 @@ class DeadlineScheduler(Scheduler):
         self.background_slowdown = 1.0
         self._background_batch: _LaunchRecord | None = None
 
-    def schedule(self, now_ns: int) -> StepPlan:
+    def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
         running = self.running()
         # streams by first-audio deadline (arrival + startup), then the non-streaming ones

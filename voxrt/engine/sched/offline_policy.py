@@ -18,7 +18,7 @@ from voxrt.engine.sched.scheduler import Scheduler
 class OfflineScheduler(Scheduler):
     name = "offline"
 
-    def schedule(self, now_ns: int) -> StepPlan:
+    def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
         running = self.running()
         self.admit(plan, self.waiting(), len(running))

@@ -2,8 +2,9 @@
 
 `Scheduler` holds the state and the mechanics every policy shares (admission, page growth, text feeding,
 stop rules, chunk cutting, cancel) and the steps policies compose (`admit`, `decode`, `peek_chunk`/`cut`).
-A policy implements `schedule(now_ns)`; `BaseScheduler` in `base_policy.py` is the first one, `policies.py`
-lists them all. Pure: no torch, no clock (time is an argument).
+A policy implements `plan_step(now_ns)`; `schedule(now_ns, lanes_free)` is the runtime's entry point.
+`BaseScheduler` in `base_policy.py` is the first policy, `policies.py` lists them all. Pure: no torch, no clock
+(time is an argument).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class SchedulerConfig:
     urgent_ms: float = 100.0  # chunks due within this go to the urgent lane
     max_prefill_deferral_ms: float = 100.0  # a new request's admission is deferred at most this long
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
+    has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,9 @@ class Scheduler(abc.ABC):
         self._tokenize = tokenize
         self.requests: dict[str, Request] = {}  # live (non-terminal) requests, in arrival order
         self._failures: list[Failure] = []
-        # Set by the runtime before each `schedule`: whether it runs codec lanes beside the LM, and which lane
-        # can take a launch now (each lane keeps one batch in flight). Without lanes both are always free.
-        self.has_lanes = False
+        # Whether codec lanes run beside the LM, and which lane can take a launch now (`schedule`'s argument:
+        # each lane keeps one batch in flight). Without lanes both are always free.
+        self.has_lanes = config.has_lanes
         self.lanes_free: dict[str, bool] = {URGENT: True, BACKGROUND: True}
         self.costs = CostModel()  # the runtime replaces it with figures measured at start-up
         # Slots of ended requests whose chunk is still in flight on a lane: released when it completes, so that
@@ -102,9 +104,16 @@ class Scheduler(abc.ABC):
 
     # ---- the policy ------------------------------------------------------------------------------------
 
+    def schedule(self, now_ns: int, lanes_free: dict[str, bool] | None = None) -> StepPlan:
+        """Decide the next step. Mutates request bookkeeping (pages, text cursor, chunk cursor). `lanes_free`:
+        which codec lane can take a launch now (None: as last given)."""
+        if lanes_free is not None:
+            self.lanes_free = dict(lanes_free)
+        return self.plan_step(now_ns)
+
     @abc.abstractmethod
-    def schedule(self, now_ns: int) -> StepPlan:
-        """Decide the next step. Mutates request bookkeeping (pages, text cursor, chunk cursor)."""
+    def plan_step(self, now_ns: int) -> StepPlan:
+        """The policy's decision for this step (`schedule` is its entry point)."""
 
     # ---- results ---------------------------------------------------------------------------------------
 

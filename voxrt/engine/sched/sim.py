@@ -28,6 +28,7 @@ holds two requests' launches at once (`SimResult.codec_errors`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -159,13 +160,12 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
         arrivals.append(round(t_s * 1e9))
         t_s += rng.expovariate(rate)
     pool = texts if texts else synthetic_texts(rng, max(1, len(arrivals)))
-    config = config or SchedulerConfig()
+    config = dataclasses.replace(config or SchedulerConfig(), has_lanes=has_lanes)
     max_tokens = PROMPT_TOKENS + max(pinned_frames(t) for t in pool) + 1
     num_pages = config.max_batch_size * -(-max_tokens // PAGE_SIZE)
     sched = policy_class(policy_name)(spec, PagePool(num_pages, PAGE_SIZE), SlotPool(2 * config.max_batch_size),
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
-    sched.has_lanes = has_lanes
     sim = _Engine(sched, [(t, f"r{i}", pool[i % len(pool)]) for i, t in enumerate(arrivals)], has_lanes,
                   lm_share, bg_share, round(report_ms * 1e6))
     sim.run()
@@ -211,8 +211,7 @@ class _Engine:
             self._arrive()
             self._observe_lanes()
             self._report()
-            self.sched.lanes_free = {lane: not self.lanes[lane] for lane in LANES}
-            plan = self.sched.schedule(self.now)
+            plan = self.sched.schedule(self.now, {lane: not self.lanes[lane] for lane in LANES})
             if not plan.is_empty:
                 self.num_steps += 1
             for request in plan.prefill:
