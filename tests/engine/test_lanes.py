@@ -219,7 +219,7 @@ def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path, lanes):
     codec = [r for r in records if r["kind"] == "codec"]
     assert sum(r["jobs"] for r in codec) == sum(len(r["frames"]) for r in codec) > 0
     assert all(r["lane"] in ((URGENT, BACKGROUND) if lanes == "inline" else ("loop",)) for r in codec)
-    assert all(r["ms"] >= 0 and "gpu_ms" in r for r in records if r["kind"] == "lm")
+    assert all(r["ms"] >= 0 and "gpu_ms" in r and "gpu_idle_ms" in r for r in records if r["kind"] == "lm")
 
 
 @pytest.mark.parametrize(("mode", "resolved"), [("auto", "off"), ("off", "off"), ("inline", "inline"),

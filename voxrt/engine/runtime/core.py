@@ -95,6 +95,7 @@ class EngineCore:
         if cost_overrides:
             self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
         self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
+        self._last_lm_end = None  # with the trace on CUDA: the previous LM step's end event (GPU idle between them)
         self.codec = make_executor(self.runner, self._live, self.lanes.enabled, timing=self.tracer is not None)
         self.codec_launches: dict[str, int] = {}
         self.chunks_on_time = 0
@@ -224,12 +225,17 @@ class EngineCore:
             return
         self.scheduler.update_lm(plan, codes)
         if self.tracer is not None:
-            gpu_ms = None
+            gpu_ms = idle_ms = None
             if timing is not None:
                 timing[1].record(timing[2])
                 timing[1].synchronize()
                 gpu_ms = timing[0].elapsed_time(timing[1])
+                # the LM lane's idle time since the previous LM step ended: the host's planning, uploads and
+                # waits between steps, as the GPU saw them (issue 13 wants it near zero)
+                idle_ms = self._last_lm_end.elapsed_time(timing[0]) if self._last_lm_end is not None else None
+                self._last_lm_end = timing[1]
             self.tracer.write(kind="lm", t_ms=t0 / 1e6, ms=(time.monotonic_ns() - t0) / 1e6, gpu_ms=gpu_ms,
+                              gpu_idle_ms=idle_ms,
                               prefill=len(plan.prefill), decode=len(plan.decode),
                               prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None))
 
