@@ -230,3 +230,32 @@ def test_codec_groups_larger_than_max_codec_batch_are_split_with_equal_audio():
     whole, split = run(16), run(4)
     for rid in whole:
         np.testing.assert_allclose(split[rid], whole[rid], rtol=0, atol=1e-6)
+
+
+def test_padded_prefill_buckets_equal_an_exact_length_prefill():
+    """Prompts of lengths in every bucket (and past the last: eager), in one plan: the graphed stages' padded
+    prefill gives each prompt the hidden state and code 0 of an exact-length prefill, in the plan's order."""
+    import torch  # noqa: PLC0415
+
+    from voxrt.engine.runtime.runner import PREFILL_LENGTHS  # noqa: PLC0415
+    from voxrt.engine.sched.request import PromptTokens, Request  # noqa: PLC0415
+
+    core = EngineCore(EngineConfig(device="cpu", max_batch_size=8, max_seq_len=256))
+    runner, sched = core.runner, core.scheduler
+    lengths = [5, PREFILL_LENGTHS[1], 3, PREFILL_LENGTHS[-1] + 7, PREFILL_LENGTHS[0] + 1, 9]
+    g = torch.Generator().manual_seed(0)
+    requests = []
+    for i, n in enumerate(lengths):
+        request = Request.create(f"p{i}", "default", SamplingParams(greedy=True), core.program.tokenize, 0)
+        text = tuple(int(t) for t in torch.randint(16, 4000, (n,), generator=g))
+        codec = tuple(-1 if j % 3 else int(torch.randint(0, 256, (), generator=g)) for j in range(n))
+        request.prompt = PromptTokens(text, codec, num_text_tokens_used=1)
+        request.pages = sched.pages.allocate(sched.pages.pages_for_tokens(n))
+        request.slot = sched.slots.allocate()
+        requests.append(request)
+    with torch.inference_mode():
+        hidden, code0 = runner._run_prefill(requests)
+        exact = [runner._prefill_eager([r]) for r in requests]
+    for i, (h, c) in enumerate(exact):
+        torch.testing.assert_close(hidden[i], h[0], atol=1e-4, rtol=1e-4)
+        assert int(code0[i]) == int(c[0]), i

@@ -182,8 +182,16 @@ class FlashInferAttention(AttentionContext):
             self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 workspace, "NHD", use_cuda_graph=use_cuda_graph, **buffers)
         else:
-            assert not use_cuda_graph, "prefill runs eagerly"
-            self.wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+            buffers = {}
+            if use_cuda_graph:  # graphed prefill: a fixed number of prompts of one padded length (runner.py)
+                buffers = dict(
+                    qo_indptr_buf=torch.zeros(max_seqs + 1, dtype=torch.int32, device=device),
+                    paged_kv_indptr_buf=torch.zeros(max_seqs + 1, dtype=torch.int32, device=device),
+                    paged_kv_indices_buf=torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
+                    paged_kv_last_page_len_buf=torch.zeros(max_seqs, dtype=torch.int32, device=device),
+                )
+            self.wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                workspace, "NHD", use_cuda_graph=use_cuda_graph, **buffers)
 
     def _fill(self, seqs: Sequence[SeqSlice]) -> None:
         ps = self.kv.page_size

@@ -103,6 +103,25 @@ class DecodeBuffers:
     code0: torch.Tensor  # [b] out
 
 
+# Prefill graphs: prompts padded to one of these lengths (tokens), up to PREFILL_BATCH prompts per launch. A
+# Qwen3-TTS CustomVoice prompt is 12-14 tokens (role, codec prefix, the first text token): the 16 bucket holds
+# nearly all of them; longer prompts than the last bucket prefill eagerly.
+PREFILL_LENGTHS = (16, 32, 64)
+PREFILL_BATCH = 8
+
+
+@dataclass
+class PrefillBuffers:
+    text_ids: torch.Tensor  # [b * T], -1: nothing on the track (padding is -1 on both)
+    codec_ids: torch.Tensor  # [b * T]
+    last: torch.Tensor  # [b] index of each row's last real token in the flat layout
+    slots: torch.Tensor  # [b]
+    sampling: SamplingTensors
+    attn: AttentionContext
+    hidden: torch.Tensor  # [b, H] out
+    code0: torch.Tensor  # [b] out
+
+
 @dataclass
 class DepthBuffers:
     hidden: torch.Tensor  # [b, H]
@@ -151,6 +170,14 @@ class ModelRunner:
                                            use_graphs, lm_pool) for m in range(num_modes)]
         self.depth_stages = [GraphedStage("depth" + suffix[m], buckets, self._make_depth_buffers, self._depth_body,
                                           use_graphs, lm_pool) for m in range(num_modes)]
+        prefill_buckets = batch_buckets(min(PREFILL_BATCH, cfg.max_batch_size))
+        lengths = [t for t in PREFILL_LENGTHS if t <= cfg.max_seq_len]
+        # per SM mode, per prompt-length bucket: prompts padded to the length, graphs per prompt count
+        self.prefill_stages = [
+            {t: GraphedStage(f"prefill[{t}]" + suffix[m], prefill_buckets,
+                             lambda b, g, t=t: self._make_prefill_buffers(b, t, g), self._prefill_body, use_graphs,
+                             lm_pool) for t in lengths}
+            for m in range(num_modes)]
         codec_buckets = batch_buckets(min(cfg.max_codec_batch, cfg.max_batch_size))
         sizes = codec_sizes(program.first_chunk_frames, program.chunk_frames)
 
@@ -174,6 +201,10 @@ class ModelRunner:
     @property
     def depth_stage(self) -> GraphedStage:
         return self.depth_stages[self.lanes.active]
+
+    @property
+    def prefill_stage_by_length(self) -> dict[int, GraphedStage]:
+        return self.prefill_stages[self.lanes.active]
 
     @property
     def codec_stages(self) -> dict[int, GraphedStage]:
@@ -202,6 +233,7 @@ class ModelRunner:
                     self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []),
                                               lm_stream)
                     self.depth_stage.capture(lambda b: None, lm_stream)
+                    self._capture_prefill(lm_stream)
                 lanes = (BACKGROUND, URGENT) if mode == 0 else (BACKGROUND,)  # the urgent lane has one set
                 for lane, stages in self.codec_stages_by_lane.items():
                     if lane not in lanes:
@@ -214,6 +246,19 @@ class ModelRunner:
             self.lanes.set_mode(active)
         self.synchronize()
 
+    def _capture_prefill(self, stream) -> None:
+        """The prefill graphs of the active SM mode. A bucket whose capture fails (an attention library that
+        cannot graph this shape) prefills eagerly instead, logged: slower, never wrong."""
+        for length, stage in list(self.prefill_stage_by_length.items()):
+            try:
+                stage.capture(lambda b, t=length: self._fill_prefill(b, b.slots.shape[0], t, []), stream)
+            except Exception:  # noqa: BLE001
+                log.exception("prefill graphs for %d-token prompts failed to capture; those prompts prefill eagerly",
+                              length)
+                stage.graphs.clear()
+                stage.buffers.clear()
+                self.synchronize()
+
     def synchronize(self) -> None:
         """Waits for every lane (a device-wide synchronize does not cover green-context streams)."""
         if self.cfg.device.type != "cuda":
@@ -223,11 +268,14 @@ class ModelRunner:
             stream.synchronize()
         torch.cuda.synchronize()
 
-    def _attention(self, num_seqs: int, num_tokens: int, is_decode: bool, graphed: bool) -> AttentionContext:
+    def _attention(self, num_seqs: int, num_tokens: int, is_decode: bool, graphed: bool,
+                   max_pages: int | None = None) -> AttentionContext:
+        """`max_pages`: pages per sequence of a graphed context (default: the longest sequence's)."""
+        max_pages = max_pages or self.max_pages_per_seq
         if self.cfg.attention_backend == "torch":
-            return TorchAttention(self.kv, num_seqs, num_tokens, self.max_pages_per_seq if graphed else None, self.cfg.device)
+            return TorchAttention(self.kv, num_seqs, num_tokens, max_pages if graphed else None, self.cfg.device)
         if graphed:
-            return FlashInferAttention(self.kv, num_seqs, num_tokens, self.max_pages_per_seq, self.cfg.device,
+            return FlashInferAttention(self.kv, num_seqs, num_tokens, max_pages, self.cfg.device,
                                        self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
                                        is_decode=is_decode, use_cuda_graph=True, workspace=self._workspace)
         kind = "decode" if is_decode else "prefill"
@@ -263,6 +311,59 @@ class ModelRunner:
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
 
+    def _make_prefill_buffers(self, b: int, length: int, graphed: bool) -> PrefillBuffers:
+        dev = self.cfg.device
+        n = b * length
+        attn = self._attention(b, n, False, graphed, max_pages=-(-length // self.cfg.page_size))
+        return PrefillBuffers(text_ids=torch.full((n,), -1, dtype=torch.int64, device=dev),
+                              codec_ids=torch.full((n,), -1, dtype=torch.int64, device=dev),
+                              last=torch.arange(b, dtype=torch.int64, device=dev) * length,
+                              slots=torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev),
+                              sampling=SamplingTensors.empty(b, dev), attn=attn,
+                              hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
+                              code0=torch.zeros(b, dtype=torch.int64, device=dev))
+
+    def _prefill_body(self, bufs: PrefillBuffers) -> None:
+        """Prompts padded to one length: padding follows each prompt, so causal attention keeps it out of
+        the real tokens' hidden states; its K/V land past the prompt (the scratch page, or the prompt's last
+        page at offsets the first decode steps overwrite before they attend to them)."""
+        p = self.program
+        x = p.embed_prompt(bufs.text_ids, bufs.codec_ids)
+        hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)[bufs.last]
+        self.history.index_fill_(0, bufs.slots, False)  # a new owner of the slot starts clean
+        p.reset_codec_slots(self.codec_state, bufs.slots)
+        code0 = p.sample_first_code(hidden, bufs.sampling, self.history[bufs.slots])
+        self._mark_history(bufs.slots, code0)
+        bufs.hidden.copy_(hidden)
+        bufs.code0.copy_(code0)
+
+    def _fill_prefill(self, b: PrefillBuffers, size: int, length: int, requests: Sequence) -> None:
+        ps, scratch = self.cfg.page_size, self.kv.scratch_page
+        pages_per_row = -(-length // ps)
+        text, codec, last, slots, seqs = [], [], [], [], []
+        for i in range(size):
+            if i < len(requests):
+                request = requests[i]
+                prompt, real = request.prompt, len(request.prompt)
+                text += list(prompt.text_ids) + [-1] * (length - real)
+                codec += list(prompt.codec_ids) + [-1] * (length - real)
+                own = list(request.pages[: -(-real // ps)])
+                seqs.append(SeqSlice(own + [scratch] * (pages_per_row - len(own)), length, length))
+                last.append(i * length + real - 1)
+                slots.append(request.slot)
+            else:  # a padding row: every token on the scratch page, the scratch slot
+                text += [-1] * length
+                codec += [-1] * length
+                seqs.append(SeqSlice([scratch] * pages_per_row, length, length))
+                last.append(i * length)
+                slots.append(self.scratch_slot)
+        upload_into(b.text_ids, torch.tensor(text, dtype=torch.int64))
+        upload_into(b.codec_ids, torch.tensor(codec, dtype=torch.int64))
+        upload_into(b.last, torch.tensor(last, dtype=torch.int64))
+        upload_into(b.slots, torch.tensor(slots, dtype=torch.int64))
+        b.sampling.fill_from_params([r.params for r in requests], pad_to=size)
+        b.attn.fill(seqs)
+
     def _make_depth_buffers(self, b: int, graphed: bool) -> DepthBuffers:
         dev = self.cfg.device
         return DepthBuffers(hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
@@ -294,7 +395,7 @@ class ModelRunner:
     def _run_lm(self, plan: StepPlan) -> list[tuple[int, ...]]:
         hidden_parts, code0_parts = [], []
         if plan.prefill:
-            hidden, code0 = self._prefill(plan)
+            hidden, code0 = self._run_prefill(plan.prefill)
             hidden_parts.append(hidden)
             code0_parts.append(code0)
         if plan.decode:
@@ -315,9 +416,38 @@ class ModelRunner:
         codes = self.depth_stage.run(n, fill_depth).codes[:n]
         return [tuple(row) for row in codes.cpu().tolist()]
 
-    def _prefill(self, plan: StepPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    def _run_prefill(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden state and code 0 of every prompt, in the plan's order: prompts grouped by length bucket, up
+        to PREFILL_BATCH per launch of that bucket's stage (a CUDA graph per prompt count); prompts longer than
+        the last bucket in one eager prefill."""
+        stages = self.prefill_stage_by_length
+        groups: dict[int | None, list[int]] = {}
+        for i, request in enumerate(requests):
+            length = next((t for t in sorted(stages) if len(request.prompt) <= t), None)
+            groups.setdefault(length, []).append(i)
+        order, hiddens, codes = [], [], []
+        for length, idx in groups.items():
+            for start in range(0, len(idx), PREFILL_BATCH if length is not None else len(idx)):
+                part = idx[start : start + PREFILL_BATCH] if length is not None else idx
+                group = [requests[i] for i in part]
+                if length is None:
+                    hidden, code0 = self._prefill_eager(group)
+                else:
+                    n = len(group)
+                    bufs = stages[length].run(n, lambda b, size, g=group, t=length: self._fill_prefill(b, size, t, g))
+                    hidden, code0 = bufs.hidden[:n], bufs.code0[:n]
+                order += part
+                hiddens.append(hidden)
+                codes.append(code0)
+        hidden, code0 = (torch.cat(hiddens), torch.cat(codes)) if len(hiddens) > 1 else (hiddens[0], codes[0])
+        if order != sorted(order):  # back to the plan's order
+            inverse = upload(torch.tensor(np.argsort(order), dtype=torch.int64), self.cfg.device)
+            hidden, code0 = hidden[inverse], code0[inverse]
+        return hidden, code0
+
+    def _prefill_eager(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts at their exact lengths, eagerly (those past the last graph bucket)."""
         dev, p = self.cfg.device, self.program
-        requests = plan.prefill
         lengths = [len(r.prompt) for r in requests]
         text_ids = upload(torch.tensor([t for r in requests for t in r.prompt.text_ids], dtype=torch.int64), dev)
         codec_ids = upload(torch.tensor([c for r in requests for c in r.prompt.codec_ids], dtype=torch.int64), dev)
