@@ -46,7 +46,7 @@ def main() -> int:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
-    core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=args.checkpoint, device="cuda", max_batch_size=16,
+    core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=args.checkpoint, device="cuda", max_batch_size=32,
                                    max_seq_len=1024))
     core.warmup()
     runner = core.runner
