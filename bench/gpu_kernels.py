@@ -87,8 +87,10 @@ def attention(batches: list[int]) -> list[dict]:
         vc = torch.randn(b, hkv, 16, d, device=DEV, dtype=torch.bfloat16)
         row = dict(batch=b)
         for nh in (1, 2):
-            row[f"attn_heads{nh}_us"] = round(graph_us(lambda: depth_attention(
-                qkv, hq, hkv, d, qw, kw, inv, 1e-6, kc, vc, 8, 1, "triton", x=x, heads_per_program=nh)), 2)
+            for warps in (1, 2, 4):
+                row[f"attn_heads{nh}_w{warps}_us"] = round(graph_us(lambda: depth_attention(
+                    qkv, hq, hkv, d, qw, kw, inv, 1e-6, kc, vc, 8, 1, "triton", x=x, heads_per_program=nh,
+                    num_warps=warps)), 2)
         out.append(row)
         print(json.dumps(row), flush=True)
     return out
@@ -106,7 +108,9 @@ def sampler(batches: list[int]) -> list[dict]:
                                         ("topk50_topp0.9", 50, 0.9, False)):
                 params = (torch.full((b,), 0.9, device=DEV), torch.full((b,), k, device=DEV, dtype=torch.int64),
                           torch.full((b,), p, device=DEV), torch.full((b,), greedy, device=DEV, dtype=torch.bool))
-                row[f"{label}_us"] = round(graph_us(lambda: sample_codes(logits, uniform, *params, codes, impl="triton")), 2)
+                for warps in (1, 2, 4, 8):
+                    row[f"{label}_w{warps}_us"] = round(graph_us(
+                        lambda: sample_codes(logits, uniform, *params, codes, impl="triton", num_warps=warps)), 2)
             out.append(row)
             print(json.dumps(row), flush=True)
     return out
@@ -115,15 +119,20 @@ def sampler(batches: list[int]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
+    ap.add_argument("--only", default="", help="comma-separated: products, attention, sampler (default: all)")
     args = ap.parse_args()
-    results = dict(gpu=torch.cuda.get_device_name(), products=products([1, 2, 4, 8, 64]),
-                   attention=attention([1, 8, 16, 64, 128]), sampler=sampler([1, 64]))
+    only = set(args.only.split(",")) if args.only else {"products", "attention", "sampler"}
+    results = dict(gpu=torch.cuda.get_device_name(),
+                   products=products([1, 2, 4, 8, 64]) if "products" in only else [],
+                   attention=attention([1, 8, 16, 64, 128]) if "attention" in only else [],
+                   sampler=sampler([1, 64]) if "sampler" in only else [])
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "kernels.json"), "w") as f:
         json.dump(results, f, indent=2)
     keys = ["cublas_us", "cublas_addmm_us", "gemv_bk128_us", "gemv_bk256_us", "gemv_bk512_us", "gemv_res_bk256_us",
             "best_tb_s"]
-    print(f"\n{'shape':>14} {'rows':>5} " + " ".join(f"{k:>17}" for k in keys))
+    if results["products"]:
+        print(f"\n{'shape':>14} {'rows':>5} " + " ".join(f"{k:>17}" for k in keys))
     for row in results["products"]:
         print(f"{row['shape']:>14} {row['rows']:>5} " + " ".join(f"{row.get(k, '-'):>17}" for k in keys))
     for row in results["attention"] + results["sampler"]:

@@ -93,7 +93,7 @@ if triton_available():
 def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, q_norm: torch.Tensor,
                     k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, start: int, num_new: int, impl: str = "torch", x: torch.Tensor | None = None,
-                    x_eps: float = 1e-6, heads_per_program: int | None = None) -> torch.Tensor:
+                    x_eps: float = 1e-6, heads_per_program: int | None = None, num_warps: int = 4) -> torch.Tensor:
     """qkv [B * T, (Hq + 2 Hkv) * D] for T = `num_new` tokens per row at positions start..start+T-1;
     k_cache, v_cache [B, Hkv, L, D]. Writes the new k/v, returns the attention output [B * T, Hq * D].
     `x` [B * T, H]: v scaled by rstd(x) per row (kernels/rope.py). `heads_per_program`: query heads per
@@ -129,5 +129,5 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
         1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), x2, x2.stride(0), x2.shape[-1],
         x_eps, T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), HAS_X=x_rows is not None,
-        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=4)
+        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=num_warps)
     return out

@@ -117,7 +117,8 @@ def _keep_torch(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) 
 def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                  top_p: torch.Tensor, greedy: torch.Tensor, out: torch.Tensor, suppress: torch.Tensor | None = None,
                  next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
-                 impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6) -> None:
+                 impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6,
+                 num_warps: int | None = None) -> None:
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
     [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first."""
@@ -150,4 +151,4 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
-        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=8 if vocab > 2048 else 4)
+        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=num_warps or (8 if vocab > 2048 else 4))
