@@ -89,8 +89,14 @@ class AlignmentTracker:
 
     def spoken_text(self, original_text: str, played_ms: float) -> str:
         """The prefix of the original text heard by `played_ms` (whole words, best estimate)."""
-        end = 0
-        for word_end_ms, char_end in self._spoken:
-            if word_end_ms <= played_ms:
-                end = char_end
-        return original_text[:end]
+        return spoken_prefix(self._spoken, original_text, played_ms)
+
+
+def spoken_prefix(spoken: list[tuple[float, int]], original_text: str, played_ms: float) -> str:
+    """`spoken`: (end_ms, char_end) of each aligned word, in order -> the original text up to the end of the
+    last word whose audio ended by `played_ms` (barge-in's `spoken_text`)."""
+    end = 0
+    for word_end_ms, char_end in spoken:
+        if word_end_ms <= played_ms:
+            end = char_end
+    return original_text[:end]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from voxrt.gateway.alignment import spoken_prefix
 from voxrt.text import Segment, Speech
 
 
@@ -197,8 +198,4 @@ class WordAlignment:
 
     def spoken_text(self, original_text: str, played_ms: float) -> str:
         """The prefix of the original text heard by `played_ms` (whole words, best estimate)."""
-        end = 0
-        for word_end_ms, char_end in self._spoken:
-            if word_end_ms <= played_ms:
-                end = char_end
-        return original_text[:end]
+        return spoken_prefix(self._spoken, original_text, played_ms)
