@@ -19,9 +19,12 @@ from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 from voxrt.engine.runtime.kernels.rope import norm_rope_torch
 
-# Rows up to which one program per query head runs faster than one per KV group (bench/gpu_kernels.py on the
-# H200: 7.1 against 10.0 us at 1 row, 8.5 / 10.6 at 16, even at 64, 43.7 / 35.1 at 128).
-SMALL_BATCH = 32
+# One program per query head with one warp: fastest at every batch measured (bench/gpu_kernels.py on the H200,
+# 2026-12-01, bench/results/2026-12-01-prefill: 2.7 us at 1 row, 4.0 at 64, 5.4 at 128, against 7.0 / 23.3 /
+# 43.7 us with 4 warps, and 4.5 / 5.0 / 5.4 us for one program per KV group with one warp). The step's
+# cache is at most 16 positions of 128 dims: one warp holds it, and more warps only add the reductions' barriers.
+HEADS_PER_PROGRAM = 1
+NUM_WARPS = 1
 
 if triton_available():
     import triton
@@ -93,12 +96,12 @@ if triton_available():
 def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int, q_norm: torch.Tensor,
                     k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, start: int, num_new: int, impl: str = "torch", x: torch.Tensor | None = None,
-                    x_eps: float = 1e-6, heads_per_program: int | None = None, num_warps: int = 4) -> torch.Tensor:
+                    x_eps: float = 1e-6, heads_per_program: int | None = None, num_warps: int = NUM_WARPS) -> torch.Tensor:
     """qkv [B * T, (Hq + 2 Hkv) * D] for T = `num_new` tokens per row at positions start..start+T-1;
     k_cache, v_cache [B, Hkv, L, D]. Writes the new k/v, returns the attention output [B * T, Hq * D].
     `x` [B * T, H]: v scaled by rstd(x) per row (kernels/rope.py). `heads_per_program`: query heads per
-    Triton program (default: 1 for up to SMALL_BATCH rows, where latency rules; a whole KV group beyond,
-    where each program's cache loads serve all its heads)."""
+    Triton program (default HEADS_PER_PROGRAM; a whole KV group shares its cache loads, one head has the most
+    programs in flight)."""
     check_impl(impl)
     hq, hkv, d, t = num_q_heads, num_kv_heads, head_dim, num_new
     bsz = qkv.shape[0] // t
@@ -123,7 +126,7 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
     assert start + t <= length, (start, t, length)
     out = torch.empty(bsz * t, hq * d, dtype=qkv.dtype, device=qkv.device)
     x2 = _rows(x_rows) if x_rows is not None else qkv
-    nh = heads_per_program or (1 if bsz <= SMALL_BATCH else hq // hkv)
+    nh = heads_per_program or HEADS_PER_PROGRAM
     assert (hq // hkv) % nh == 0, (hq, hkv, nh)
     _depth_attention_kernel[(bsz, hq // nh)](
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
