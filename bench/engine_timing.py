@@ -45,6 +45,7 @@ def frame_times(core, batches, context: int, talker_bytes: int, pred_bytes: int,
                 for i in range(b)]
         while min(r.num_tokens for r in reqs) < context:
             core.step()
+        core.finish_lm()
         items = [core.scheduler.next_decode(r) for r in reqs]
         fill = runner.decode_filler(items)
         decode_eager = GraphedStage("decode-eager", [], runner._make_decode_buffers, runner._decode_body, False)

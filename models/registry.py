@@ -20,8 +20,30 @@ MODELS: dict[str, str] = {
 }
 
 
+# make-checkpoint architectures: name -> "module:function", a maker `(arch, out_dir, tokenizer_dir, device,
+# seed)` that writes full-size random weights in the released layout (benchmarks)
+CHECKPOINT_MAKERS: dict[str, str] = {
+    "qwen3-tts-1.7b": "voxrt.models.qwen3_tts.make_checkpoint:make_checkpoint",
+    "qwen3-tts-0.6b": "voxrt.models.qwen3_tts.make_checkpoint:make_checkpoint",
+}
+
+
 def available_models() -> list[str]:
     return sorted(MODELS)
+
+
+def available_archs() -> list[str]:
+    return sorted(CHECKPOINT_MAKERS)
+
+
+def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, device: str = "auto", seed: int = 0):
+    """Writes a random checkpoint of `arch` (`CHECKPOINT_MAKERS`); an unknown arch is a typed error."""
+    try:
+        target = CHECKPOINT_MAKERS[arch]
+    except KeyError:
+        raise UnknownModelError(f"unknown architecture {arch!r}; available: {', '.join(available_archs())}") from None
+    module_name, func = target.split(":")
+    return getattr(importlib.import_module(module_name), func)(arch, out_dir, tokenizer_dir, device, seed)
 
 
 def build_program(name: str, checkpoint: str | None = None):

@@ -4,7 +4,7 @@
   asyncio, time, socket or starlette (client.py, the engine's I/O edge in the gateway's process, may use
   asyncio, time and socket: it joins an engine over a Unix socket and shuts that socket down to wake its
   reader thread).
-- Nothing under voxrt/engine imports starlette or uvicorn.
+- Nothing under voxrt/engine imports starlette or uvicorn, voxrt.gateway or voxrt.loadgen.
 - Nothing anywhere imports a top-level `models` package: `models/` ships as `voxrt.models`.
 - Nothing under models/ imports voxrt.gateway.
 - The sched modules do not import voxrt.engine.runtime.
@@ -175,6 +175,15 @@ ENGINE_FILES = [p for p in ALL if under(p.relative_to(ROOT), "voxrt/engine")]
 def test_engine_imports_no_web_framework(path):
     imported = imports_of(path)
     bad = hits(imported, "starlette") + hits(imported, "uvicorn")
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", ENGINE_FILES, ids=_ids(ENGINE_FILES))
+def test_engine_imports_no_gateway_and_no_load_generator(path):
+    """Arrows point down: the gateway and the load generator use the engine, never the other way (the
+    scheduler's simulation shares the listener from engine/sched/listener.py)."""
+    imported = imports_of(path)
+    bad = hits(imported, "voxrt.gateway") + hits(imported, "voxrt.loadgen")
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 

@@ -61,3 +61,33 @@ def test_a_fused_frame_path_for_a_model_without_one_is_a_clear_error(capsys):
     code = main(["bench", "--model", "tiny", "--device", "cpu", "--requests", "1", "--frame-path", "fused"])
     assert code != 0
     assert "has no fused frame path" in capsys.readouterr().err
+
+
+def test_make_checkpoint_finds_architectures_through_the_registry(capsys, monkeypatch, tmp_path):
+    """The CLI imports no model package: `make-checkpoint --arch` resolves through models/registry.py, and an
+    unknown architecture is a clear error listing the known ones."""
+    import ast  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from voxrt import cli  # noqa: PLC0415
+    from voxrt.models import registry  # noqa: PLC0415
+
+    tree = ast.parse(Path(cli.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("voxrt.models")} == {"voxrt.models.registry"}
+
+    assert cli.main(["make-checkpoint", "--arch", "qwen3-tts-9b", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown architecture 'qwen3-tts-9b'" in err and "qwen3-tts-1.7b" in err and "qwen3-tts-0.6b" in err
+    _CALLS.clear()
+    monkeypatch.setitem(registry.CHECKPOINT_MAKERS, "fake-arch", f"{__name__}:_fake_maker")
+    assert cli.main(["make-checkpoint", "--arch", "fake-arch", str(tmp_path / "y"), "--seed", "3"]) == 0
+    assert _CALLS == [("fake-arch", str(tmp_path / "y"), None, "auto", 3)]
+
+
+_CALLS: list = []
+
+
+def _fake_maker(arch, out_dir, tokenizer_dir, device, seed):
+    _CALLS.append((arch, out_dir, tokenizer_dir, device, seed))

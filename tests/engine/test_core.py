@@ -8,7 +8,7 @@ import torch
 
 from conftest import assert_pools_empty, drain, make_core, pcm, submit
 from voxrt.engine.errors import InvalidParamsError, UnknownModelError, UnknownVoiceError
-from voxrt.engine.messages import EngineConfig
+from voxrt.engine.messages import EngineConfig, RequestFailed
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.sched.plan import chunk_schedule, codec_sizes
@@ -29,6 +29,33 @@ def test_one_request_alone_equals_inside_a_batch_of_8(core):
     assert alone.frames and batch[0].frames == alone.frames  # identical tokens
     np.testing.assert_allclose(pcm(chunks_b["b0"]), pcm(chunks["alone"]), rtol=0, atol=1e-5)  # identical audio
     assert_pools_empty(core)
+
+
+def test_the_asynchronous_loop_gives_the_synchronous_loops_frames_and_audio():
+    """--async-lm plans step N+1 before step N's frames reach the scheduler; the default loop waits for them.
+    Same requests (greedy, one with incremental text, one sampled from the same seeded generator): same
+    frames, same audio."""
+    results = []
+    for async_lm in (True, False):
+        core = make_core(async_lm=async_lm)
+        torch.manual_seed(1234)
+        reqs = [submit(core, "a", TEXT), submit(core, "b", OTHERS[0]),
+                submit(core, "c", "Streaming text ", final=False),
+                submit(core, "d", OTHERS[3], params=SamplingParams())]
+        for _ in range(6):
+            core.step()
+        core.append_text("c", "that ends here.", True)
+        chunks, failures = drain(core)
+        assert not failures
+        results.append(([r.frames for r in reqs], [r.frame_text_index for r in reqs],
+                        {rid: pcm(c) for rid, c in chunks.items()}))
+        assert_pools_empty(core)
+    (frames_a, text_a, audio_a), (frames_s, text_s, audio_s) = results
+    assert frames_a == frames_s and all(frames_a)
+    assert text_a == text_s
+    assert audio_a.keys() == audio_s.keys()
+    for rid in audio_a:
+        np.testing.assert_array_equal(audio_a[rid], audio_s[rid])
 
 
 def test_streamed_chunks_equal_whole_offline_decode(core):
@@ -62,24 +89,32 @@ def test_codec_state_slots_do_not_leak_between_requests(core):
     np.testing.assert_allclose(pcm(chunks["reuse"]), pcm(fresh_chunks["reuse"]), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("when", ["waiting", "prefill", "decoding", "draining"])
-def test_cancel_returns_every_page_and_slot(core, when):
+@pytest.mark.parametrize(("when", "async_lm"), [
+    ("waiting", False), ("prefill", False), ("decoding", False), ("draining", False),
+    ("prefill", True), ("in-flight", True), ("decoding", True), ("draining", True),
+])  # "in-flight": only the asynchronous loop has a step in flight between steps
+def test_cancel_returns_every_page_and_slot(when, async_lm):
+    core = make_core(async_lm=async_lm)
     other = submit(core, "other", OTHERS[0])
     request = submit(core, "victim", TEXT)
-    if when == "prefill":  # cancel arrives while the prefill step runs
-        real_run_lm = core.runner.run_lm
+    if when == "prefill":  # cancel arrives while the prefill launch is being queued
+        real_launch = core.runner.launch_lm
 
-        def run_lm_then_cancel(plan):
-            codes = real_run_lm(plan)
+        def launch_then_cancel(plan, **kw):
+            launch = real_launch(plan, **kw)
             assert request in plan.prefill
             assert core.cancel("victim")
-            return codes
+            return launch
 
-        core.runner.run_lm = run_lm_then_cancel
+        core.runner.launch_lm = launch_then_cancel
         try:
             core.step()
         finally:
-            core.runner.run_lm = real_run_lm
+            core.runner.launch_lm = real_launch
+    elif when == "in-flight":  # between steps, with its decode step launched and its frame not yet seen
+        for _ in range(4):
+            core.step()
+        assert core._lm_in_flight is not None and request in core._lm_in_flight.plan.lm_requests
     elif when == "decoding":
         for _ in range(5):
             core.step()
@@ -101,17 +136,50 @@ def test_cancel_returns_every_page_and_slot(core, when):
 def test_a_step_that_raises_fails_its_requests_and_the_engine_goes_on():
     core = make_core()
     submit(core, "doomed", TEXT)
-    real_run_lm = core.runner.run_lm
+    real_launch = core.runner.launch_lm
 
-    def boom(plan):
+    def boom(plan, **kw):
         raise RuntimeError("injected")
 
-    core.runner.run_lm = boom
+    core.runner.launch_lm = boom
     events = core.step()
-    core.runner.run_lm = real_run_lm
+    core.runner.launch_lm = real_launch
     assert [(e.request_id, e.code) for e in events] == [("doomed", "request_failed")]
     assert "injected" not in events[0].message  # internals never leak to clients
     assert core.num_failed_steps == 1
+    assert_pools_empty(core)
+    submit(core, "next", TEXT)
+    chunks, failures = drain(core)
+    assert not failures and chunks["next"][-1].is_last
+
+
+def test_a_step_that_fails_on_the_device_after_its_launch_fails_its_requests():
+    """An asynchronous failure (seen when the step's codes are awaited, a step later) fails that step's
+    requests; the step launched meanwhile, for the same requests, is dropped with them."""
+    core = make_core(async_lm=True)
+    submit(core, "doomed", TEXT)
+    other = submit(core, "later", TEXT)
+    core.step()  # both prefilled, in flight
+    real_launch = core.runner.launch_lm
+    launched = []
+
+    def failing_launch(plan, **kw):
+        launch = real_launch(plan, **kw)
+        launched.append(launch)
+
+        def wait():
+            raise RuntimeError("device fault")
+        launch.wait = wait
+        return launch
+
+    core.runner.launch_lm = failing_launch
+    core.step()  # launches step 2 (its wait will fail), finishes step 1 normally
+    core.runner.launch_lm = real_launch
+    events = core.step()  # finishes step 2: its failure fails both
+    assert sorted((e.request_id, e.code) for e in events if isinstance(e, RequestFailed)) == [
+        ("doomed", "request_failed"), ("later", "request_failed")]
+    assert other.state is RequestState.FAILED
+    drain(core)
     assert_pools_empty(core)
     submit(core, "next", TEXT)
     chunks, failures = drain(core)

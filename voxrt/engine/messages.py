@@ -44,6 +44,10 @@ class EngineConfig:
     dec_batch: int = 8
     costs: tuple[tuple[str, float], ...] = ()  # CostModel fields that override the start-up measurement
     trace_dir: str | None = None  # JSON lines: each launch's GPU time and each decision
+    # True: the next LM step is planned and queued while one runs (the scheduler sees frames a step late).
+    # False: each step's frames update the scheduler before the next is planned (the GPU waits for the host
+    # between steps). Off by default until bench/gpu_async.sh has checked it on a GPU (CPU tests cover both).
+    async_lm: bool = False
     # model "standin" (voxrt/engine/standin.py, gateway benchmarks): frames finish at this multiple of real time
     standin_speed: float = 2.0
 

@@ -11,18 +11,13 @@ at the codec's 12.5 frames per second. The summary reports the resulting mean au
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-CHARS_PER_AUDIO_S = 15.0
-FRAMES_PER_S = 12.5
-PINNED_LENGTH_RULE = (f"frames = max(1, floor(len(text) / {CHARS_PER_AUDIO_S:g} * {FRAMES_PER_S:g} + 0.5)): "
-                      f"{CHARS_PER_AUDIO_S:g} characters per audio second at {FRAMES_PER_S:g} frames/s")
+# the rule lives beside the scheduler's simulation, which shares it (engine/sched/listener.py)
+from voxrt.engine.sched.listener import CHARS_PER_AUDIO_S, FRAMES_PER_S, PINNED_LENGTH_RULE, pinned_frames
 
-
-def pinned_frames(text: str) -> int:
-    return max(1, math.floor(len(text) / CHARS_PER_AUDIO_S * FRAMES_PER_S + 0.5))
+__all__ = ["CHARS_PER_AUDIO_S", "FRAMES_PER_S", "PINNED_LENGTH_RULE", "WorkItem", "load_workload", "pinned_frames"]
 
 
 @dataclass(frozen=True)

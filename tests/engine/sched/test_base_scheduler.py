@@ -113,13 +113,13 @@ class FakeRunner:
         for request in plan.prefill:
             assert request.state is S.RUNNING
             assert request.slot is not None
-            assert request.num_tokens == 0
+            assert request.num_tokens == len(request.prompt)  # booked when planned
             assert len(request.pages) * page_size >= len(request.prompt)
         for item in plan.decode:
             request = item.request
             assert request.state is S.RUNNING
             assert request.slot is not None
-            assert item.position == request.num_tokens
+            assert item.position == request.num_tokens - 1  # booked when planned
             assert len(request.pages) * page_size >= item.position + 1, "decode without a page for its token"
         ids = [job.request.request_id for job in plan.codec]
         assert len(ids) == len(set(ids)), "more than one codec job for a request in one plan"
@@ -809,3 +809,121 @@ def test_chunk_schedule_grows_from_the_first_chunk_and_codec_sizes_cover_starved
     # after a chunk cut short the next one follows the audio cut so far: 2 + 2 (short) -> 4, then 8, 16, 25
     assert [spec.next_chunk_size(n) for n in (4, 8, 16, 32)] == [4, 8, 16, 25]
     assert [spec.largest_codec_size(n) for n in (1, 3, 7, 15, 24, 40)] == [1, 2, 4, 8, 16, 25]
+
+
+# ---- the engine's asynchronous loop: results a step late -------------------------------------------------------
+
+
+class LaggedRunner(FakeRunner):
+    """Runs plans as the engine's asynchronous loop does: step N's frames update the scheduler after step N+1
+    was planned (the GPU runs N+1 while the host reads N's results). Frames are made at launch, so a frame
+    planned after the stopping one is made and must be dropped."""
+
+    def __init__(self, sched: BaseScheduler, eos_at: dict[str, int] | None = None) -> None:
+        super().__init__(sched, eos_at)
+        self.pending: tuple[StepPlan, list[tuple[int, ...]]] | None = None
+
+    def step(self) -> StepPlan:
+        self.now += 1_000
+        sched = self.sched
+        plan = sched.schedule(self.now)
+        self.plans.append(plan)
+        self.check_plan(plan)
+        for item in plan.decode:
+            self.text_fed[item.request.request_id].append(item.text_id)
+        for job in plan.codec:
+            frames = tuple(job.request.frames[job.first_frame: job.first_frame + job.num_frames])
+            self.jobs[job.request.request_id].append((job, frames))
+        launched = (plan, [self.frame(r) for r in plan.lm_requests]) if plan.lm_requests else None
+        if self.pending is not None:
+            sched.update_lm(*self.pending)
+        self.pending = launched
+        for job in plan.codec:
+            sched.complete_codec(job, self.now)
+        sched.check_integrity()
+        return plan
+
+    def run_until_done(self, limit: int = 300) -> int:
+        for n in range(limit):
+            if not self.sched.requests and self.pending is None:
+                return n
+            self.step()
+        raise AssertionError(f"not done after {limit} steps: {[(r.request_id, r.state) for r in self.sched.requests.values()]}")
+
+
+def _scenario(name: str, runner_cls):
+    """A mixed set of requests; returns (scheduler, runner, requests)."""
+    if name == "eos":
+        sched = make_scheduler(eos_code=EOS)
+        runner = runner_cls(sched, eos_at={f"r{i}": i for i in range(8)})
+        reqs = [add(sched, f"r{i}", words(8)) for i in range(8)]
+    elif name == "pinned":
+        sched = make_scheduler(eos_code=EOS)
+        runner = runner_cls(sched, eos_at={"r1": 1})
+        reqs = [add(sched, f"r{i}", words(1 + i), num_frames=1 + 2 * i) for i in range(6)]
+    elif name == "caps":
+        sched = make_scheduler(max_seq_len=PROMPT_LEN + 5, default_max_frames=7)
+        runner = runner_cls(sched)
+        reqs = [add(sched, "a", words(10)), add(sched, "b", words(10), max_frames=3), add(sched, "c", words(2))]
+    else:  # "incremental": text arriving while requests run, some starving
+        sched = make_scheduler()
+        runner = runner_cls(sched)
+        reqs = [add(sched, f"r{i}", words(1 + i % 5), final=(i % 2 == 0)) for i in range(8)]
+    return sched, runner, reqs
+
+
+@pytest.mark.parametrize("name", ["eos", "pinned", "caps", "incremental"])
+def test_results_a_step_late_give_the_same_frames(name):
+    """The asynchronous loop changes when the scheduler sees frames, never which frames a request keeps, its
+    stop reason, the text each frame had read, or its chunks; and every page and slot returns."""
+    results = []
+    for runner_cls in (FakeRunner, LaggedRunner):
+        sched, runner, reqs = _scenario(name, runner_cls)
+        for step in range(300):
+            if not sched.requests and getattr(runner, "pending", None) is None:
+                break
+            if name == "incremental" and step == 10:
+                for i in range(1, 8, 2):
+                    sched.append_text(f"r{i}", " more words", True)
+            runner.step()
+        for r in reqs:
+            assert r.state is S.FINISHED, (runner_cls.__name__, r.request_id, r.state)
+            runner.assert_chunks_contiguous(r, exact_sizes=False)
+            assert len(r.frame_text_index) == r.num_frames
+        assert_clean(sched)
+        results.append([(r.request_id, r.finish_reason, r.frames, r.frame_text_index) for r in reqs])
+    assert results[0] == results[1]
+
+
+def test_pinned_lengths_plan_no_frame_past_the_pin_with_results_late():
+    """A step in flight that makes a pinned request's last frame: the next plan leaves the request out
+    instead of making a frame to drop."""
+    sched = make_scheduler()
+    runner = LaggedRunner(sched)
+    r = add(sched, "r", words(5), num_frames=3)
+    runner.run_until_done()
+    assert r.finish_reason == "pinned" and r.num_frames == 3
+    assert len(runner.generated["r"]) == 3  # no wasted step
+    assert_clean(sched)
+
+
+@pytest.mark.parametrize("when", ["prefill", "decode"])
+def test_cancel_with_a_step_in_flight_returns_pages_and_slot_at_once(when):
+    sched = make_scheduler(num_pages=16, num_slots=2)
+    runner = LaggedRunner(sched)
+    other = add(sched, "other", words(3))
+    r = add(sched, "r", words(6))
+    runner.step()  # both prefilled: the prefill is in flight
+    if when == "decode":
+        runner.run(3)
+        assert any(item.request is r for item in runner.pending[0].decode)
+    else:
+        assert r in runner.pending[0].prefill
+    assert sched.cancel("r") is r
+    assert r.pages == [] and r.slot is None
+    sched.check_integrity()
+    frames = r.num_frames
+    runner.run_until_done()
+    assert r.num_frames == frames  # the frame in flight for it was dropped
+    assert other.state is S.FINISHED
+    assert_clean(sched)

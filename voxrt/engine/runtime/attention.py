@@ -171,6 +171,7 @@ class FlashInferAttention(AttentionContext):
         self.pad_rows = use_cuda_graph  # a graph bucket always runs max_seqs rows
         self.num_q_heads, self.num_kv_heads, self.head_dim = num_q_heads, num_kv_heads, head_dim
         self.dtype = kv.layers[0].dtype
+        self._planned = None  # an event after the last plan()'s copies were queued
         if is_decode:
             buffers = {}
             if use_cuda_graph:
@@ -211,6 +212,11 @@ class FlashInferAttention(AttentionContext):
             return torch.tensor(values, dtype=torch.int32).pin_memory()
 
         indices_dev = upload(torch.tensor(indices, dtype=torch.int32), self.device)
+        # plan() stages its schedule in one pinned buffer per wrapper and copies it to the device on the stream:
+        # with the host a step ahead of the GPU (the asynchronous loop), the previous plan's copy may not have
+        # run yet. Wait for it (it ran long ago unless a prefill of the step in flight still precedes it).
+        if self._planned is not None:
+            self._planned.synchronize()
         if self.is_decode:
             self.wrapper.plan(host(indptr), indices_dev, host(last_len),
                               self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
@@ -219,6 +225,8 @@ class FlashInferAttention(AttentionContext):
             self.wrapper.plan(host(qo_indptr), host(indptr), indices_dev, host(last_len),
                               self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
                               causal=True, q_data_type=self.dtype, kv_data_type=self.dtype)
+        self._planned = torch.cuda.Event()
+        self._planned.record()
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         return self.wrapper.run(q.to(self.dtype).contiguous(), self.kv.layers[layer])

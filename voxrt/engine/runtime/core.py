@@ -2,9 +2,13 @@
 
 The loop body reads schedule -> run -> update: `plan = scheduler.schedule(now, codec.lanes_free())`, the
 plan's chunks to the codec executor and its LM step to the runner, then `scheduler.update_lm` and the
-finished codec launches back to the scheduler. Where chunks run (after the LM step, or on lanes beside it) is
-the executor's business (runtime/executor.py), not a branch of the loop. An exception in a step fails the
-requests of that step (their pages and slots return) and the engine goes on.
+finished codec launches back to the scheduler. The LM step is asynchronous: a step launches its LM work and
+then updates the scheduler with the PREVIOUS step's frames (which the GPU finished meanwhile, or finishes
+while this step's work is already queued behind it), so the GPU never waits for the host to plan; the
+scheduler plans with frames one step behind the GPU (positions and text are booked when planned). Where
+chunks run (after the LM step, or on lanes beside it) is the executor's business (runtime/executor.py), not a
+branch of the loop. An exception in a step fails the requests of that step (their pages and slots return)
+and the engine goes on.
 `voxrt.engine.process` runs this in its own process; tests and benchmarks may drive it directly.
 """
 
@@ -96,6 +100,7 @@ class EngineCore:
             self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
         self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
         self._last_lm_end = None  # with the trace on CUDA: the previous LM step's end event (GPU idle between them)
+        self._lm_in_flight = None  # the LM launch whose frames the scheduler has not seen yet
         self.codec = make_executor(self.runner, self._live, self.lanes.enabled, timing=self.tracer is not None)
         self.codec_launches: dict[str, int] = {}
         self.chunks_on_time = 0
@@ -167,13 +172,14 @@ class EngineCore:
     def has_work(self) -> bool:
         """Live requests to serve, or codec launches still in flight or queued (a cancelled request's launch
         must still complete so that its slot returns)."""
-        return self.scheduler.has_work() or self.codec.is_busy()
+        return self.scheduler.has_work() or self.codec.is_busy() or self._lm_in_flight is not None
 
     # ---- the loop body -----------------------------------------------------------------------------------------
 
     def step(self, now_ns: int | None = None) -> list[EngineMessage]:
         """schedule -> run -> update. The codec executor takes the plan's chunks before the LM step (lanes launch
-        them beside it; the time-shared executor decodes them at `collect`, after it)."""
+        them beside it; the time-shared executor decodes them at `collect`, after it). The LM step is launched,
+        and the previous one's frames update the scheduler while it runs."""
         events = self._deliver_all(self.codec.collect())
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         plan = self.scheduler.schedule(now_ns, self.codec.lanes_free())
@@ -181,9 +187,13 @@ class EngineCore:
         if self.sm_chooser is not None:
             self._choose_sm_mode(now_ns, plan)
         self.codec.submit(plan.codec)
-        if plan.prefill or plan.decode:
-            self._run_lm(plan)
-        else:  # nothing for the LM: wait for a launch to finish rather than spin
+        launched = self._launch_lm(plan) if plan.prefill or plan.decode else None
+        previous, self._lm_in_flight = self._lm_in_flight, launched
+        if previous is not None:
+            self._finish_lm(previous)
+        if not self.config.async_lm:  # the synchronous loop: this step's frames before the next is planned
+            self.finish_lm()
+        if previous is None and launched is None:  # nothing for the LM: wait for a launch to finish, not spin
             self.codec.wait()
         events += self._deliver_all(self.codec.collect())
         for failure in self.scheduler.pop_failures():
@@ -208,36 +218,48 @@ class EngineCore:
                 self.tracer.write(kind="sm_mode", t_ms=now_ns / 1e6, mode=mode, sm_counts=self.lanes.sm_counts,
                                   background_waiting=waiting, urgent_continuations=signals.urgent_continuations)
 
-    def _run_lm(self, plan) -> None:
-        t0 = time.monotonic_ns()
-        timing = None
-        if self.tracer is not None and self.runner.cfg.device.type == "cuda":  # GPU time on the LM lane
-            stream = self.lanes.stream(LM) or torch.cuda.current_stream()
-            timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), stream)
-            timing[0].record(stream)
+    def finish_lm(self) -> None:
+        """Brings the scheduler up to date with the LM step in flight, if any (benchmarks and tests that drive
+        stages directly after steps; the loop never needs it)."""
+        previous, self._lm_in_flight = self._lm_in_flight, None
+        if previous is not None:
+            self._finish_lm(previous)
+
+    def _launch_lm(self, plan):
+        """Queues the plan's LM step (runner.launch_lm); None when the launch itself failed (its requests fail)."""
         try:
-            codes = self.runner.run_lm(plan)
+            return self.runner.launch_lm(plan, timing=self.tracer is not None)
         except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
-            log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
-            self.num_failed_steps += 1
-            for request in plan.lm_requests:
-                self.scheduler.fail(request, "request_failed", "the engine step generating this request failed")
+            self._lm_failed(plan)
+            return None
+
+    def _finish_lm(self, launch) -> None:
+        """A launched LM step's frames (waiting for them if the GPU is not done) update the scheduler."""
+        plan = launch.plan
+        try:
+            codes = launch.wait()
+        except Exception:  # noqa: BLE001 (an asynchronous failure of the step: its requests fail)
+            self._lm_failed(plan)
             return
         self.scheduler.update_lm(plan, codes)
         if self.tracer is not None:
-            gpu_ms = idle_ms = None
-            if timing is not None:
-                timing[1].record(timing[2])
-                timing[1].synchronize()
-                gpu_ms = timing[0].elapsed_time(timing[1])
+            gpu_ms, idle_ms = launch.gpu_ms(), None
+            if launch.start_event is not None:
                 # the LM lane's idle time since the previous LM step ended: the host's planning, uploads and
                 # waits between steps, as the GPU saw them (issue 13 wants it near zero)
-                idle_ms = self._last_lm_end.elapsed_time(timing[0]) if self._last_lm_end is not None else None
-                self._last_lm_end = timing[1]
-            self.tracer.write(kind="lm", t_ms=t0 / 1e6, ms=(time.monotonic_ns() - t0) / 1e6, gpu_ms=gpu_ms,
-                              gpu_idle_ms=idle_ms,
-                              prefill=len(plan.prefill), decode=len(plan.decode),
+                if self._last_lm_end is not None:
+                    idle_ms = self._last_lm_end.elapsed_time(launch.start_event)
+                self._last_lm_end = launch.event
+            self.tracer.write(kind="lm", t_ms=launch.launched_ns / 1e6,
+                              ms=(time.monotonic_ns() - launch.launched_ns) / 1e6, gpu_ms=gpu_ms,
+                              gpu_idle_ms=idle_ms, prefill=len(plan.prefill), decode=len(plan.decode),
                               prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None))
+
+    def _lm_failed(self, plan) -> None:
+        log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
+        self.num_failed_steps += 1
+        for request in plan.lm_requests:
+            self.scheduler.fail(request, "request_failed", "the engine step generating this request failed")
 
     def _live(self, jobs: list[CodecJob]) -> list[CodecJob]:
         """The jobs whose request is still live; the others are completed undecoded, so their slot returns."""

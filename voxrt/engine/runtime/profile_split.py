@@ -37,6 +37,7 @@ def _measure(core, batch: int, codec_batch: int, context: int, iters: int) -> di
                                       "word " * (context + 64), True)) for i in range(batch)]
     while min(r.num_tokens for r in reqs) < context:
         core.step()
+    core.finish_lm()
     items = [core.scheduler.next_decode(r) for r in reqs]
     fill = runner.decode_filler(items)
     frames = spec.chunk_frames

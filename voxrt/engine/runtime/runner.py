@@ -1,5 +1,10 @@
 """The model runner: turns a `StepPlan` into tensors, runs the program's stages, returns host results.
 
+`launch_lm` queues a step on the LM lane and returns at once: its codes come back through pinned memory and
+an event (`LMLaunch.wait`), so the host plans the next step while this one runs. The codes of each slot's
+last frame stay on the device (`last_codes`): the next decode step reads its codec-track input there, not
+from the host, which has not seen them yet.
+
 Stages: prefill (eager: variable lengths), decode (LM step + code 0 sampling), depth (code predictor) and
 codec (streaming decode of chunks). Decode, depth and codec are `GraphedStage`s: CUDA graphs per
 batch-size bucket on the GPU, the same bodies eagerly on the CPU. Per-request device state (codec caches,
@@ -67,6 +72,32 @@ class CodecLaunch:
         return out  # type: ignore[return-value]
 
 
+@dataclass
+class LMLaunch:
+    """One LM step in flight on the LM lane: the frame of every LM request of `plan`, in
+    `plan.lm_requests` order, lands in pinned host memory when `event` fires (at once on the CPU)."""
+
+    plan: StepPlan
+    codes: torch.Tensor  # [n, K] on the host
+    launched_ns: int
+    event: Any = None  # recorded after the codes' copy
+    start_event: Any = None  # with timing: recorded before the step's first kernel
+
+    def is_done(self) -> bool:
+        return self.event is None or self.event.query()
+
+    def wait(self) -> list[tuple[int, ...]]:
+        """The codes (blocks until the step is done; a host tensor's tolist() never syncs the device)."""
+        if self.event is not None:
+            self.event.synchronize()
+        return [tuple(row) for row in self.codes.tolist()]
+
+    def gpu_ms(self) -> float | None:
+        if self.start_event is None or self.event is None:
+            return None
+        return self.start_event.elapsed_time(self.event)
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     device: torch.device
@@ -95,8 +126,7 @@ def resolve_backend(requested: str, device: torch.device) -> str:
 @dataclass
 class DecodeBuffers:
     text_ids: torch.Tensor  # [b]
-    prev_codes: torch.Tensor  # [b, K]
-    slots: torch.Tensor  # [b]
+    slots: torch.Tensor  # [b]; the codec-track input is the slot's last frame (`ModelRunner.last_codes`)
     sampling: SamplingTensors
     attn: AttentionContext
     hidden: torch.Tensor  # [b, H] out
@@ -152,6 +182,9 @@ class ModelRunner:
         self.scratch_slot = cfg.num_slots
         self.codec_state = program.new_codec_state(cfg.num_slots + 1, cfg.device, cfg.dtype)
         self.history = torch.zeros(cfg.num_slots + 1, program.code0_vocab_size, dtype=torch.bool, device=cfg.device)
+        # each slot's last frame: written by the step that made it, read by the slot's next decode step
+        self.last_codes = torch.zeros(cfg.num_slots + 1, program.num_codebooks, dtype=torch.int64, device=cfg.device)
+        self._last_lm_event = None  # the newest LM launch's event: a launch on another stream waits for it
         self._true = torch.ones((), dtype=torch.bool, device=cfg.device)  # a device value: no H2D copy in capture
         use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
         self.use_graphs = use_graphs
@@ -230,7 +263,7 @@ class ModelRunner:
                 self.lanes.set_mode(mode)
                 lm_stream = self.lanes.stream(LM)
                 with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
-                    self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], [], []),
+                    self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], []),
                                               lm_stream)
                     self.depth_stage.capture(lambda b: None, lm_stream)
                     self._capture_prefill(lm_stream)
@@ -294,7 +327,6 @@ class ModelRunner:
         dev = self.cfg.device
         return DecodeBuffers(
             text_ids=torch.zeros(b, dtype=torch.int64, device=dev),
-            prev_codes=torch.zeros(b, self.program.num_codebooks, dtype=torch.int64, device=dev),
             slots=torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev),
             sampling=SamplingTensors.empty(b, dev),
             attn=self._attention(b, b, True, graphed),
@@ -304,7 +336,7 @@ class ModelRunner:
 
     def _decode_body(self, bufs: DecodeBuffers) -> None:
         p = self.program
-        x = p.embed_step(bufs.text_ids, bufs.prev_codes)
+        x = p.embed_step(bufs.text_ids, self.last_codes[bufs.slots])
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
         code0 = p.sample_first_code(hidden, bufs.sampling, self.history[bufs.slots])
         self._mark_history(bufs.slots, code0)
@@ -386,13 +418,38 @@ class ModelRunner:
     # ---- the step --------------------------------------------------------------------------------------------
 
     def run_lm(self, plan: StepPlan) -> list[tuple[int, ...]]:
-        """One frame for every LM request of the plan (prefills first, then decodes), on the LM lane. Waits for
-        the LM lane only (the codes go to the host), never for the codec lanes."""
-        with self.lanes.on(LM):
-            return self._run_lm(plan)
+        """`launch_lm` and wait for its codes (benchmarks and tests; the engine's loop never waits here)."""
+        return self.launch_lm(plan).wait()
 
     @torch.inference_mode()
-    def _run_lm(self, plan: StepPlan) -> list[tuple[int, ...]]:
+    def launch_lm(self, plan: StepPlan, timing: bool = False) -> LMLaunch:
+        """Queues one frame for every LM request of the plan (prefills first, then decodes) on the LM lane and
+        returns at once. The frames are written to `last_codes` on the device and copied to pinned host memory;
+        nothing here waits for the GPU (a plan() may wait for its own previous copy: attention.py)."""
+        is_cuda = self.cfg.device.type == "cuda"
+        launch = LMLaunch(plan=plan, codes=None, launched_ns=time.monotonic_ns())  # type: ignore[arg-type]
+        with self.lanes.on(LM):
+            if is_cuda:
+                if self._last_lm_event is not None:  # an SM-mode switch moves the LM to another stream
+                    torch.cuda.current_stream().wait_event(self._last_lm_event)
+                if timing:
+                    launch.start_event = torch.cuda.Event(enable_timing=True)
+                    launch.start_event.record()
+            codes = self._lm_codes(plan)
+            slots = upload(torch.tensor([r.slot for r in plan.lm_requests], dtype=torch.int64), self.cfg.device)
+            self.last_codes.index_copy_(0, slots, codes)
+            if is_cuda:
+                launch.codes = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=True)
+                launch.codes.copy_(codes, non_blocking=True)
+                launch.event = torch.cuda.Event(enable_timing=timing)
+                launch.event.record()
+                self._last_lm_event = launch.event
+            else:
+                launch.codes = codes.clone()
+        return launch
+
+    def _lm_codes(self, plan: StepPlan) -> torch.Tensor:
+        """[n, K] device codes of the plan's LM requests (prefill, code 0, depth), queued on the current stream."""
         hidden_parts, code0_parts = [], []
         if plan.prefill:
             hidden, code0 = self._run_prefill(plan.prefill)
@@ -413,8 +470,7 @@ class ModelRunner:
             b.code0[:n].copy_(code0)
             b.sampling.fill_from_params(params, pad_to=size)
 
-        codes = self.depth_stage.run(n, fill_depth).codes[:n]
-        return [tuple(row) for row in codes.cpu().tolist()]
+        return self.depth_stage.run(n, fill_depth).codes[:n]
 
     def _run_prefill(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden state and code 0 of every prompt, in the plan's order: prompts grouped by length bucket, up
@@ -472,18 +528,16 @@ class ModelRunner:
     def decode_filler(self, items: Sequence[DecodeItem]):
         """The fill function of the decode stage for these items (also used by the benchmarks)."""
         def fill(b: DecodeBuffers, size: int) -> None:
-            self._fill_decode(b, size, [i.text_id for i in items], [i.request.frames[-1] for i in items],
-                              [i.request.slot for i in items], [i.request.params for i in items],
+            self._fill_decode(b, size, [i.text_id for i in items], [i.request.slot for i in items],
+                              [i.request.params for i in items],
                               [SeqSlice(i.request.pages, 1, i.position + 1) for i in items])
         return fill
 
-    def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], prev: Sequence[Sequence[int]],
-                     slots: Sequence[int], params: Sequence, seqs: Sequence[SeqSlice]) -> None:
+    def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], slots: Sequence[int],
+                     params: Sequence, seqs: Sequence[SeqSlice]) -> None:
         n = len(text_ids)
         pad = size - n
-        k = self.program.num_codebooks
         upload_into(b.text_ids, torch.tensor(list(text_ids) + [0] * pad, dtype=torch.int64))
-        upload_into(b.prev_codes, torch.tensor([list(c) for c in prev] + [[0] * k] * pad, dtype=torch.int64).view(size, k))
         upload_into(b.slots, torch.tensor(list(slots) + [self.scratch_slot] * pad, dtype=torch.int64))
         b.sampling.fill_from_params(params, pad_to=size)
         b.attn.fill(seqs)

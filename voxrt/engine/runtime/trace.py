@@ -1,8 +1,8 @@
 """`--trace-dir`: one JSON line per decision (`plan`) and per launch (`lm`, `codec` with its GPU time), so a
 run can be replayed and the scheduler's choices checked against what the GPU did. Times in milliseconds on
 the engine's monotonic clock. On a GPU an `lm` record also carries `gpu_idle_ms`, the LM lane's idle time
-between the previous LM step's end and this one's start (CUDA events; the trace synchronizes each LM step to
-read them, so a traced run is a little slower than an untraced one)."""
+between the previous LM step's end and this one's start (CUDA events, read when the step's frames are, a step
+later: tracing adds no wait)."""
 
 from __future__ import annotations
 

@@ -86,6 +86,7 @@ class DecodeItem:
     request: Request
     text_id: int  # text-track input of this step; codec-track input is the request's last frame
     position: int  # position of this token in the request's sequence (== tokens already in KV)
+    text_index: int = 0  # the request's text tokens consumed once this step has read its input
 
 
 @dataclass(frozen=True)

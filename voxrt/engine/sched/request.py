@@ -71,8 +71,10 @@ class Request:
     prompt: PromptTokens | None = None
     pages: list[int] = field(default_factory=list)
     slot: int | None = None
-    num_tokens: int = 0  # tokens in the KV cache (prompt + frames fed back)
-    num_text_consumed: int = 0  # text tokens fed to the LM
+    # Booked when a step is planned (the engine plans a step while the previous one runs on the GPU):
+    num_tokens: int = 0  # tokens in the KV cache once the planned steps ran (prompt + frames fed back)
+    num_text_consumed: int = 0  # text tokens fed to the LM by the planned steps
+    num_frames_in_flight: int = 0  # frames of planned steps not yet in `frames`
     is_text_eos_fed: bool = False  # the spec's text_eos_id was fed (after the last token of a final text)
     frames: list[tuple[int, ...]] = field(default_factory=list)  # codes per generated frame [K]
     frame_text_index: list[int] = field(default_factory=list)  # text tokens consumed when frame t was made

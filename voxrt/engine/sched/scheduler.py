@@ -118,19 +118,18 @@ class Scheduler(abc.ABC):
     # ---- results ---------------------------------------------------------------------------------------
 
     def update_lm(self, plan: StepPlan, codes: list[tuple[int, ...]]) -> None:
-        """`codes[i]` is the frame generated for `plan.lm_requests[i]`."""
+        """`codes[i]` is the frame generated for `plan.lm_requests[i]`. The engine calls this a step late (the
+        next step is planned and running by then): positions and text were booked when the step was planned,
+        and a request whose generation ended meanwhile (its previous frame stopped it) drops the frame."""
         requests = plan.lm_requests
         assert len(codes) == len(requests), (len(codes), len(requests))
-        for request, frame in zip(requests, codes):
-            if request.is_terminal:  # cancelled while the step ran
+        text_index = [r.prompt.num_text_tokens_used for r in plan.prefill] + [d.text_index for d in plan.decode]
+        for request, frame, consumed in zip(requests, codes, text_index):
+            request.num_frames_in_flight = max(0, request.num_frames_in_flight - 1)
+            if request.is_terminal or request.is_generation_done:  # cancelled, or stopped by its previous frame
                 continue
-            if request.prompt is not None and request.num_tokens == 0:
-                request.num_tokens = len(request.prompt)
-                request.num_text_consumed = request.prompt.num_text_tokens_used
-            else:
-                request.num_tokens += 1
             request.frames.append(tuple(frame))
-            request.frame_text_index.append(request.num_text_consumed)
+            request.frame_text_index.append(consumed)
             reason = self._stop_reason(request, frame[0])
             if reason is not None:
                 if reason == "stop":
@@ -188,6 +187,9 @@ class Scheduler(abc.ABC):
         request.pages = self.pages.allocate(num_pages)
         request.slot = self.slots.allocate()
         request.transition(RequestState.RUNNING)
+        request.num_tokens = num_tokens  # booked now: the next step decodes after the prompt
+        request.num_text_consumed = request.prompt.num_text_tokens_used
+        request.num_frames_in_flight += 1
         return num_tokens
 
     def next_decode(self, request: Request) -> DecodeItem | None:
@@ -215,7 +217,11 @@ class Scheduler(abc.ABC):
                 # the text is final and used up (else it starved above): end-of-text once, then pads
                 text_id = self.spec.text_eos_id
                 request.is_text_eos_fed = True
-        return DecodeItem(request=request, text_id=text_id, position=request.num_tokens)
+        item = DecodeItem(request=request, text_id=text_id, position=request.num_tokens,
+                          text_index=request.num_text_consumed)
+        request.num_tokens += 1
+        request.num_frames_in_flight += 1
+        return item
 
     def next_chunk(self, request: Request, early: bool = False) -> CodecJob | None:
         """The next codec chunk of a request when it is ready (frames cut in order, one at a time). `early`: a
@@ -275,6 +281,8 @@ class Scheduler(abc.ABC):
         because every candidate waits for a page and none is free, the newest is failed (never a hang)."""
         blocked = []
         for request in running:
+            if self._has_all_frames_planned(request):
+                continue  # its last frame is in flight: the stop comes with it
             item = self.next_decode(request)
             if item is not None:
                 plan.decode.append(item)
@@ -339,6 +347,16 @@ class Scheduler(abc.ABC):
                                    | set(self._held_slots.values()))
 
     # ---- internals ---------------------------------------------------------------------------------------
+
+    def _has_all_frames_planned(self, request: Request) -> bool:
+        """Whether steps in flight already make every frame a length rule allows (pinned or max frames, or the
+        sequence length): one more would only be dropped, or end the generation before the frame in flight
+        lands (a stop by EOS or by the text's length cannot be known ahead)."""
+        if request.num_frames_in_flight == 0:
+            return False
+        limit = request.params.num_frames or request.params.max_frames or self.spec.default_max_frames
+        return (request.num_frames + request.num_frames_in_flight >= limit
+                or request.num_tokens >= self.config.max_seq_len)
 
     def _stop_reason(self, request: Request, code0: int) -> str | None:
         pinned = request.params.num_frames

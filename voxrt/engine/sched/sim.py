@@ -17,7 +17,7 @@ that policies are compared in milliseconds of CPU without a GPU. What it models:
   when no LM step is in flight (after each step, or at the next arrival or launch completion while idle) and
   only then observes completed codec launches: their audio goes out, `complete_codec` is called, and the lane
   is free for the next plan.
-- Listeners (`voxrt.loadgen.listener.Listener`, the load generator's): a listener starts playing at its first
+- Listeners (`sched/listener.py`, shared with the load generator): a listener starts playing at its first
   audio, plays in real time, and stalls when a chunk arrives after its buffer ran dry. Each reports its
   playback to the scheduler every `report_ms` (`request.playback`, as of the report's tick).
 
@@ -42,8 +42,7 @@ from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob, Program
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, PromptTokens, Request
 from voxrt.engine.sched.scheduler import Scheduler, SchedulerConfig
-from voxrt.loadgen.listener import Listener
-from voxrt.loadgen.workload import pinned_frames  # 15 characters per audio second at 12.5 frames/s
+from voxrt.engine.sched.listener import Listener, pinned_frames  # 15 characters per audio second at 12.5 frames/s
 
 TTFA_SLO_MS = 200.0
 PROMPT_TOKENS = 8

@@ -1,0 +1,69 @@
+"""A simulated listener and the pinned-length rule (PURE: every time is passed in, in seconds on any one clock).
+
+Shared by the load generator (`voxrt.loadgen`, which re-exports both) and the scheduler simulation
+(`sched/sim.py`): one statement of what a stall is, below both.
+
+The listener starts playing when the first audio arrives and plays in real time. Audio that arrives while
+the buffer still holds some is appended to it; audio that arrives after the buffer ran dry (before the last
+frame) is a stall, lasting from the moment the buffer ran dry to that arrival, after which playback resumes
+at once. TTFA is from the request's start to its first audio.
+"""
+
+from __future__ import annotations
+
+import math
+
+CHARS_PER_AUDIO_S = 15.0
+FRAMES_PER_S = 12.5
+PINNED_LENGTH_RULE = (f"frames = max(1, floor(len(text) / {CHARS_PER_AUDIO_S:g} * {FRAMES_PER_S:g} + 0.5)): "
+                      f"{CHARS_PER_AUDIO_S:g} characters per audio second at {FRAMES_PER_S:g} frames/s")
+
+
+def pinned_frames(text: str) -> int:
+    """The pinned output length of a workload text (`voxrt.loadgen.workload`'s docstring)."""
+    return max(1, math.floor(len(text) / CHARS_PER_AUDIO_S * FRAMES_PER_S + 0.5))
+
+
+class Listener:
+    def __init__(self, start_s: float) -> None:
+        self.start_s = start_s  # when the request started (its first text)
+        self.first_audio_s: float | None = None
+        self.play_end_s: float | None = None  # when the buffer runs dry if nothing more arrives
+        self.audio_s = 0.0  # audio received
+        self.stall_durations_s: list[float] = []
+        self.is_finished = False
+
+    def on_audio(self, now_s: float, duration_s: float, is_last: bool = False) -> None:
+        """`duration_s` seconds of audio arrived at `now_s`."""
+        if self.is_finished:
+            raise ValueError("audio after the last frame")
+        if duration_s < 0:
+            raise ValueError(f"duration must be >= 0, got {duration_s}")
+        if self.first_audio_s is None:
+            self.first_audio_s = now_s
+            self.play_end_s = now_s
+        elif now_s > self.play_end_s:
+            self.stall_durations_s.append(now_s - self.play_end_s)
+            self.play_end_s = now_s
+        self.play_end_s += duration_s
+        self.audio_s += duration_s
+        if is_last:
+            self.is_finished = True
+
+    def played_s(self, now_s: float) -> float:
+        """Audio played by `now_s` (0 before the first audio)."""
+        if self.play_end_s is None:
+            return 0.0
+        return max(0.0, self.audio_s - max(0.0, self.play_end_s - now_s))
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        return None if self.first_audio_s is None else (self.first_audio_s - self.start_s) * 1000.0
+
+    @property
+    def num_stalls(self) -> int:
+        return len(self.stall_durations_s)
+
+    @property
+    def stall_ms(self) -> float:
+        return sum(self.stall_durations_s) * 1000.0
