@@ -185,11 +185,13 @@ def _fill(record: RequestRecord, listener: Listener | None) -> None:
 
 async def run_point(target, workload: list[WorkItem], rate: float, duration_s: float, *, seed: int = 0,
                     tokens_per_s: float | None = None, max_requests: int | None = None,
-                    progress: bool = False, offset: int = 0) -> list[RequestRecord]:
+                    progress: bool = False, offset: int = 0, share: tuple[int, int] | None = None,
+                    start_at: float | None = None) -> list[RequestRecord]:
     """Requests arrive at Poisson times; workload rows are taken in order from `offset`, cycling. Returns the
-    records in arrival order once every request finished."""
+    records in arrival order once every request finished. `share=(k, n)`: only the requests i with i % n == k
+    (one process of `--procs n`, procs.py), from `start_at` (time.monotonic(), shared by the processes)."""
     times = arrival_times(rate, duration_s, seed, max_requests)
-    t0 = time.monotonic()
+    t0 = time.monotonic() if start_at is None else start_at
     tasks = []
     done_count = 0
 
@@ -203,7 +205,8 @@ async def run_point(target, workload: list[WorkItem], rate: float, duration_s: f
             done_count += 1
 
     for i, at in enumerate(times):
-        tasks.append(asyncio.create_task(one(i, at)))
+        if share is None or i % share[1] == share[0]:
+            tasks.append(asyncio.create_task(one(i, at)))
     if not progress:
         return list(await asyncio.gather(*tasks))
     everything = asyncio.gather(*tasks)
@@ -211,6 +214,6 @@ async def run_point(target, workload: list[WorkItem], rate: float, duration_s: f
         finished, _ = await asyncio.wait({everything}, timeout=PROGRESS_EVERY_S)
         if finished:
             break
-        print(f"  rate {rate:g}: {time.monotonic() - t0:.0f} s, {done_count}/{len(times)} requests done",
+        print(f"  rate {rate:g}: {time.monotonic() - t0:.0f} s, {done_count}/{len(tasks)} requests done",
               file=sys.stderr, flush=True)
     return list(everything.result())
