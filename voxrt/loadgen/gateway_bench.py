@@ -18,7 +18,11 @@ The ceiling is the highest session count whose send-jitter p99 stays within `--j
 
 The clients are plain `websockets` clients (cheaper per frame than voxrt.client) in `--client-procs`
 processes. `--gateway-cpus` / `--client-cpus` pin each side to its own cores (Linux), so the gateway's
-figures are per core and the clients do not steal its CPU.
+figures are per core and the clients do not steal its CPU; the stand-in engine process goes to
+`--engine-cpus` (default: the clients' cores). `--nice -10` (as root) raises the gateway and the clients over
+other work on a shared machine, their autogroups included (Linux schedules each session as a group, so a
+process's nice value alone does not weigh against other sessions). `--opus-floor` times libopus alone on the
+same signal first; the ceiling is then also given as a fraction of libopus alone's streams per core.
 """
 
 from __future__ import annotations
@@ -120,12 +124,24 @@ async def _clients(url: str, num_sessions: int, frames: int, ramp_s: float, run_
             "ttfa": totals["ttfa"].summary(), "loop_lag": measured["loop_lag"], "cpu_cores": measured["cpu_cores"]}
 
 
+def _set_nice(nice: int) -> None:
+    """The niceness of this process and of its autogroup: with Linux's autogroup scheduling (each session its
+    own group) a process's own nice value only weighs it against its session, not against other sessions'
+    work on a shared machine."""
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # no autogroups here (or not permitted): the process's nice value is all there is
+
+
 def _client_main(args: tuple, out) -> None:
     cpus, nice = args[-1]
     if cpus:
         os.sched_setaffinity(0, cpus)
     if nice:
-        os.nice(nice)
+        _set_nice(nice)
     out.put(asyncio.run(_clients(*args[:-1])))
 
 
@@ -146,7 +162,7 @@ def start_gateway(port: int, stats_prefix: str, cpus: list[int] | None, extra: l
         if cpus:
             os.sched_setaffinity(0, cpus)
         if nice:
-            os.nice(nice)
+            _set_nice(nice)
     log_path = f"{stats_prefix}.serve.log"
     with open(log_path, "w") as log:  # a file, not a pipe nobody reads: a full pipe would block the gateway
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, preexec_fn=preexec, start_new_session=True)
