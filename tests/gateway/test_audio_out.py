@@ -194,3 +194,13 @@ def test_one_wakeup_serves_every_stream_due_together():
         await asyncio.gather(*(o.play(e.split(speech(0.1)), False, 0.0, trace()) for o, e in outs))
         assert len(sent) >= 50 * 3 and pacer.num_wakeups <= 5  # not one per stream
     run(main())
+
+
+def test_a_frame_that_fails_to_encode_ends_play_with_its_error():
+    async def main():
+        async def send(data: bytes) -> None:
+            pass
+        out, encoder = audio_out(send, config("burst"))
+        with pytest.raises(ValueError, match="960 samples"):  # a frame of the wrong size: an error, not a hang
+            await out.play([np.zeros(100, dtype=np.float32)], False, 0.0, trace())
+    run(main())

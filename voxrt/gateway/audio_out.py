@@ -81,12 +81,12 @@ class AudioOut:
             if wait_ms > tick_ms:
                 return now + wait_ms
             frame, is_last, trace = queue.popleft()
-            payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
-            data = encode_audio_frame(self.index, self.num_frames_sent, self.num_frames_sent * self._frame_ms,
-                                      payload, is_first=self.num_frames_sent == 0, is_last=is_last)
             try:
+                payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
+                data = encode_audio_frame(self.index, self.num_frames_sent, self.num_frames_sent * self._frame_ms,
+                                          payload, is_first=self.num_frames_sent == 0, is_last=is_last)
                 pending = start_eagerly(self._send_bytes(data))
-            except Exception as exc:  # noqa: BLE001 (the session closed: play() raises it)
+            except Exception as exc:  # noqa: BLE001 (the session closed, or a bad frame: play() raises it)
                 self._fail(exc)
                 return None
             if pending is not None:  # the connection cannot take it yet: wait for this send alone
