@@ -129,7 +129,7 @@ trap - EXIT
 if [[ " $PATHS " == *" gwbench "* ]] && [ "$QUICK" = 1 ]; then
   # the ceiling of one gateway process on core 0 (its stand-in engine and the clients on other cores), CELT
   NCPU=$(nproc)
-  timeout 150 python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 6 --ramp 2 \
+  timeout 200 python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 6 --ramp 2 \
     --warmup 2 --gateway-cpus 0 --client-cpus "1-$((NCPU - 1))" --client-procs 4 --opus-floor \
     --out "$R/gwbench-quick.json" -- --opus-signal=music > "$R/gwbench-quick.log" 2>&1
   log "gwbench quick (rc $?)"
@@ -151,7 +151,9 @@ if ls "$R"/gwbench-*.log > /dev/null 2>&1; then
   { echo; echo "gateway bench ($what, --opus-signal music):"
     for f in "$R"/gwbench-*.log; do echo "$(basename "$f" .log): $(grep -E '^ +[0-9]+ ' "$f" | tail -1)"; done
     grep -h "libopus alone" "$R"/gwbench-w1.log "$R"/gwbench-quick.log 2>/dev/null
-    if [ -f "$R/gwbench-quick.log" ]; then sed -n '/^sessions /,$p' "$R/gwbench-quick.log"; fi; } >> "$OUT/table.txt"
+    if grep -q '^sessions ' "$R/gwbench-quick.log" 2>/dev/null; then sed -n '/^sessions /,$p' "$R/gwbench-quick.log"
+    elif [ -f "$R/gwbench-quick.log" ]; then echo "(stopped part-way; the points it measured:)"
+      grep -E '^ +[0-9]+ ' "$R/gwbench-quick.log"; fi; } >> "$OUT/table.txt"
 fi
 tar czf "$OUT/product_path.tgz" -C "$OUT" runs && rm -rf "$R"
 log "done"

@@ -167,16 +167,19 @@ def start_gateway(port: int, stats_prefix: str, cpus: list[int] | None, extra: l
     with open(log_path, "w") as log:  # a file, not a pipe nobody reads: a full pipe would block the gateway
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, preexec_fn=preexec, start_new_session=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the gateway exited: {Path(log_path).read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
-            return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the gateway did not become ready within 60 s")
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited: {Path(log_path).read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                return proc
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("the gateway did not become ready within 60 s")
+    except BaseException:  # not ready, or this run stopped meanwhile: the gateway goes too
+        stop_gateway(proc)
+        raise
 
 
 def _descendants(pid: int) -> list[int]:
@@ -384,15 +387,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"libopus alone on the stand-in's signal (--opus-signal {signal_hint}): {floor_us:.1f} us per 20 ms "
               f"frame, {floor['sessions_per_core']} streams per core; 70%: {0.7 * floor['sessions_per_core']:.0f}",
               flush=True)
+    # `timeout` and the like stop this with SIGTERM: exit through the finally blocks, which stop the gateway
+    # (it runs in its own session, so the signal does not reach it)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows = []
     for n in counts:
         row = run_point(n, args)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+        print(format_table([row], args.jitter_bound_ms).splitlines()[-1], flush=True)
+        if args.out:  # after every point, so a run stopped part-way keeps what it measured
+            Path(args.out).write_text(json.dumps({"args": vars(args), "opus_floor": floor, "rows": rows,
+                                                  "ceiling": ceiling(rows, args.jitter_bound_ms)}, indent=2) + "\n")
     best = ceiling(rows, args.jitter_bound_ms)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, "opus_floor": floor,
-                                              "rows": rows, "ceiling": best}, indent=2) + "\n")
     print(format_table(rows, args.jitter_bound_ms))
     if best is None:
         print(f"ceiling: none of the points kept send-jitter p99 <= {args.jitter_bound_ms:g} ms")
