@@ -14,12 +14,15 @@
 #
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_product_path.sh
 #
-# QUICK=1 fits one 10-minute call: RATES 1,12,16 with 12 s points (the 1 req/s point of each path gives its
+# QUICK=1 fits one 10-minute call: RATES 1,12,16 with 10 s points (the 1 req/s point of each path gives its
 # TTFA at 1 req/s, so no separate ttfa runs), paths direct ws-whole ws-tokens, 2 gateway processes, and a
-# short gateway-bench ceiling search (one gateway process on core 0, GW_QUICK_SESSIONS).
+# short gateway-bench ceiling search (one gateway process on core 0, GW_QUICK_SESSIONS), all inside
+# BUDGET_S (540 s): a step that would not fit is cut short or skipped, and the report always prints. A point
+# lasts its arrival window plus the audio of its last requests (paced in real time: up to ~30 s for
+# LibriTTS's longest rows).
 # Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
 # LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (32), SEED (0),
-# MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 120), FRAME_PATH (fused),
+# WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
 # GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (60,120,180,240), MODEL
 # (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
@@ -29,11 +32,15 @@ OUT=${OUT:-out/product_path}
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   RATES=${RATES:-1,12,16}
-  DURATION_S=${DURATION_S:-12}
+  DURATION_S=${DURATION_S:-10}
   PATHS=${PATHS:-direct ws-whole ws-tokens gwbench}
   GW_WORKERS=${GW_WORKERS:-2}
-  RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-120}
+  RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-140}
+  BUDGET_S=${BUDGET_S:-540}  # the whole script, so that the report prints inside a 600 s call
+  WS_WARMUP=${WS_WARMUP:-2}  # the engine is warm after the direct run; the 8 warm-up rows pace up to 18 s
 fi
+WS_WARMUP=${WS_WARMUP:-8}
+BUDGET_S=${BUDGET_S:-0}  # 0: no budget
 RATES=${RATES:-12,16}
 DURATION_S=${DURATION_S:-30}
 PATHS=${PATHS:-direct ws-whole ws-tokens ttfa gwbench}
@@ -99,11 +106,18 @@ done
 log "server ready"
 
 COMMON=(--workload bench/workloads/libritts_test_clean.jsonl --seed "$SEED" --max-requests "$MAXREQ")
+limit() {  # SECONDS RESERVE: SECONDS, or less when BUDGET_S leaves less (RESERVE kept for what follows)
+  local want=$1 reserve=$2
+  if [ "$BUDGET_S" -gt 0 ] && [ $((BUDGET_S - SECONDS - reserve)) -lt "$want" ]; then want=$((BUDGET_S - SECONDS - reserve)); fi
+  echo "$want"
+}
 run() {  # TAG DURATION RATES LOADGEN-ARGS...
   local tag=$1 duration=$2 rates=$3; shift 3
+  local t; t=$(limit "$RUN_TIMEOUT_S" 25)
+  if [ "$t" -lt 30 ]; then log "$tag skipped: the time budget (BUDGET_S $BUDGET_S) is spent"; return; fi
   echo "$tag" > "$R/tag"
   python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-before.json"
-  timeout "$RUN_TIMEOUT_S" python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" \
+  timeout "$t" python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" \
     --duration "$duration" --procs "$LOADGEN_PROCS" --out "$R/$tag" > "$R/$tag.log" 2>&1
   local rc=$?
   python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-after.json"
@@ -114,8 +128,8 @@ WS=(--url ws://127.0.0.1:$PORT/v1/realtime)
 for path in $PATHS; do
   case $path in
     direct) run direct "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" ;;
-    ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" ;;
-    ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" ;;
+    ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" --warmup "$WS_WARMUP" ;;
+    ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup "$WS_WARMUP" ;;
     ttfa) run ttfa-tokens "$TTFA_DURATION_S" 1 "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup 2
           run ttfa-whole "$TTFA_DURATION_S" 1 "${WS[@]}" --warmup 2 ;;
     gwbench) ;;  # after the server is stopped (below): it needs the cores to itself
@@ -129,10 +143,15 @@ trap - EXIT
 if [[ " $PATHS " == *" gwbench "* ]] && [ "$QUICK" = 1 ]; then
   # the ceiling of one gateway process on core 0 (its stand-in engine and the clients on other cores), CELT
   NCPU=$(nproc)
-  timeout 200 python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 6 --ramp 2 \
-    --warmup 2 --gateway-cpus 0 --client-cpus "1-$((NCPU - 1))" --client-procs 4 --opus-floor \
-    --out "$R/gwbench-quick.json" -- --opus-signal=music > "$R/gwbench-quick.log" 2>&1
-  log "gwbench quick (rc $?)"
+  t=$(limit 200 15)
+  if [ "$t" -lt 40 ]; then
+    log "gwbench skipped: the time budget is spent"
+  else
+    timeout "$t" python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 6 --ramp 2 \
+      --warmup 2 --gateway-cpus 0 --client-cpus "1-$((NCPU - 1))" --client-procs 4 --opus-floor \
+      --out "$R/gwbench-quick.json" -- --opus-signal=music > "$R/gwbench-quick.log" 2>&1
+    log "gwbench quick (rc $?)"
+  fi
 elif [[ " $PATHS " == *" gwbench "* ]]; then
   NCPU=$(nproc); HALF=$((NCPU / 2))
   GB=(python -m voxrt.loadgen.gateway_bench --sessions "$GW_SESSIONS" --duration 8 --ramp 2 --warmup 3

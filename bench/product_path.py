@@ -197,8 +197,7 @@ def paths(runs: Path) -> None:
         by_rate = {p["rate"]: p["attainment"] for p in direct["points"]}
         worst = max((by_rate[p["rate"]] - p["attainment"] for p in row["points"] if p["rate"] in by_rate),
                     default=None)
-        cap = (None if not direct["capacity"] or row["capacity"] is None
-               else row["capacity"] / direct["capacity"])
+        cap = None if not direct["capacity"] else (row["capacity"] or 0.0) / direct["capacity"]
         verdict = "-" if worst is None else ("ok" if worst <= bound and (cap is None or cap >= 1 - bound) else "MISS")
         print(f"{row['label']} vs engine-direct: capacity {f(row['capacity'], 'g')} vs {f(direct['capacity'], 'g')}"
               f" req/s ({f(None if cap is None else 100 * cap, '.0f')}%), worst attainment gap "
