@@ -23,7 +23,7 @@
 # Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
 # LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (32), SEED (0),
 # WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
-# GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (60,120,180,240), MODEL
+# GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
 # (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
@@ -50,7 +50,7 @@ GW_WORKERS=${GW_WORKERS:-1}
 LOADGEN_PROCS=${LOADGEN_PROCS:-2}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-400}
 FRAME_PATH=${FRAME_PATH:-fused}
-GW_QUICK_SESSIONS=${GW_QUICK_SESSIONS:-60,120,180,240}
+GW_QUICK_SESSIONS=${GW_QUICK_SESSIONS:-50,100,150}
 SPLIT=${SPLIT:-32}
 SEED=${SEED:-0}
 MAXREQ=${MAXREQ:-600}
@@ -147,7 +147,7 @@ if [[ " $PATHS " == *" gwbench "* ]] && [ "$QUICK" = 1 ]; then
   if [ "$t" -lt 40 ]; then
     log "gwbench skipped: the time budget is spent"
   else
-    timeout "$t" python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 6 --ramp 2 \
+    timeout "$t" python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 5 --ramp 2 \
       --warmup 2 --gateway-cpus 0 --client-cpus "1-$((NCPU - 1))" --client-procs 4 --opus-floor \
       --out "$R/gwbench-quick.json" -- --opus-signal=music > "$R/gwbench-quick.log" 2>&1
     log "gwbench quick (rc $?)"
