@@ -1,32 +1,56 @@
 #!/usr/bin/env bash
 # Issue 21, "the product path", in one GPU call: where the WebSocket path loses against engine-direct.
-# Qwen3-TTS-1.7B (full-size random checkpoint), deadline scheduler with lanes (codec lane SPLIT SMs, as the
-# 2026-11-29 runs), LibriTTS test-clean, Poisson arrivals, lengths pinned, the same seed and rows per rate on
-# every path. ONE engine process serves every path: `voxrt serve --engine-socket` runs the gateway
-# (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine through
-# that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
+# Qwen3-TTS-1.7B (full-size random checkpoint, fused frame path), deadline scheduler with lanes (codec lane
+# SPLIT SMs, as the 2026-11-29 runs), LibriTTS test-clean, Poisson arrivals, lengths pinned, the same seed and
+# rows per rate on every path. ONE engine process serves every path: `voxrt serve --engine-socket` runs the
+# gateway (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine
+# through that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
 #   direct      engine-direct, whole text, at RATES
 #   ws-whole    WebSocket, whole text, at RATES
 #   ws-tokens   WebSocket, tokens at TOKENS_PER_S (30/s), at RATES
 #   ttfa        TTFA at 1 req/s: WebSocket tokens at 30/s, then WebSocket whole text (TTFA_DURATION_S each)
-#   gwbench     the GPU-less gateway benchmark on this machine's cores (stand-in engine, Opus 48 kHz):
-#               one gateway process vs GW_THREADS encode threads vs GW_BENCH_WORKERS processes at GW_SESSIONS
+#   gwbench     the GPU-less gateway benchmark on this machine's cores (stand-in engine, Opus 48 kHz)
 # Run from the repository root on the GPU machine:
 #
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_product_path.sh
 #
+# QUICK=1 fits one 10-minute call: RATES 1,12,16 with 10 s points (the 1 req/s point of each path gives its
+# TTFA at 1 req/s, so no separate ttfa runs), paths direct ws-whole ws-tokens, 2 gateway processes, and a
+# short gateway-bench ceiling search (one gateway process on core 0, GW_QUICK_SESSIONS), all inside
+# BUDGET_S (540 s): a step that would not fit is cut short or skipped, and the report always prints. A point
+# lasts its arrival window plus the audio of its last requests (paced in real time: up to ~30 s for
+# LibriTTS's longest rows).
 # Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
-# SPLIT (32), SEED (0), MAXREQ (600), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), MODEL
-# (qwen3-tts; MODEL=tiny is the CPU dry run: no checkpoint, --lanes inline). Everything is in
-# $OUT/product_path.tgz; the table is printed last (and in $OUT/table.txt).
+# LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (32), SEED (0),
+# WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
+# GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
+# (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
+# $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
+# line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
 set -uo pipefail
 OUT=${OUT:-out/product_path}
+QUICK=${QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+  RATES=${RATES:-1,12,16}
+  DURATION_S=${DURATION_S:-10}
+  PATHS=${PATHS:-direct ws-whole ws-tokens gwbench}
+  GW_WORKERS=${GW_WORKERS:-2}
+  RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-140}
+  BUDGET_S=${BUDGET_S:-540}  # the whole script, so that the report prints inside a 600 s call
+  WS_WARMUP=${WS_WARMUP:-2}  # the engine is warm after the direct run; the 8 warm-up rows pace up to 18 s
+fi
+WS_WARMUP=${WS_WARMUP:-8}
+BUDGET_S=${BUDGET_S:-0}  # 0: no budget
 RATES=${RATES:-12,16}
 DURATION_S=${DURATION_S:-30}
 PATHS=${PATHS:-direct ws-whole ws-tokens ttfa gwbench}
 TOKENS_PER_S=${TOKENS_PER_S:-30}
 TTFA_DURATION_S=${TTFA_DURATION_S:-20}
 GW_WORKERS=${GW_WORKERS:-1}
+LOADGEN_PROCS=${LOADGEN_PROCS:-2}
+RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-400}
+FRAME_PATH=${FRAME_PATH:-fused}
+GW_QUICK_SESSIONS=${GW_QUICK_SESSIONS:-50,100,150}
 SPLIT=${SPLIT:-32}
 SEED=${SEED:-0}
 MAXREQ=${MAXREQ:-600}
@@ -50,10 +74,16 @@ if [ "$MODEL" = qwen3-tts ]; then
     python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT --tokenizer-dir .gpu/qwen-tokenizer \
       > "$R/mk.log" 2>&1 || { tail -20 "$R/mk.log"; exit 1; }
   fi
+  if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then  # the fused path's kernels, compiled before
+    mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton
+  fi
   MODEL_ARGS+=(--checkpoint $CKPT)
-  ENGINE_ARGS+=(--lanes auto --sm-modes "$SPLIT")
+  ENGINE_ARGS+=(--lanes auto --sm-modes "$SPLIT" --frame-path "$FRAME_PATH")
 else
   ENGINE_ARGS+=(--lanes inline)
+  # the stand-in's chunks at 2x real time leave no slack for its 2-frame first chunk: a dry run of the
+  # script's plumbing wants requests that can meet the SLO
+  if [ "$MODEL" = standin ]; then ENGINE_ARGS+=(--standin-speed 4); fi
 fi
 lscpu | grep -E "Model name|^CPU\(s\)" > "$R/cpu.txt"
 
@@ -76,12 +106,19 @@ done
 log "server ready"
 
 COMMON=(--workload bench/workloads/libritts_test_clean.jsonl --seed "$SEED" --max-requests "$MAXREQ")
+limit() {  # SECONDS RESERVE: SECONDS, or less when BUDGET_S leaves less (RESERVE kept for what follows)
+  local want=$1 reserve=$2
+  if [ "$BUDGET_S" -gt 0 ] && [ $((BUDGET_S - SECONDS - reserve)) -lt "$want" ]; then want=$((BUDGET_S - SECONDS - reserve)); fi
+  echo "$want"
+}
 run() {  # TAG DURATION RATES LOADGEN-ARGS...
   local tag=$1 duration=$2 rates=$3; shift 3
+  local t; t=$(limit "$RUN_TIMEOUT_S" 25)
+  if [ "$t" -lt 30 ]; then log "$tag skipped: the time budget (BUDGET_S $BUDGET_S) is spent"; return; fi
   echo "$tag" > "$R/tag"
   python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-before.json"
-  python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" --duration "$duration" \
-    --out "$R/$tag" > "$R/$tag.log" 2>&1
+  timeout "$t" python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" \
+    --duration "$duration" --procs "$LOADGEN_PROCS" --out "$R/$tag" > "$R/$tag.log" 2>&1
   local rc=$?
   python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-after.json"
   echo idle > "$R/tag"
@@ -91,8 +128,8 @@ WS=(--url ws://127.0.0.1:$PORT/v1/realtime)
 for path in $PATHS; do
   case $path in
     direct) run direct "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" ;;
-    ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" ;;
-    ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" ;;
+    ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" --warmup "$WS_WARMUP" ;;
+    ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup "$WS_WARMUP" ;;
     ttfa) run ttfa-tokens "$TTFA_DURATION_S" 1 "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup 2
           run ttfa-whole "$TTFA_DURATION_S" 1 "${WS[@]}" --warmup 2 ;;
     gwbench) ;;  # after the server is stopped (below): it needs the cores to itself
@@ -103,7 +140,19 @@ kill $SAMPLER 2>/dev/null
 kill -INT $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
 trap - EXIT
 
-if [[ " $PATHS " == *" gwbench "* ]]; then
+if [[ " $PATHS " == *" gwbench "* ]] && [ "$QUICK" = 1 ]; then
+  # the ceiling of one gateway process on core 0 (its stand-in engine and the clients on other cores), CELT
+  NCPU=$(nproc)
+  t=$(limit 200 15)
+  if [ "$t" -lt 40 ]; then
+    log "gwbench skipped: the time budget is spent"
+  else
+    timeout "$t" python -m voxrt.loadgen.gateway_bench --sessions "$GW_QUICK_SESSIONS" --duration 5 --ramp 2 \
+      --warmup 2 --gateway-cpus 0 --client-cpus "1-$((NCPU - 1))" --client-procs 4 --opus-floor \
+      --out "$R/gwbench-quick.json" -- --opus-signal=music > "$R/gwbench-quick.log" 2>&1
+    log "gwbench quick (rc $?)"
+  fi
+elif [[ " $PATHS " == *" gwbench "* ]]; then
   NCPU=$(nproc); HALF=$((NCPU / 2))
   GB=(python -m voxrt.loadgen.gateway_bench --sessions "$GW_SESSIONS" --duration 8 --ramp 2 --warmup 3
       --gateway-cpus "0-$((GW_BENCH_WORKERS - 1))" --client-cpus "$HALF-$((NCPU - 1))" --client-procs 4 --opus-floor)
@@ -116,9 +165,14 @@ fi
 
 python bench/product_path.py report "$R" > "$OUT/table.txt" 2>&1
 if ls "$R"/gwbench-*.log > /dev/null 2>&1; then
-  { echo; echo "gateway bench ($GW_SESSIONS Opus sessions, gateway on cores 0-$((GW_BENCH_WORKERS - 1)), --opus-signal music):"
+  if [ "$QUICK" = 1 ]; then what="sessions $GW_QUICK_SESSIONS, one gateway process on core 0"
+  else what="$GW_SESSIONS Opus sessions, gateway on cores 0-$((GW_BENCH_WORKERS - 1))"; fi
+  { echo; echo "gateway bench ($what, --opus-signal music):"
     for f in "$R"/gwbench-*.log; do echo "$(basename "$f" .log): $(grep -E '^ +[0-9]+ ' "$f" | tail -1)"; done
-    grep -h "libopus alone" "$R"/gwbench-w1.log; } >> "$OUT/table.txt"
+    grep -h "libopus alone" "$R"/gwbench-w1.log "$R"/gwbench-quick.log 2>/dev/null
+    if grep -q '^sessions ' "$R/gwbench-quick.log" 2>/dev/null; then sed -n '/^sessions /,$p' "$R/gwbench-quick.log"
+    elif [ -f "$R/gwbench-quick.log" ]; then echo "(stopped part-way; the points it measured:)"
+      grep -E '^ +[0-9]+ ' "$R/gwbench-quick.log"; fi; } >> "$OUT/table.txt"
 fi
 tar czf "$OUT/product_path.tgz" -C "$OUT" runs && rm -rf "$R"
 log "done"

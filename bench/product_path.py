@@ -4,7 +4,8 @@
     python bench/product_path.py snapshot STATS_PREFIX OUT.json                 # the gateways' cumulative stats
     python bench/product_path.py report RUNS_DIR                                # the last table
 
-`sample` writes one line a second: for the serve process and its descendants (the engine process and the
+`report` prints every run's points, then one line per path (attainment per rate, capacity on the grid, TTFA
+at 1 req/s) and the issue's comparisons. `sample` writes one line a second: for the serve process and its descendants (the engine process and the
 gateway workers) and every `voxrt loadgen` process, the CPU fraction of one core since the previous line,
 labelled with the run tag read from LOADGEN_TAG_FILE. `report` joins each run's loadgen summary.json, the
 gateway stats snapshots taken before and after it (frame send lateness, loop lag) and the CPU samples.
@@ -144,6 +145,68 @@ def report(runs_dir: str) -> None:
                   f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
                   f"{sum(engine) / len(engine):.2f}/{max(engine):.2f}")
     print("(gw figures are per run, over all its points; CPU in cores; jitter = frame send time minus due time)")
+    print()
+    paths(runs)
+
+
+PATHS = (("direct", "engine-direct, whole text", None), ("ws-whole", "WebSocket, whole text", "ttfa-whole"),
+         ("ws-tokens", "WebSocket, tokens", "ttfa-tokens"))
+
+
+def _capacity(points: list[dict], threshold: float = 0.9) -> float | None:
+    """The grid reading (voxrt/loadgen/sweep.py): the highest rate meeting `threshold` with every lower one too."""
+    best = None
+    for point in sorted(points, key=lambda p: p["rate"]):
+        if point["attainment"] < threshold:
+            break
+        best = point["rate"]
+    return best
+
+
+def paths(runs: Path) -> None:
+    """One line per path: attainment at each rate, the capacity on the grid (90% attainment), TTFA p50/p99 at
+    1 req/s (the path's own 1 req/s point, else its `ttfa-*` run); then the issue's three comparisons."""
+    rows = {}
+    for tag, label, ttfa_tag in PATHS:
+        summary_path = runs / tag / "summary.json"
+        if not summary_path.exists():
+            continue
+        points = [p for p in json.loads(summary_path.read_text()).get("points", []) if p.get("requests")]
+        at_one = next((p for p in points if p["rate"] == 1), None)
+        if at_one is None and ttfa_tag and (runs / ttfa_tag / "summary.json").exists():
+            at_one = next(iter(json.loads((runs / ttfa_tag / "summary.json").read_text()).get("points", [])), None)
+        loaded = [p for p in points if p["rate"] != 1] or points
+        rows[tag] = {"label": label, "points": loaded, "capacity": _capacity(points), "at_one": at_one}
+    if not rows:
+        print("no path ran (no summary.json under the runs)")
+        return
+
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+    print("path                        attainment % per rate            capacity (90%)  TTFA@1 p50  p99 ms")
+    for tag, row in rows.items():
+        rates = "  ".join(f"{p['rate']:g}: {100 * p['attainment']:5.1f}" for p in row["points"])
+        one = row["at_one"] or {}
+        print(f"{row['label']:27s} {rates:32s} {f(row['capacity'], '9g'):>14s}  {f(one.get('ttfa_p50_ms'), '10.0f')}"
+              f"  {f(one.get('ttfa_p99_ms'), '6.0f')}")
+    direct = rows.get("direct")
+    for tag, bound in (("ws-whole", 0.10), ("ws-tokens", 0.15)):
+        row = rows.get(tag)
+        if direct is None or row is None:
+            continue
+        by_rate = {p["rate"]: p["attainment"] for p in direct["points"]}
+        worst = max((by_rate[p["rate"]] - p["attainment"] for p in row["points"] if p["rate"] in by_rate),
+                    default=None)
+        cap = None if not direct["capacity"] else (row["capacity"] or 0.0) / direct["capacity"]
+        verdict = "-" if worst is None else ("ok" if worst <= bound and (cap is None or cap >= 1 - bound) else "MISS")
+        print(f"{row['label']} vs engine-direct: capacity {f(row['capacity'], 'g')} vs {f(direct['capacity'], 'g')}"
+              f" req/s ({f(None if cap is None else 100 * cap, '.0f')}%), worst attainment gap "
+              f"{f(None if worst is None else 100 * worst, '.1f')} points (bound {100 * bound:.0f}%): {verdict}")
+    whole, tokens = (rows.get(t, {}).get("at_one") or {} for t in ("ws-whole", "ws-tokens"))
+    if whole.get("ttfa_p50_ms") is not None and tokens.get("ttfa_p50_ms") is not None:
+        gap = tokens["ttfa_p50_ms"] - whole["ttfa_p50_ms"]
+        print(f"TTFA p50 at 1 req/s, tokens minus whole text: {gap:.0f} ms (bound 40 ms): "
+              f"{'ok' if gap <= 40 else 'MISS'}")
 
 
 if __name__ == "__main__":

@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     loadgen.add_argument("--tokens-per-s", type=float, default=None, help="send the text as a token stream "
                          "at this rate (default: whole)")
     loadgen.add_argument("--max-requests", type=int, default=None, help="at most this many requests per point")
+    loadgen.add_argument("--procs", type=int, default=1, help="spread each point's requests over this many "
+                         "processes (needs --url, or --engine-direct with --engine-socket); loop lag: the worst one's")
     loadgen.add_argument("--seed", type=int, default=0)
     loadgen.add_argument("--warmup", type=int, default=8, help="requests run at once before the first point, "
                          "not recorded (default 8; 0: none)")
@@ -306,6 +308,10 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--tokens-per-s must be > 0")
     if args.warmup < 0:
         parser.error("--warmup must be >= 0")
+    if args.procs < 1:
+        parser.error("--procs must be >= 1")
+    if args.procs > 1 and not (args.url or args.engine_socket):
+        parser.error("loadgen: --procs needs --url, or --engine-direct with --engine-socket")
     if not 0 < args.capacity_tol < 1:
         parser.error("--capacity-tol must be between 0 and 1")
     if args.max_requests is not None and args.max_requests < 1:
@@ -317,7 +323,8 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            capacity_tol=args.capacity_tol, stop_below=args.stop_below, engine_direct=args.engine_direct,
                            tokens_per_s=args.tokens_per_s, max_requests=args.max_requests, seed=args.seed,
                            api_key=args.api_key, voice=args.voice,
-                           pin_frames=not args.no_pin_frames, warmup=args.warmup, engine_socket=args.engine_socket)
+                           pin_frames=not args.no_pin_frames, warmup=args.warmup, engine_socket=args.engine_socket,
+                           procs=args.procs)
     try:
         asyncio.run(run_loadgen(config, _engine_config(args) if args.engine_direct else None))
     except (EngineError, ValueError, OSError) as exc:

@@ -96,3 +96,20 @@ def test_missing_libopus_gives_install_hint(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert "apt-get install libopus0" in result.stdout, result.stdout + result.stderr
+
+
+def test_out_of_range_nan_and_inf_are_clipped_like_pcm16():
+    """float32 goes to libopus as float, with float_to_int16's rules: clipped to [-1, 1], NaN as silence."""
+    x = sine(440, 0.2, 48000)
+    frames = [x[i : i + 960] for i in range(0, len(x), 960)]
+    bad = [f * 3.0 for f in frames]  # clipped: decodes like a full-scale square-ish wave, never louder than 1
+    bad[3] = np.full(960, np.nan, dtype=np.float32)
+    bad[4] = np.full(960, np.inf, dtype=np.float32)
+    encoder, decoder = OpusEncoder(48000, 20), OpusDecoder(48000)
+    packets = [encoder.encode(f) for f in bad]
+    y = [decoder.decode(p, 960) for p in packets]
+    assert all(np.isfinite(f).all() for f in y) and max(np.abs(f).max() for f in y) <= 1.0
+    assert packets[0] != packets[1] and packets[0] == bytes(packets[0])  # each call returns its own bytes
+    quiet = OpusEncoder(48000, 20)
+    silence = [decoder.decode(quiet.encode(np.full(960, np.nan, dtype=np.float32)), 960) for _ in range(5)]
+    assert np.abs(silence[-1]).max() < 1e-3

@@ -67,6 +67,25 @@ def test_websocket_short_run(workload, pinned_live, tmp_path, capsys):
     assert capsys.readouterr().out.rstrip().splitlines()[-1].split()[0] == "2"  # the table prints last
 
 
+def test_websocket_run_spread_over_processes(workload, pinned_live, tmp_path):
+    """--procs 2: the same arrivals split over two processes, merged into one point."""
+    rc = main(["loadgen", "--url", pinned_live.ws, "--workload", str(workload), "--rate", "2", "--duration", "3",
+               "--max-requests", "4", "--procs", "2", "--warmup", "0", "--out", str(tmp_path)])
+    assert rc == 0
+    summary = check_outputs(tmp_path, 4)
+    (point,) = summary["points"]
+    assert point["loadgen_procs"] == 2 and point["loadgen_cpu_cores"] > 0
+    assert point["loadgen_loop_lag_p99_ms"] is not None
+    arrivals = [json.loads(line)["arrival_s"] for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert arrivals == sorted(arrivals)
+    check_pinned(tmp_path)
+
+
+def test_procs_need_a_target_every_process_can_reach(workload, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["loadgen", "--engine-direct", "--workload", str(workload), "--procs", "2", "--out", str(tmp_path)])
+
+
 def test_pinned_length_over_the_websocket(pinned_live):
     """A server started with --allow-pinned-lengths gives exactly `num_frames` x 80 ms, whatever the text."""
     async def scenario():

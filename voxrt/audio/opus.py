@@ -1,7 +1,10 @@
 """Opus (RFC 6716) through libopus, one mono frame per call, via the `opuslib` ctypes binding.
 
-opuslib hands libopus 16-bit samples (`opus_encode`); float32 goes through `pcm.float_to_int16` first, the
-same clipping and rounding as every other codec here.
+Frames go to libopus as float32 (`opus_encode_float`, libopus's native input in its float build): clipped to
+[-1, 1] and NaN made silence, the rules of `pcm.float_to_int16`, but with no conversion to 16 bits, which cost
+~10% of the gateway's CPU per frame (a py-spy profile, bench/results/2026-12-01-gateway-2/). The call goes to
+libopus through opuslib's ctypes prototype with one reused input and output buffer per encoder, skipping
+opuslib's per-call cast and copies; opuslib still creates the encoder and sets its options.
 
 Settings: application "audio" by default (libopus picks SILK, CELT or hybrid per frame and favours
 fidelity; "voip" favours intelligibility at low bitrates, "restricted_lowdelay" is CELT only with a
@@ -12,13 +15,17 @@ frame measured here, so one core encodes a few hundred realtime streams).
 
 from __future__ import annotations
 
+import ctypes
+import math
+
 import numpy as np
 
 from voxrt.audio.formats import check_frame_ms, check_sample_rate, frame_samples, is_integer
-from voxrt.audio.pcm import as_mono_float32, float_to_int16, int16_to_float
+from voxrt.audio.pcm import as_mono_float32, int16_to_float
 
 try:
     import opuslib
+    import opuslib.api.encoder as _opus_encoder_api
 except Exception as error:  # opuslib raises a bare Exception at import when libopus is not found
     raise ImportError(
         "voxrt.audio needs the Opus shared library (libopus.so.0), which opuslib could not load: "
@@ -36,6 +43,8 @@ SIGNALS: dict[str, int] = {"auto": -1000, "voice": 3001, "music": 3002}
 # RFC 6716 §3.2.1: one packet codes at most 120 ms; 1275 bytes per frame at most. 4000 is libopus's
 # recommended output buffer (opus_demo) and bounds any packet of up to 60 ms.
 _MAX_PACKET_BYTES = 4000
+
+_ONE, _MINUS_ONE = np.float32(1.0), np.float32(-1.0)
 
 # A decoded packet is at most 120 ms (RFC 6716 §3.2.1); at 48 kHz that is 5760 samples.
 _MAX_DECODE_MS = 120
@@ -75,6 +84,10 @@ class OpusEncoder:
             self._encoder.complexity = int(complexity)
         if signal != "auto":
             self._encoder.signal = SIGNALS[signal]
+        # reused on every call: the clipped input and the packet (ctypes releases the GIL during the call)
+        self._input = np.zeros(self.frame_samples, dtype=np.float32)
+        self._input_ptr = self._input.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        self._packet = ctypes.create_string_buffer(_MAX_PACKET_BYTES)
 
     @property
     def bitrate(self) -> int:
@@ -94,7 +107,16 @@ class OpusEncoder:
                 f"an Opus frame at {self.sample_rate} Hz and {self.frame_ms} ms holds {self.frame_samples} "
                 f"samples (got {samples.shape[0]}); pad the last frame with silence"
             )
-        return self._encoder.encode(float_to_int16(samples).tobytes(), self.frame_samples)
+        # the clipping and NaN rules of pcm.float_to_int16, at float32 (+-inf clip to full scale; a dot product
+        # of clipped samples is NaN only if one is NaN, and costs less than isnan or sum)
+        np.maximum(np.minimum(samples, _ONE, out=self._input), _MINUS_ONE, out=self._input)
+        if math.isnan(self._input.dot(self._input)):
+            np.nan_to_num(self._input, copy=False, nan=0.0)
+        num_bytes = _opus_encoder_api.libopus_encode_float(self._encoder.encoder_state, self._input_ptr,
+                                                            self.frame_samples, self._packet, _MAX_PACKET_BYTES)
+        if num_bytes < 0:
+            raise opuslib.OpusError(num_bytes)
+        return ctypes.string_at(self._packet, num_bytes)
 
 
 class OpusDecoder:

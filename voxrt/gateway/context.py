@@ -1,12 +1,13 @@
 """One context (an agent turn) of a realtime session: text in, paced audio frames out.
 
 Text goes to one engine request word by word, or in segments (text_in.py; original offsets kept); the
-engine's chunks are resampled and cut into fixed frames, each encoded just before it is sent (or the whole
-chunk in a worker thread, `--encode-threads`), paced against the context's playback clock, and sent with the
-binary header. No frame is held back: the engine marks its last chunk, whose final frame carries the LAST
-flag (a last chunk without audio gets a frame of silence for it), so the listener never waits for the next
-chunk to get the end of this one. Cancel is a hard stop: the pump task is cancelled and awaited before the
-engine request is cancelled and `cancelled` is sent, so no frame of the context can follow it.
+engine's chunks are resampled and cut into fixed frames and handed to the context's `AudioOut`
+(audio_out.py), which encodes each frame just before it leaves (or the whole chunk in a worker thread,
+`--encode-threads`) and sends it when the pacing rule lets it out, from the process's one timer (pacer.py).
+No frame is held back: the engine marks its last chunk, whose final frame carries the LAST flag (a last
+chunk without audio gets a frame of silence for it), so the listener never waits for the next chunk to get
+the end of this one. Cancel is a hard stop: the pump task is cancelled and awaited and the audio out closed
+before the engine request is cancelled and `cancelled` is sent, so no frame of the context can follow it.
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from voxrt.audio import OpusEncoder, StreamEncoder, alaw_encode, mulaw_encode, pcm16_encode
+from voxrt.audio import StreamEncoder
 from voxrt.engine.client import EngineClient
 from voxrt.engine.errors import EngineError
 from voxrt.engine.params import SamplingParams
+from voxrt.gateway.audio_out import AudioOut
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.text_in import make_text_in
 from voxrt.protocol.clock import PlaybackClock
 from voxrt.protocol.config import SessionConfig
 from voxrt.protocol.events import encode_alignment, encode_error, encode_flushed
-from voxrt.protocol.frames import encode_audio_frame
 from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.context")
@@ -57,7 +58,7 @@ class ContextRunner:
         out = config.output
         self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms,
                                      opus_signal=opus_signal)
-        self._encode_pool, self._trace = encode_pool, trace  # a ThreadPoolExecutor or None; a TraceWriter or None
+        self._trace = trace  # a TraceWriter or None (encode_pool: a ThreadPoolExecutor or None, for AudioOut)
         self.segmenter = Segmenter(config.segmentation)
         self.clock = PlaybackClock()
         # word forwarding or segments; the audio side reads `segmenter.text` and `alignment`
@@ -65,13 +66,12 @@ class ContextRunner:
         self.alignment = self.text_in.alignment
         self.request_id: str | None = None
         self.opened_ms = now_ms()
-        self.first_frame_ms: float | None = None
+        self.audio_out = AudioOut(index, config, self.encoder, self.clock, metrics, send_bytes, self.opened_ms,
+                                  encode_pool=encode_pool)
         self._audio_in_samples = 0  # model-rate samples received
-        self._seq = 0
         self._flush_points: list[int] = []  # engine offsets whose audio must be sent before `flushed`
         self._span_end = 0  # highest engine offset covered by received chunks
         self._pump: asyncio.Task | None = None
-        self._ready_ms = 0.0  # when the chunk being sent reached this process
         self._chunk_trace: list[list] = []  # per chunk: index, first frame, frames, then the path's timestamps
         self.is_cancelled = False
         self.is_finished = False
@@ -146,7 +146,6 @@ class ContextRunner:
 
     async def _on_chunk(self, chunk) -> None:
         handled_ns = time.monotonic_ns()
-        self._ready_ms = (chunk.received_ns or handled_ns) / 1e6
         pcm = np.frombuffer(chunk.pcm, dtype="<f4")
         rate = self.engine.info.sample_rate
         start_ms = self._audio_in_samples * 1000 / rate
@@ -155,14 +154,11 @@ class ContextRunner:
         frames: list = self.encoder.split(pcm) if len(pcm) else []
         if chunk.is_last:
             frames += self.encoder.split_finish()
-        if self._encode_pool is not None and frames:  # libopus releases the GIL: encode beside the loop
-            frames = await asyncio.get_running_loop().run_in_executor(
-                self._encode_pool, lambda: [self.encoder.encode(f) for f in frames])
         need_ms = self.clock.play_time_ms(start_ms)  # when the listener needs this chunk, by our clock
         trace = [chunk.chunk_index, chunk.first_frame, chunk.num_frames, chunk.done_ns, chunk.received_ns,
                  handled_ns, None if need_ms is None else round(need_ms * 1e6), None, None]
         self._chunk_trace.append(trace)
-        await self._send_frames(frames, chunk.is_last, trace)
+        await self.audio_out.play(frames, chunk.is_last, (chunk.received_ns or handled_ns) / 1e6, trace)
         if chunk.text_span is not None:
             self._span_end = max(self._span_end, chunk.text_span[1])
         done = self.alignment.finish(end_ms) if chunk.is_last else self.alignment.on_chunk(chunk.text_span, start_ms, end_ms)
@@ -177,56 +173,9 @@ class ContextRunner:
                 await self._release_held()
             await self._send_text(encode_flushed(self.context_id))
 
-    async def _send_frames(self, frames: list, is_last_chunk: bool, trace: list) -> None:
-        """Each frame as soon as the pacing rule lets it out, encoded just before (unless a worker thread
-        encoded the chunk already): the loop never holds a whole chunk's libopus work at once. The last
-        chunk's final frame carries LAST; a last chunk without audio gets a frame of silence to carry it."""
-        pacing = self.config.pacing
-        if is_last_chunk and not frames:
-            frames = [self._silent_frame()]
-        for i, frame in enumerate(frames):
-            if pacing.mode == "realtime":  # at most lead_ms ahead of the listener
-                while (wait_ms := self.clock.buffered_ms(now_ms()) - pacing.lead_ms) > 0:
-                    await asyncio.sleep(wait_ms / 1000)
-            payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
-            sent_ns = await self._send_frame(payload, is_last=is_last_chunk and i == len(frames) - 1)
-            trace[7] = trace[7] or sent_ns
-            trace[8] = sent_ns
-
     async def _release_held(self) -> None:
         """Nothing is held back: every frame goes out as soon as pacing allows (the LAST flag rides on the last
         chunk's final frame), so the audio of everything voiced so far is sent or paced already."""
-
-    async def _send_frame(self, payload: bytes, is_last: bool) -> int:
-        pacing = self.config.pacing
-        frame_ms = self.config.output.frame_ms
-        header = encode_audio_frame(self.index, self._seq, self._seq * frame_ms, payload,
-                                    is_first=self._seq == 0, is_last=is_last)
-        await self._send_bytes(header)
-        sent_ns = time.monotonic_ns()
-        now = sent_ns / 1e6
-        # send jitter: the send time against the frame's due time, the pacing rule's earliest send (the listener's
-        # buffer down to lead_ms by the playback clock) or its chunk's arrival in this process, whichever is later
-        due = self._ready_ms
-        if pacing.mode == "realtime" and self.clock.is_started:
-            due = max(due, self.clock.play_time_ms(self.clock.sent_ms) - pacing.lead_ms)
-        self.metrics.send_lateness.observe(now - due)
-        self.metrics.num_frames_sent += 1
-        if self._seq == 0:
-            self.first_frame_ms = now
-            self.metrics.ttfa.observe((now - self.opened_ms) / 1000)
-        self._seq += 1
-        self.clock.on_audio_sent(frame_ms, now)
-        self.metrics.frames_sent.inc()
-        return sent_ns
-
-    def _silent_frame(self) -> bytes:
-        """A frame of silence that carries the LAST flag when no audio frame is left to carry it."""
-        out = self.config.output
-        zeros = np.zeros(out.samples_per_frame, dtype=np.float32)
-        if out.codec == "opus":
-            return OpusEncoder(out.sample_rate, out.frame_ms).encode(zeros)
-        return {"pcm16": pcm16_encode, "mulaw": mulaw_encode, "alaw": alaw_encode}[out.codec](zeros)
 
     # ---- ending --------------------------------------------------------------------------------------------
 
@@ -239,6 +188,7 @@ class ContextRunner:
                 await self._pump
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 (the pump's end is not our error)
                 pass
+        await self.audio_out.aclose()
         if self.request_id is not None:
             try:
                 await self.engine.cancel(self.request_id)
@@ -253,9 +203,13 @@ class ContextRunner:
         """Speech sent so far (silence padding of the last frame excluded)."""
         return self.encoder.num_samples_out * 1000 / self.config.output.sample_rate
 
+    @property
+    def first_frame_ms(self) -> float | None:
+        return self.audio_out.first_frame_ms
+
     def context_metrics(self) -> dict:
         ttfa = None if self.first_frame_ms is None else round(self.first_frame_ms - self.opened_ms)
-        return {"ttfa_ms": ttfa, "frames": self._seq, "stalls": self.clock.num_stalls,
+        return {"ttfa_ms": ttfa, "frames": self.audio_out.num_frames_sent, "stalls": self.clock.num_stalls,
                 "stall_ms": round(self.clock.stall_ms)}
 
     def _write_trace(self, reason: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from voxrt.loadgen.metrics import TTFA_SLO_MS, summarize
 from voxrt.loadgen.plots import plot_summaries
+from voxrt.loadgen.procs import TargetSpec, run_point_procs
 from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, point_rows, run_point
 from voxrt.loadgen.sweep import Sweep, format_table
 from voxrt.loadgen.workload import FRAMES_PER_S, PINNED_LENGTH_RULE, load_workload
@@ -44,6 +45,7 @@ class LoadgenConfig:
     pin_frames: bool = True  # pin each request's length from its text (PINNED_LENGTH_RULE)
     warmup: int = 8  # requests run at once before the first point and not recorded (first-use costs)
     engine_socket: str | None = None  # engine-direct through a running server's engine (VOXRT_ENGINE_AUTHKEY)
+    procs: int = 1  # processes each point's requests are spread over (procs.py); 1: this process alone
 
 
 async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
@@ -51,6 +53,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     client = None
+    authkey = None
     if config.engine_direct:
         from voxrt.engine.client import EngineClient  # noqa: PLC0415
 
@@ -68,6 +71,14 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
     else:
         target = WebSocketTarget(config.url, api_key=config.api_key, voice=config.voice, pin_frames=config.pin_frames)
         mode = f"websocket ({config.url})"
+    spec = TargetSpec(url=config.url if not config.engine_direct else None,
+                      engine_socket=config.engine_socket if config.engine_direct else None, engine_authkey=authkey,
+                      api_key=config.api_key, voice=config.voice, pin_frames=config.pin_frames)
+    if config.procs > 1:
+        if not spec.url and not spec.engine_socket:
+            raise ValueError("--procs needs a target every process can reach: --url, or --engine-direct with "
+                             "--engine-socket")
+        mode += f", {config.procs} load generator processes"
     lines = open(out / "requests.jsonl", "w", encoding="utf-8")
     # The load generator's own event loop: when it lags, arrival times (and so stalls and TTFA) are its own
     # delay, not the server's. Every point's summary carries the lag and CPU of this process during the point.
@@ -84,9 +95,14 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         point_seed = config.seed * 1_000_003 + round(rate * 1000)
         rows = [workload[i] for i in point_rows(len(workload), point_seed)]
         monitor.window()
-        records = await run_point(target, rows, rate, config.duration_s, seed=point_seed,
-                                  tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
-                                  progress=long_run)
+        if config.procs > 1:
+            records, spread = await run_point_procs(spec, config.procs, rows, rate, config.duration_s,
+                                                    seed=point_seed, tokens_per_s=config.tokens_per_s,
+                                                    max_requests=config.max_requests)
+        else:
+            records = await run_point(target, rows, rate, config.duration_s, seed=point_seed,
+                                      tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
+                                      progress=long_run)
         wrong = sum(r.status == "ok" and r.num_frames is not None
                     and abs(r.audio_s - r.num_frames / FRAMES_PER_S) > PINNED_TOLERANCE_S for r in records)
         if wrong and not unpinned:
@@ -97,8 +113,11 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
             lines.write(json.dumps(record.to_json()) + "\n")
         lines.flush()
         own = monitor.window()
+        if config.procs > 1:  # the worst process's lag; the CPU of all of them (this one only waits)
+            own = {"loop_lag": spread["loop_lag"], "cpu_cores": spread["cpu_cores"] + own["cpu_cores"]}
         return {**summarize(records, rate, config.duration_s), "loadgen_loop_lag_p99_ms": own["loop_lag"]["p99_ms"],
-                "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_cpu_cores": own["cpu_cores"]}
+                "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_cpu_cores": own["cpu_cores"],
+                "loadgen_procs": config.procs}
 
     started = time.time()
     sweep: Sweep | None = None

@@ -2,8 +2,8 @@
 speaks one workload text and simulates its listener.
 
 - WebSocket (`WebSocketTarget`): one voxrt.client session per request (PCM16 24 kHz, 20 ms frames); the
-  text is sent whole, or as a token stream (whitespace-led words) at `tokens_per_s`; the listener's
-  `playback` is reported every 100 ms. TTFA is from the first text sent (as the server's own metric), the
+  text is sent whole, or as a token stream (whitespace-led words) at `tokens_per_s`, while the frames are read
+  (each timed when it arrives, before the last token too); the listener's `playback` is reported every 100 ms. TTFA is from the first text sent (as the server's own metric), the
   handshake is recorded apart (`connect_ms`). The pinned length goes in the first `text` message's
   `num_frames` (a voxrt extension the server honours when started with `--allow-pinned-lengths`).
 - Engine-direct (`EngineTarget`): `EngineClient.submit` with the pinned `num_frames`, the same text modes,
@@ -91,16 +91,23 @@ class WebSocketTarget:
                 ctx = session.context(num_frames=num_frames)
                 listener = Listener(time.monotonic())
                 reporter = asyncio.create_task(_report(listener, ctx.playback, lambda s: s * 1000.0))
-                try:
-                    async def send(text: str) -> None:
-                        await ctx.send(text)
-                    await _send_text(send, item.text, tokens_per_s)
+                async def feed() -> None:
+                    await _send_text(ctx.send, item.text, tokens_per_s)
                     await ctx.end()
+
+                async def listen() -> None:
                     async for frame in ctx.frames():
                         listener.on_audio(time.monotonic(), len(frame.payload) / 2 / sample_rate, frame.is_last)
+                # Frames are read while the text is still going out: a token stream takes seconds to send, and
+                # audio that starts before its end must be timed when it arrives, not after the last token.
+                feeder, reader = asyncio.create_task(feed()), asyncio.create_task(listen())
+                try:
+                    await _both(feeder, reader)
                     done = await ctx.done()
                 finally:
                     reporter.cancel()
+                    feeder.cancel()
+                    reader.cancel()
                 record.status = "ok" if done.reason == "completed" else done.reason
                 record.server_ttfa_ms = done.ttfa_ms
         except Exception as exc:  # noqa: BLE001 (any failure is this request's status)
@@ -161,6 +168,16 @@ class EngineTarget:
         return record
 
 
+async def _both(first: asyncio.Task, second: asyncio.Task) -> None:
+    """Waits for both tasks; the first to fail cancels the other and its error is raised."""
+    done, pending = await asyncio.wait({first, second}, return_when=asyncio.FIRST_EXCEPTION)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            for other in pending:
+                other.cancel()
+            raise task.exception()
+
+
 async def _report(listener: Listener, send, convert) -> None:
     """Every 100 ms, once audio has started, tell the server how much the listener played."""
     try:
@@ -185,11 +202,13 @@ def _fill(record: RequestRecord, listener: Listener | None) -> None:
 
 async def run_point(target, workload: list[WorkItem], rate: float, duration_s: float, *, seed: int = 0,
                     tokens_per_s: float | None = None, max_requests: int | None = None,
-                    progress: bool = False, offset: int = 0) -> list[RequestRecord]:
+                    progress: bool = False, offset: int = 0, share: tuple[int, int] | None = None,
+                    start_at: float | None = None) -> list[RequestRecord]:
     """Requests arrive at Poisson times; workload rows are taken in order from `offset`, cycling. Returns the
-    records in arrival order once every request finished."""
+    records in arrival order once every request finished. `share=(k, n)`: only the requests i with i % n == k
+    (one process of `--procs n`, procs.py), from `start_at` (time.monotonic(), shared by the processes)."""
     times = arrival_times(rate, duration_s, seed, max_requests)
-    t0 = time.monotonic()
+    t0 = time.monotonic() if start_at is None else start_at
     tasks = []
     done_count = 0
 
@@ -203,7 +222,8 @@ async def run_point(target, workload: list[WorkItem], rate: float, duration_s: f
             done_count += 1
 
     for i, at in enumerate(times):
-        tasks.append(asyncio.create_task(one(i, at)))
+        if share is None or i % share[1] == share[0]:
+            tasks.append(asyncio.create_task(one(i, at)))
     if not progress:
         return list(await asyncio.gather(*tasks))
     everything = asyncio.gather(*tasks)
@@ -211,6 +231,6 @@ async def run_point(target, workload: list[WorkItem], rate: float, duration_s: f
         finished, _ = await asyncio.wait({everything}, timeout=PROGRESS_EVERY_S)
         if finished:
             break
-        print(f"  rate {rate:g}: {time.monotonic() - t0:.0f} s, {done_count}/{len(times)} requests done",
+        print(f"  rate {rate:g}: {time.monotonic() - t0:.0f} s, {done_count}/{len(tasks)} requests done",
               file=sys.stderr, flush=True)
     return list(everything.result())

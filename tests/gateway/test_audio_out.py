@@ -1,0 +1,206 @@
+"""The audio-out path without a server: one timer paces every stream (pacer.py), sends start eagerly and a
+send that cannot finish pauses only its own stream; frames leave in order with the right flags, and none
+leaves after `aclose`. No tight timing: only lower bounds (pacing never sends early) and orders."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from voxrt.audio import StreamEncoder
+from voxrt.gateway.audio_out import AudioOut
+from voxrt.gateway.metrics import GatewayMetrics
+from voxrt.gateway.pacer import Pacer, start_eagerly, start_eagerly_compat
+from voxrt.protocol.clock import PlaybackClock
+from voxrt.protocol.config import OutputFormat, Pacing, SessionConfig
+from voxrt.protocol.frames import decode_audio_frame
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def config(mode: str = "burst", lead_ms: int = 300, codec: str = "opus") -> SessionConfig:
+    return SessionConfig("v", "m", OutputFormat(codec, 48000, 20), Pacing(mode, lead_ms))
+
+
+def audio_out(send, cfg: SessionConfig, pacer: Pacer | None = None) -> tuple[AudioOut, StreamEncoder]:
+    out = cfg.output
+    encoder = StreamEncoder(out.codec, 24000, out.sample_rate, out.frame_ms)
+    return AudioOut(1, cfg, encoder, PlaybackClock(), GatewayMetrics(), send, 0.0, pacer=pacer), encoder
+
+
+def trace() -> list:
+    return [0, 0, 0, None, None, None, None, None, None]
+
+
+def speech(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * 24000)) / 24000
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def test_start_eagerly_finishes_at_once_or_hands_over_to_a_task():
+    async def main():
+        log = []
+
+        async def quick():
+            log.append("quick")
+
+        async def slow(event):
+            try:
+                await event.wait()
+                log.append("slow")
+                return 7
+            finally:
+                log.append("finally")
+
+        for start in (start_eagerly, start_eagerly_compat):
+            log.clear()
+            assert start(quick()) is None and log == ["quick"]  # ran here, no task
+            event = asyncio.Event()
+            task = start(slow(event))
+            assert task is not None and not task.done()
+            event.set()
+            assert await task == 7 and log == ["quick", "slow", "finally"]
+            task = start(slow(asyncio.Event()))
+            task.cancel()  # a cancellation reaches the coroutine where it waits
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert log[-1] == "finally"
+
+            async def broken():
+                raise ConnectionError("gone")
+            with pytest.raises(ConnectionError):
+                start(broken())
+    run(main())
+
+
+def test_burst_sends_every_frame_in_order_with_first_and_last_flags():
+    async def main():
+        sent = []
+
+        async def send(data: bytes) -> None:
+            sent.append(data)
+        out, encoder = audio_out(send, config("burst"))
+        frames = encoder.split(speech(0.5))
+        await out.play(frames, False, time.monotonic_ns() / 1e6, trace())
+        assert len(sent) == len(frames) >= 20  # 0.5 s, less what the resampler holds back
+        await out.play(encoder.split_finish(), True, time.monotonic_ns() / 1e6, trace())
+        headers = [decode_audio_frame(d)[0] for d in sent]
+        assert [h.seq for h in headers] == list(range(len(sent)))
+        assert headers[0].flags & 1 and not any(h.flags & 1 for h in headers[1:])  # FIRST once
+        assert headers[-1].flags & 2 and not any(h.flags & 2 for h in headers[:-1])  # LAST once, at the end
+        assert out.num_frames_sent == len(sent) and out.metrics.send_lateness.count == len(sent)
+    run(main())
+
+
+def test_a_last_chunk_without_audio_gets_a_silent_frame_for_the_last_flag():
+    async def main():
+        sent = []
+
+        async def send(data: bytes) -> None:
+            sent.append(data)
+        out, _ = audio_out(send, config("burst"))
+        await out.play([], True, 0.0, trace())
+        header, payload = decode_audio_frame(sent[0])
+        assert len(sent) == 1 and header.flags & 2 and payload
+    run(main())
+
+
+def test_realtime_pacing_keeps_at_most_lead_ms_ahead_of_the_listener():
+    async def main():
+        times = []
+
+        async def send(data: bytes) -> None:
+            times.append(time.monotonic())
+        out, encoder = audio_out(send, config("realtime", lead_ms=40))
+        frames = encoder.split(speech(0.4))  # 19 frames of 20 ms (the resampler holds the rest back)
+        start = time.monotonic()
+        await out.play(frames, False, 0.0, trace())
+        # 40 ms ahead at most (+ a tick per frame): the last frame leaves no earlier than ~300 ms after the first
+        assert len(times) == len(frames) >= 19 and times[-1] - start >= 0.25
+        assert out.clock.buffered_ms(time.monotonic_ns() / 1e6) <= 40 + 20 + 1
+    run(main())
+
+
+def test_one_stuck_connection_does_not_hold_the_others():
+    async def main():
+        pacer = Pacer(asyncio.get_running_loop())
+        release = asyncio.Event()
+        stuck_sent, free_sent = [], []
+
+        async def stuck(data: bytes) -> None:
+            if len(stuck_sent) == 2:
+                await release.wait()  # a full transport: uvicorn's send waits until it drains
+            stuck_sent.append(decode_audio_frame(data)[0].seq)
+
+        async def free(data: bytes) -> None:
+            free_sent.append(decode_audio_frame(data)[0].seq)
+        a, enc_a = audio_out(stuck, config("burst"), pacer)
+        b, enc_b = audio_out(free, config("burst"), pacer)
+        play_a = asyncio.create_task(a.play(enc_a.split(speech(0.2)), False, 0.0, trace()))
+        await b.play(enc_b.split(speech(0.2)), False, 0.0, trace())
+        num_frames = len(free_sent)
+        assert free_sent == list(range(num_frames)) and num_frames >= 8
+        assert stuck_sent == [0, 1] and not play_a.done()
+        release.set()
+        await play_a
+        assert stuck_sent == list(range(num_frames))  # resumed in order after the one slow send
+    run(main())
+
+
+def test_nothing_leaves_after_aclose_even_with_a_send_in_flight():
+    async def main():
+        sent, gate = [], asyncio.Event()
+
+        async def send(data: bytes) -> None:
+            if sent:
+                await gate.wait()
+            sent.append(data)
+        out, encoder = audio_out(send, config("burst"))
+        play = asyncio.create_task(out.play(encoder.split(speech(0.2)), False, 0.0, trace()))
+        await asyncio.sleep(0.05)
+        play.cancel()
+        await out.aclose()
+        gate.set()
+        await asyncio.sleep(0.05)
+        assert len(sent) == 1 and out.is_closed
+        with pytest.raises(ConnectionError):
+            await out.play([], True, 0.0, trace())
+    run(main())
+
+
+def test_a_send_that_fails_ends_play_with_its_error():
+    async def main():
+        async def send(data: bytes) -> None:
+            raise ConnectionError("session closed")
+        out, encoder = audio_out(send, config("burst", codec="pcm16"))
+        with pytest.raises(ConnectionError, match="session closed"):
+            await out.play(encoder.split(speech(0.1)), False, 0.0, trace())
+    run(main())
+
+
+def test_one_wakeup_serves_every_stream_due_together():
+    async def main():
+        pacer = Pacer(asyncio.get_running_loop())
+        sent = []
+
+        async def send(data: bytes) -> None:
+            sent.append(data)
+        outs = [audio_out(send, config("burst"), pacer) for _ in range(50)]
+        await asyncio.gather(*(o.play(e.split(speech(0.1)), False, 0.0, trace()) for o, e in outs))
+        assert len(sent) >= 50 * 3 and pacer.num_wakeups <= 5  # not one per stream
+    run(main())
+
+
+def test_a_frame_that_fails_to_encode_ends_play_with_its_error():
+    async def main():
+        async def send(data: bytes) -> None:
+            pass
+        out, encoder = audio_out(send, config("burst"))
+        with pytest.raises(ValueError, match="960 samples"):  # a frame of the wrong size: an error, not a hang
+            await out.play([np.zeros(100, dtype=np.float32)], False, 0.0, trace())
+    run(main())
