@@ -112,6 +112,17 @@ class CancelRequest:
 @dataclass(frozen=True)
 class GetStats:
     token: int
+    # Run the page and slot pools' integrity check now. The engine also runs it whenever it goes idle, and
+    # reports that result otherwise: a /metrics scrape must not walk every pool entry each time.
+    check_pools: bool = False
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Answered by `HeartbeatAck` from the step loop itself (between steps), so an answer proves the loop
+    runs: the client's supervisor restarts an engine that stops answering (voxrt/engine/supervisor.py)."""
+
+    token: int
 
 
 @dataclass(frozen=True)
@@ -188,6 +199,11 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
+class HeartbeatAck:
+    token: int
+
+
+@dataclass(frozen=True)
 class EngineFatal:
     """The engine could not start or died; every request is gone."""
 
@@ -195,5 +211,6 @@ class EngineFatal:
     message: str
 
 
-ClientMessage = SubmitRequest | AppendText | SetPlayback | CancelRequest | GetStats | Shutdown
-EngineMessage = EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | EngineFatal
+ClientMessage = SubmitRequest | AppendText | SetPlayback | CancelRequest | GetStats | Heartbeat | Shutdown
+EngineMessage = (EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | HeartbeatAck
+                 | EngineFatal)
