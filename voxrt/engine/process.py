@@ -37,6 +37,7 @@ from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, Engine
 log = logging.getLogger("voxrt.engine.process")
 
 IDLE_POLL_S = 0.05
+MAX_COMMANDS_PER_DRAIN = 1024
 MAX_STEP_FAILURES_IN_ROW = 3  # steps that raise past the core, one after another: then every live request fails
 
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a str holds a surrogate only when it is unpaired
@@ -169,7 +170,7 @@ class _Hub:
     def _drain(self, conn: Connection) -> bool:
         """Handles every message waiting on `conn`. False: the engine must exit (Shutdown, or its owner left)."""
         try:
-            while True:
+            for _ in range(MAX_COMMANDS_PER_DRAIN):  # bounded: a flood of commands must not starve the steps
                 msg = conn.recv()
                 if isinstance(msg, Shutdown):
                     log.info("shutdown requested")
@@ -177,6 +178,7 @@ class _Hub:
                 self._handle(conn, msg)
                 if not conn.poll(0):
                     return True
+            return True
         except (EOFError, OSError):
             if conn is self.owner:
                 raise EOFError from None

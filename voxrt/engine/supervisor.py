@@ -18,7 +18,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class SupervisorConfig:
     heartbeat_interval_s: float = 1.0
-    heartbeat_timeout_s: float = 10.0  # > the longest step a healthy engine takes (warm-up comes before ready)
+    # > the longest step a healthy engine takes (warm-up comes before ready): milliseconds on a GPU, but a CPU
+    # engine on a loaded machine has been seen to take over 10 s for one step
+    heartbeat_timeout_s: float = 30.0
     restart_backoff_s: float = 0.5
     max_restart_backoff_s: float = 30.0
     stable_after_s: float = 60.0

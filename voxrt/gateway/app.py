@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ class AppState:
     trace: TraceWriter | None = None  # --trace-file: each finished context's chunk timestamps
     encode_pool: ThreadPoolExecutor | None = None  # --encode-threads
     admission: Admission | None = None  # slots shared by sessions and HTTP syntheses, and their queue
+    loop: asyncio.AbstractEventLoop | None = None  # the serving loop (tests count its tasks)
 
     @property
     def engine_is_ready(self) -> bool:
@@ -59,6 +61,7 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
+        state.loop = asyncio.get_running_loop()
         if engine_address is not None:
             state.engine = await EngineClient.connect(*engine_address, supervisor=supervisor)
         else:

@@ -28,7 +28,7 @@ class GatewayConfig:
     http_body_timeout_s: float = 30.0
     # Engine supervision (voxrt/engine/supervisor.py): an engine that answers no heartbeat for this long is
     # restarted, as is one that died.
-    engine_heartbeat_timeout_s: float = 10.0
+    engine_heartbeat_timeout_s: float = 30.0
     limits: Limits = field(default_factory=Limits)
     max_http_input_chars: int = 20000  # /v1/audio/speech and /generate
     # Honour the `num_frames` benchmark extension of `text` (pinned output length). Off by default: it lets a

@@ -319,6 +319,13 @@ class ContextRunner:
         return played, self.alignment.spoken_text(self.segmenter.text, played)
 
     @property
+    def owes_audio(self) -> bool:
+        """Audio of this context is still to come: its pump runs and the engine has text it has not voiced
+        yet (the inactivity timeout must not close a session that is being spoken to)."""
+        return (self._pump is not None and not self._pump.done() and not self.is_cancelled
+                and self._num_engine_chars_sent > self._span_end)
+
+    @property
     def audio_ms(self) -> float:
         """Speech sent so far (silence padding of the last frame excluded)."""
         return self.encoder.num_samples_out * 1000 / self.config.output.sample_rate

@@ -130,11 +130,11 @@ class RealtimeSession:
             self.is_closed = True
             poller.cancel()
             num_open = len(self.runners)
-            await self._stop_all()
-            self.session.close()
-            if self.has_slot:
+            if self.has_slot:  # the session's work is being cancelled: its slot may serve the next one
                 self.has_slot = False
                 self.state.admission.release()
+            await self._stop_all()
+            self.session.close()
             if not was_closed and close_code not in (1000, 1001):
                 log.info("session %s: the client went away (close %s) with %d open contexts",
                          self.session.session_id, close_code if close_code is not None else "none", num_open)
@@ -142,7 +142,8 @@ class RealtimeSession:
     async def _poll_forever(self) -> None:
         while not self.is_closed:
             await asyncio.sleep(POLL_INTERVAL_S)
-            is_sending = self._num_frames_sent != self._num_frames_at_poll
+            is_sending = self._num_frames_sent != self._num_frames_at_poll or any(
+                runner.owes_audio for runner in self.runners.values())
             self._num_frames_at_poll = self._num_frames_sent
             await self._execute(self.session.poll(now_ms(), is_sending_audio=is_sending))
 
@@ -171,13 +172,20 @@ class RealtimeSession:
                 await runner.open()
             except EngineError as exc:  # e.g. the engine is restarting: this context fails, the session goes on
                 await self.send_text(encode_error(exc.code, exc.message, False, context_id=action.context_id))
-                await self._on_context_done(action.context_id, "error", 0.0, runner.context_metrics())
-        elif isinstance(action, AppendText):
-            await self.runners[action.context_id].append(action.text)
-        elif isinstance(action, FlushContext):
-            await self.runners[action.context_id].flush()
-        elif isinstance(action, EndContext):
-            await self.runners[action.context_id].end()
+                if self.runners.pop(action.context_id, None) is not None:
+                    self.state.metrics.contexts.dec()
+                for follow in self.session.on_context_done(action.context_id, "error", 0.0, runner.context_metrics()):
+                    await self._do(follow)  # inside _execute already: not through it (its lock is held)
+        elif isinstance(action, (AppendText, FlushContext, EndContext)):
+            runner = self.runners.get(action.context_id)
+            if runner is None:  # it failed to open (reported already) or ended meanwhile
+                return
+            if isinstance(action, AppendText):
+                await runner.append(action.text)
+            elif isinstance(action, FlushContext):
+                await runner.flush()
+            else:
+                await runner.end()
         elif isinstance(action, CancelContext):
             runner = self.runners.pop(action.context_id, None)
             played_ms, spoken, audio_ms, metrics = 0.0, "", 0.0, {"ttfa_ms": None}
@@ -220,8 +228,9 @@ class RealtimeSession:
     async def _stop_all(self) -> None:
         """Disconnect or close: every context is cancelled, so its engine pages and slot return at once."""
         runners, self.runners = list(self.runners.values()), {}
-        for runner in runners:
-            await runner.cancel()
+        # at once, not one after another: each cancel waits for the engine's acknowledgement
+        await asyncio.gather(*(runner.cancel() for runner in runners))
+        for _ in runners:
             self.state.metrics.contexts.dec()
 
     async def _close(self, code: int, reason: str) -> None:
