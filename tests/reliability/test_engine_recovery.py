@@ -16,7 +16,7 @@ from voxrt.engine.messages import EngineConfig
 from voxrt.engine.supervisor import SupervisorConfig
 
 CONFIG = EngineConfig(device="cpu", max_batch_size=8, max_seq_len=128)
-SUPERVISOR = SupervisorConfig(heartbeat_interval_s=0.25, heartbeat_timeout_s=3.0, restart_backoff_s=0.1)
+SUPERVISOR = SupervisorConfig(heartbeat_interval_s=0.25, heartbeat_timeout_s=10.0, restart_backoff_s=0.1)
 
 
 def run(coro, timeout_s: float = 240):

@@ -21,6 +21,7 @@ import websockets
 
 LONE_SURROGATES = ("\ud800", "\udbff", "\udc00", "\udfff")
 DROP_POINTS = ("tcp", "handshake", "after_start", "after_text", "after_audio", "after_cancel", "mid_message")
+OPEN_TIMEOUT_S = 60  # generous: a loaded CI machine may take seconds to answer a handshake
 _WORDS = ("hello", "world", "Dr.", "$3.50", "**bold**", "\U0001F600", "naïve", "1,234", "e.g.", "\n", "  ", "ok.")
 
 
@@ -30,6 +31,7 @@ class FuzzStats:
     num_surrogates: int = 0
     num_connections: int = 0
     num_replies: int = 0
+    num_connect_failures: int = 0  # handshakes that failed or timed out (retried)
     close_codes: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)  # error code -> count
 
@@ -116,7 +118,13 @@ async def fuzz_connection(url: str, messages: list[tuple[str | bytes, bool]], st
     rng = random.Random(len(messages))
     i = 0
     while i < len(messages):
-        async with websockets.connect(url, max_size=None) as ws:
+        try:
+            ws = await websockets.connect(url, max_size=None, open_timeout=OPEN_TIMEOUT_S)
+        except (OSError, TimeoutError, websockets.InvalidHandshake):
+            stats.num_connect_failures += 1
+            await asyncio.sleep(1)
+            continue
+        async with ws:
             stats.num_connections += 1
             reader = asyncio.ensure_future(_reader(ws, stats))
             try:
@@ -146,7 +154,7 @@ async def fuzz_connection(url: str, messages: list[tuple[str | bytes, bool]], st
 
 async def canary(url: str, text: str = "The canary keeps singing.", timeout_s: float = 120) -> tuple[str, float]:
     """A well-behaved turn; returns (context.done reason, audio_ms); an error reason names its code and message."""
-    async with websockets.connect(url, max_size=None) as ws:
+    async with websockets.connect(url, max_size=None, open_timeout=OPEN_TIMEOUT_S) as ws:
         await ws.send(json.dumps({"type": "session.start", "pacing": {"mode": "burst"}}))
         await ws.send(json.dumps({"type": "text", "context_id": "canary", "text": text}))
         await ws.send(json.dumps({"type": "context.end", "context_id": "canary"}))
@@ -183,7 +191,7 @@ async def disconnect(url: str, host: str, port: int, point: str, rng: random.Ran
             await writer.drain()
         writer.transport.abort()
         return
-    ws = await websockets.connect(url, max_size=None)
+    ws = await websockets.connect(url, max_size=None, open_timeout=OPEN_TIMEOUT_S)
     try:
         if point != "handshake":
             await ws.send(json.dumps({"type": "session.start", "pacing": {"mode": rng.choice(["burst", "realtime"])}}))
