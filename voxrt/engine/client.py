@@ -17,7 +17,7 @@ engine cancels what this client left running. A request's stream ends after its 
 it failed (`CapacityError`, `RequestFailedError`, ... each with its `code`), and ends quietly when it was
 cancelled.
 
-Supervision (supervisor.py): the client sends the engine a heartbeat every second; an engine that stops
+Supervision (supervisor.py, when `start`/`connect` get a `SupervisorConfig`, as the gateway's do): the client sends the engine a heartbeat every second; an engine that stops
 answering is killed, and a dead one fails every request it held at once (`EngineDeadError`, code
 `engine_unavailable`, which the gateway sends to clients as an `error`) and is started again with backoff
 (a connected client reconnects). Requests do not survive a restart: a stream of the old engine ends with the
@@ -94,10 +94,11 @@ class EngineClient:
     @classmethod
     async def start(cls, config: EngineConfig | None = None, *, startup_timeout_s: float = 600.0,
                     log_level: int = logging.INFO, listen: tuple[str, bytes] | None = None,
-                    supervisor: SupervisorConfig | None = SupervisorConfig()) -> "EngineClient":
+                    supervisor: SupervisorConfig | None = None) -> "EngineClient":
         """Spawns the engine process and waits until its model is loaded (and graphs captured). `listen`:
         (Unix socket path, authkey) on which the engine also accepts `connect()`ing clients. `supervisor`:
-        heartbeat and restart policy (None: no supervision, a dead engine stays dead)."""
+        heartbeat and restart policy (None, the default for benchmarks and tools: a dead engine stays dead; the
+        gateway supervises)."""
         config = config or EngineConfig()
         process, parent = _spawn(config, log_level, listen)
         client = await cls._ready_client(process, parent, startup_timeout_s, supervisor)
@@ -107,7 +108,7 @@ class EngineClient:
 
     @classmethod
     async def connect(cls, path: str, authkey: bytes, *, timeout_s: float = 30.0,
-                      supervisor: SupervisorConfig | None = SupervisorConfig()) -> "EngineClient":
+                      supervisor: SupervisorConfig | None = None) -> "EngineClient":
         """Joins a running engine that listens on the Unix socket `path` (see `start(listen=...)`). Supervised,
         it reconnects when the connection is lost (the owner restarts the engine on the same path)."""
         conn = await _connect(path, authkey, timeout_s)
