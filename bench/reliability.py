@@ -219,7 +219,7 @@ def main() -> int:
     p.add_argument("--max-seq-len", type=int, default=64, help="small: long turns cross the length cap")
     p.add_argument("--max-sessions", type=int, default=64)
     p.add_argument("--messages", type=int, default=100_000)
-    p.add_argument("--connections", type=int, default=20)
+    p.add_argument("--connections", type=int, default=5, help="fuzzing connections at once (20 overloaded a CPU engine)")
     p.add_argument("--disconnects", type=int, default=1000)
     p.add_argument("--soak-s", type=float, default=1800)
     p.add_argument("--soak-sessions", type=int, default=4)
