@@ -179,7 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=None, help="default 8000")
     serve.add_argument("--api-key", action="append", default=[], help="an accepted API key (repeatable; "
                        "VOXRT_API_KEYS adds comma-separated keys)")
-    serve.add_argument("--max-sessions", type=int, default=256)
+    serve.add_argument("--max-sessions", type=int, default=256, help="concurrent work: realtime sessions and HTTP "
+                       "syntheses share these slots")
+    serve.add_argument("--max-queue", type=int, default=64, help="waiting for a slot at most; more are refused "
+                       "with retry_after_ms (4029 / HTTP 429)")
+    serve.add_argument("--queue-timeout-s", type=float, default=10.0, help="the longest wait for a slot")
+    serve.add_argument("--max-messages-per-s", type=float, default=200.0, help="per session, bursts of twice "
+                       "that; past it the server reads that session's messages no faster")
+    serve.add_argument("--allow-origin", action="append", default=[], help="a browser Origin (scheme://host:port) "
+                       "allowed to open WebSockets besides the server's own (repeatable; * for any)")
+    serve.add_argument("--max-http-body-bytes", type=int, default=1 << 20, help="larger HTTP request bodies get 413")
+    serve.add_argument("--engine-heartbeat-timeout-s", type=float, default=30.0, help="an engine process that "
+                       "answers no heartbeat for this long is killed and restarted (a dead one is restarted at once)")
     serve.add_argument("--allow-pinned-lengths", action="store_true", help="honour the `num_frames` benchmark "
                        "extension of `text` (pinned output length); off by default")
     serve.add_argument("--insecure-no-auth", action="store_true",
@@ -346,10 +357,17 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"refusing to serve on {host} without API keys: pass --api-key (or VOXRT_API_KEYS), "
                      "or --insecure-no-auth")
     port = args.port or env.port or 8000
-    gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions,
-                            allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
-                            trace_path=args.trace_file, encode_threads=args.encode_threads,
-                            opus_signal=args.opus_signal)
+    try:
+        gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions,
+                                max_queue=args.max_queue, queue_timeout_s=args.queue_timeout_s,
+                                max_messages_per_s=args.max_messages_per_s, allowed_origins=tuple(args.allow_origin),
+                                max_http_body_bytes=args.max_http_body_bytes,
+                                engine_heartbeat_timeout_s=args.engine_heartbeat_timeout_s,
+                                allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
+                                trace_path=args.trace_file, encode_threads=args.encode_threads,
+                                opus_signal=args.opus_signal)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
     if args.encode_threads < 0:
         parser.error("--encode-threads must be >= 0")

@@ -33,13 +33,14 @@ class Live:
 
 
 @contextmanager
-def live_server(**gateway_kwargs):
+def live_server(engine_kwargs: dict | None = None, **gateway_kwargs):
     """VOXRT_TEST_SCHEDULER and VOXRT_TEST_LANES pick the engine's policy and lanes (scripts/test.sh runs the
-    gateway and client suites a second time with the deadline policy on inline lanes)."""
+    gateway and client suites a second time with the deadline policy on inline lanes). `engine_kwargs`
+    override EngineConfig fields (e.g. a small max_seq_len)."""
     gateway = GatewayConfig(**gateway_kwargs)
-    engine = EngineConfig(device="cpu", max_batch_size=32, max_seq_len=1024,
-                          scheduler_type=os.environ.get("VOXRT_TEST_SCHEDULER", "base"),
-                          lanes=os.environ.get("VOXRT_TEST_LANES", "auto"))
+    engine = EngineConfig(**{"device": "cpu", "max_batch_size": 32, "max_seq_len": 1024,
+                             "scheduler_type": os.environ.get("VOXRT_TEST_SCHEDULER", "base"),
+                             "lanes": os.environ.get("VOXRT_TEST_LANES", "auto"), **(engine_kwargs or {})})
     server = make_server(gateway, engine, "127.0.0.1", 0, log_level="warning")
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()

@@ -116,6 +116,17 @@ class CancelRequest:
 @dataclass(frozen=True)
 class GetStats:
     token: int
+    # Run the page and slot pools' integrity check now. The engine also runs it whenever it goes idle, and
+    # reports that result otherwise: a /metrics scrape must not walk every pool entry each time.
+    check_pools: bool = False
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Answered by `HeartbeatAck` from the step loop itself (between steps), so an answer proves the loop
+    runs: the client's supervisor restarts an engine that stops answering (voxrt/engine/supervisor.py)."""
+
+    token: int
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,11 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
+class HeartbeatAck:
+    token: int
+
+
+@dataclass(frozen=True)
 class EngineFatal:
     """The engine could not start or died; every request is gone."""
 
@@ -199,5 +215,6 @@ class EngineFatal:
     message: str
 
 
-ClientMessage = SubmitRequest | AppendText | SetPlayback | CancelRequest | GetStats | Shutdown
-EngineMessage = EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | EngineFatal
+ClientMessage = SubmitRequest | AppendText | SetPlayback | CancelRequest | GetStats | Heartbeat | Shutdown
+EngineMessage = (EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | HeartbeatAck
+                 | EngineFatal)

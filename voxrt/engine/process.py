@@ -10,6 +10,12 @@ Each connection is one `EngineClient`; a request's chunks, failures and acknowle
 connection that submitted it, and a connection that goes away has its requests cancelled at once (their
 pages and slots return). The engine exits when the first connection (its parent's pipe) closes or sends
 `Shutdown`.
+
+Whatever reaches it, the engine stays up: text is scrubbed of lone UTF-16 surrogates (which no tokenizer can
+encode) before the core sees it, a command that raises fails only its request (`RequestFailed`, its pages and
+slot returned), and a step that raises outside the core's own per-request handling fails the live requests
+and the loop goes on. `Heartbeat`s are answered from the loop, between steps, so a frozen loop goes
+unanswered and the client's supervisor restarts the process (voxrt/engine/supervisor.py).
 """
 
 from __future__ import annotations
@@ -18,17 +24,29 @@ import dataclasses
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from multiprocessing.connection import Connection, Listener, wait
 
 from voxrt.engine.errors import EngineError
 from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, EngineConfig, EngineFatal, EngineReady,
-                                   GetStats, RequestCancelled, RequestFailed, SetPlayback, Shutdown, SubmitRequest)
+                                   GetStats, Heartbeat, HeartbeatAck, RequestCancelled, RequestFailed, SetPlayback,
+                                   Shutdown, SubmitRequest)
 
 log = logging.getLogger("voxrt.engine.process")
 
 IDLE_POLL_S = 0.05
+MAX_COMMANDS_PER_DRAIN = 1024
+MAX_STEP_FAILURES_IN_ROW = 3  # steps that raise past the core, one after another: then every live request fails
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")  # a str holds a surrogate only when it is unpaired
+
+
+def scrub_text(text: str) -> str:
+    """Lone surrogates (valid JSON escapes, not encodable as UTF-8) become U+FFFD, as WHATWG's UTF-8 encoder
+    does; every other character passes unchanged."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else ""
 
 
 def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging.INFO,
@@ -77,6 +95,8 @@ class _Hub:
         self.conns: list[Connection] = [owner]
         self.requests: dict[str, Connection] = {}  # live request -> the connection that submitted it
         self._accepted: queue.SimpleQueue[Connection] = queue.SimpleQueue()
+        self.pool_ok = True  # the last idle integrity check
+        self.num_step_failures = 0
         if listener is not None:
             threading.Thread(target=self._accept_forever, args=(listener,), name="voxrt-engine-accept",
                              daemon=True).start()
@@ -104,17 +124,53 @@ class _Hub:
                     return
             busy = self.core.has_work()
             if busy:
-                for event in self.core.step():
-                    self._route(event)
+                self._step()
             elif was_busy:  # just went idle: a good moment for the pool's integrity check
-                if not self.core.stats().pool_ok:
+                self.pool_ok = self.core.stats(check_pools=True).pool_ok
+                if not self.pool_ok:
                     log.error("KV page or slot pool integrity check failed while idle")
             was_busy = busy
+
+    def _step(self) -> None:
+        """One step. The core fails the requests of a step that raises; an exception that escapes it anyway
+        is logged, and after a few in a row every live request fails, so a broken state cannot spin."""
+        try:
+            events = self.core.step()
+        except Exception:  # noqa: BLE001 (the engine outlives any one step)
+            self.num_step_failures += 1
+            log.exception("engine step raised (%d in a row)", self.num_step_failures)
+            if self.num_step_failures >= MAX_STEP_FAILURES_IN_ROW:
+                for request_id in list(self.requests):
+                    self._fail(request_id, "request_failed", "the engine step generating this request failed")
+                self.num_step_failures = 0
+            return
+        self.num_step_failures = 0
+        for event in events:
+            self._route(event)
+
+    def _fail(self, request_id: str, code: str, message: str) -> None:
+        """Ends one request (pages and slot return) and tells its client why."""
+        try:
+            self.core.cancel(request_id)
+        except Exception:  # noqa: BLE001
+            log.exception("cancelling failed request %s raised", request_id)
+        conn = self.requests.pop(request_id, None)
+        if conn is not None:
+            self._send(conn, RequestFailed(request_id, code, message))
+
+    def _send(self, conn: Connection, msg) -> None:
+        try:
+            conn.send(msg)
+        except (OSError, ValueError):
+            if conn is self.owner:
+                raise BrokenPipeError from None
+            if conn in self.conns:
+                self._drop(conn)
 
     def _drain(self, conn: Connection) -> bool:
         """Handles every message waiting on `conn`. False: the engine must exit (Shutdown, or its owner left)."""
         try:
-            while True:
+            for _ in range(MAX_COMMANDS_PER_DRAIN):  # bounded: a flood of commands must not starve the steps
                 msg = conn.recv()
                 if isinstance(msg, Shutdown):
                     log.info("shutdown requested")
@@ -122,6 +178,7 @@ class _Hub:
                 self._handle(conn, msg)
                 if not conn.poll(0):
                     return True
+            return True
         except (EOFError, OSError):
             if conn is self.owner:
                 raise EOFError from None
@@ -140,7 +197,7 @@ class _Hub:
     def _route(self, event) -> None:
         if isinstance(event, AudioChunk):
             event = dataclasses.replace(event, done_ns=time.monotonic_ns())
-            conn = self.requests.pop(event.request_id) if event.is_last else self.requests.get(event.request_id)
+            conn = self.requests.pop(event.request_id, None) if event.is_last else self.requests.get(event.request_id)
         elif isinstance(event, RequestFailed):
             conn = self.requests.pop(event.request_id, None)
         else:  # nothing else comes out of a step today; anything with a request id goes to its client
@@ -148,28 +205,43 @@ class _Hub:
             conn = self.requests.get(request_id, self.owner) if request_id is not None else self.owner
         if conn is None:
             return  # a request whose client went away meanwhile
-        try:
-            conn.send(event)
-        except (OSError, ValueError):
-            if conn is self.owner:
-                raise BrokenPipeError from None
-            if conn in self.conns:
-                self._drop(conn)
+        self._send(conn, event)
 
     def _handle(self, conn: Connection, msg) -> None:
+        """One command. Whatever it holds, a failure ends at most the request it names."""
+        try:
+            self._command(conn, msg)
+        except (EOFError, OSError, BrokenPipeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 (a bad command fails its request, never the engine)
+            request_id = getattr(msg, "request_id", None)
+            log.warning("%s for request %s failed: %s: %s", type(msg).__name__, request_id, type(exc).__name__,
+                        exc, exc_info=not isinstance(exc, (ValueError, TypeError)))
+            if isinstance(request_id, str):
+                if self.requests.get(request_id, conn) is conn:
+                    self.requests.setdefault(request_id, conn)
+                    self._fail(request_id, "invalid_request", f"the engine could not take this request's "
+                                                              f"{type(msg).__name__}: {type(exc).__name__}")
+
+    def _command(self, conn: Connection, msg) -> None:
         core = self.core
         if isinstance(msg, SubmitRequest):
+            if msg.text:
+                msg = dataclasses.replace(msg, text=scrub_text(msg.text))
+            if msg.request_id in self.requests:
+                conn.send(RequestFailed(msg.request_id, "invalid_request",
+                                        f"request id {msg.request_id!r} is already live"))
+                return
+            self.requests[msg.request_id] = conn
             try:
-                if msg.request_id in self.requests:
-                    raise ValueError(f"request id {msg.request_id!r} is already live")
                 core.submit(msg)
-                self.requests[msg.request_id] = conn
             except EngineError as exc:
-                conn.send(RequestFailed(msg.request_id, exc.code, exc.message))
-            except ValueError as exc:  # e.g. a request id already live
-                conn.send(RequestFailed(msg.request_id, "invalid_request", str(exc)))
+                self._fail(msg.request_id, exc.code, exc.message)
         elif isinstance(msg, AppendText):
-            core.append_text(msg.request_id, msg.text, msg.is_final)
+            if self.requests.get(msg.request_id) is conn:  # a request of another client, or one gone: dropped
+                core.append_text(msg.request_id, scrub_text(msg.text), msg.is_final)
+        elif isinstance(msg, Heartbeat):
+            conn.send(HeartbeatAck(msg.token))
         elif isinstance(msg, SetPlayback):
             core.set_playback(msg.request_id, msg.played_samples, msg.anchor_ns, msg.is_stalled)
         elif isinstance(msg, CancelRequest):
@@ -178,6 +250,7 @@ class _Hub:
                 del self.requests[msg.request_id]
             conn.send(RequestCancelled(msg.request_id))  # acknowledged even when already gone (idempotent)
         elif isinstance(msg, GetStats):
-            conn.send(core.stats(msg.token))
+            stats = core.stats(msg.token, check_pools=msg.check_pools)
+            conn.send(stats if msg.check_pools else dataclasses.replace(stats, pool_ok=self.pool_ok))
         else:
             log.error("unknown message %r ignored", type(msg).__name__)

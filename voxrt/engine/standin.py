@@ -198,7 +198,7 @@ class StandInCore:
                 events.append(self._chunk(request))
         return events
 
-    def stats(self, token: int = 0) -> EngineStats:
+    def stats(self, token: int = 0, check_pools: bool = True) -> EngineStats:
         n = len(self.requests)
         return EngineStats(token=token, num_waiting=0, num_running=n, num_requests=n, num_pages_total=0,
                            num_pages_free=0, num_slots_total=0, num_slots_free=0, num_steps=self.num_steps,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,9 @@ from starlette.staticfiles import StaticFiles
 
 from voxrt.engine.client import EngineClient
 from voxrt.engine.messages import EngineConfig
+from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway import http
+from voxrt.gateway.admission import Admission
 from voxrt.gateway.auth import Authenticator
 from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.metrics import GatewayMetrics
@@ -37,6 +40,13 @@ class AppState:
     num_sessions: int = 0
     trace: TraceWriter | None = None  # --trace-file: each finished context's chunk timestamps
     encode_pool: ThreadPoolExecutor | None = None  # --encode-threads
+    admission: Admission | None = None  # slots shared by sessions and HTTP syntheses, and their queue
+    loop: asyncio.AbstractEventLoop | None = None  # the serving loop (tests count its tasks)
+
+    @property
+    def engine_is_ready(self) -> bool:
+        """Started, and not dead or restarting (the supervisor restarts a dead engine)."""
+        return self.engine_ready and self.engine is not None and self.engine.is_ready
 
 
 def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
@@ -44,15 +54,19 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
     """`engine_address` (Unix socket path, authkey): join a running engine (`voxrt serve --workers`, see
     gateway/workers.py) instead of starting one from `engine_config`."""
     state = AppState(config=config, engine_config=engine_config,
-                     auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics())
+                     auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics(),
+                     admission=Admission(config.max_sessions, config.max_queue, config.queue_timeout_s))
+    state.metrics.watch(state)
+    supervisor = SupervisorConfig(heartbeat_timeout_s=config.engine_heartbeat_timeout_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
+        state.loop = asyncio.get_running_loop()
         if engine_address is not None:
-            state.engine = await EngineClient.connect(*engine_address)
+            state.engine = await EngineClient.connect(*engine_address, supervisor=supervisor)
         else:
             log.info("starting the engine: model %s", engine_config.model)
-            state.engine = await EngineClient.start(engine_config)
+            state.engine = await EngineClient.start(engine_config, supervisor=supervisor)
         state.engine_ready = True
         state.metrics.loop_lag.start()
         stats = StatsWriter(config.stats_path, state) if config.stats_path else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 import time
 
@@ -33,7 +34,9 @@ class Authenticator:
         return ok
 
     def mint(self, ttl_s: float, now_s: float | None = None) -> tuple[str, int]:
-        expires = int((now_s if now_s is not None else time.time()) + ttl_s)
+        # rounded up: a token's whole-second expiry must not fall before now + ttl (a 0.5 s token truncated to
+        # the current second would be expired on arrival)
+        expires = math.ceil((now_s if now_s is not None else time.time()) + ttl_s)
         nonce = base64.urlsafe_b64encode(secrets.token_bytes(12)).decode().rstrip("=")
         body = f"v1.{expires}.{nonce}"
         return f"{body}.{self._sign(body)}", expires

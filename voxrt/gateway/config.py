@@ -13,7 +13,22 @@ class GatewayConfig:
     token_secret: str | None = None  # None: a random secret per process (tokens die with it)
     token_ttl_s: float = 300.0  # default lifetime of a minted browser token
     max_token_ttl_s: float = 3600.0
-    max_sessions: int = 256  # concurrent WebSocket sessions; more are refused with 4029
+    # Admission (gateway/admission.py): slots shared by realtime sessions and HTTP syntheses; a bounded queue
+    # waits up to queue_timeout_s for one; past it: 4029 / HTTP 429 with retry_after_ms.
+    max_sessions: int = 256
+    max_queue: int = 64
+    queue_timeout_s: float = 10.0
+    # Per-session message rate (token bucket, bursts of twice the rate): past it the reader waits.
+    max_messages_per_s: float = 200.0
+    # Origins whose browser pages may open a WebSocket besides the server's own ("*": any). Requests without an
+    # Origin header (not browsers) are not affected.
+    allowed_origins: tuple[str, ...] = ()
+    # HTTP: request bodies over this are refused (413); a body that does not arrive within the timeout gets 408.
+    max_http_body_bytes: int = 1 << 20
+    http_body_timeout_s: float = 30.0
+    # Engine supervision (voxrt/engine/supervisor.py): an engine that answers no heartbeat for this long is
+    # restarted, as is one that died.
+    engine_heartbeat_timeout_s: float = 30.0
     limits: Limits = field(default_factory=Limits)
     max_http_input_chars: int = 20000  # /v1/audio/speech and /generate
     # Honour the `num_frames` benchmark extension of `text` (pinned output length). Off by default: it lets a
@@ -33,6 +48,14 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
+        if self.max_queue < 0 or self.queue_timeout_s < 0:
+            raise ValueError("max_queue and queue_timeout_s must be >= 0")
+        if not self.max_messages_per_s > 0:
+            raise ValueError(f"max_messages_per_s must be > 0, got {self.max_messages_per_s}")
+        if self.max_http_body_bytes < 1024 or not self.http_body_timeout_s > 0:
+            raise ValueError("max_http_body_bytes must be >= 1024 and http_body_timeout_s > 0")
+        if not self.engine_heartbeat_timeout_s > 1:
+            raise ValueError("engine_heartbeat_timeout_s must be > 1")
         if not (0 < self.token_ttl_s <= self.max_token_ttl_s):
             raise ValueError("need 0 < token_ttl_s <= max_token_ttl_s")
         if self.encode_threads < 0:

@@ -8,6 +8,13 @@ No frame is held back: the engine marks its last chunk, whose final frame carrie
 chunk without audio gets a frame of silence for it), so the listener never waits for the next chunk to get
 the end of this one. Cancel is a hard stop: the pump task is cancelled and awaited and the audio out closed
 before the engine request is cancelled and `cancelled` is sent, so no frame of the context can follow it.
+
+Long turns (long-form): an engine request ends at the model's length cap (finish reason `max_frames`) even
+when text is left. The context then goes on in a further engine request, with the engine text from the
+start of the last word the first one consumed (a word may be said twice, none is lost): its audio continues
+the same frame sequence and its spans are shifted into the context's engine text, so the client sees one
+turn. Where the engine cannot say how far it got (no text spans), the context ends with a clear `error`
+(`length_limit`) instead of a silent cut.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import numpy as np
 
 from voxrt.audio import StreamEncoder
 from voxrt.engine.client import EngineClient
-from voxrt.engine.errors import EngineError
+from voxrt.engine.errors import EngineError, error_from_code
 from voxrt.engine.params import SamplingParams
 from voxrt.gateway.audio_out import AudioOut
 from voxrt.gateway.metrics import GatewayMetrics
@@ -37,6 +44,9 @@ SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 # (context_id, reason, audio_ms, metrics) -> None: the pump ended by itself (completed or error)
 OnDone = Callable[[str, str, float, dict], Awaitable[None]]
+
+CAPPED_REASONS = ("max_frames",)  # finish reasons that mean "cut at the length cap", not "done speaking"
+MAX_GENERATIONS = 1000  # engine requests per context (a 20,000-character turn needs a few dozen)
 
 
 def now_ms() -> float:
@@ -65,6 +75,12 @@ class ContextRunner:
         self.text_in = make_text_in(self.segmenter, engine.info.consumes_text_incrementally)
         self.alignment = self.text_in.alignment
         self.request_id: str | None = None
+        self._params: SamplingParams | None = None
+        self._engine_text: list[str] = []  # everything sent to the engine, in order (long-form resumes from it)
+        self._num_engine_chars_sent = 0
+        self._offset = 0  # the current engine request's text starts at this offset of the context's engine text
+        self._request_span_end: int | None = None  # the furthest text the current request consumed (context offsets)
+        self.num_generations = 0
         self.opened_ms = now_ms()
         self.audio_out = AudioOut(index, config, self.encoder, self.clock, metrics, send_bytes, self.opened_ms,
                                   encode_pool=encode_pool)
@@ -80,8 +96,9 @@ class ContextRunner:
     # ---- text in -------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        params = SamplingParams(num_frames=self.num_frames) if self.num_frames is not None else None
-        self.request_id = await self.engine.submit(voice=self.config.voice, params=params, text="", final=False)
+        self._params = SamplingParams(num_frames=self.num_frames) if self.num_frames is not None else None
+        self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text="", final=False)
+        self.num_generations = 1
         self._pump = asyncio.create_task(self._run_pump(), name=f"voxrt-context-{self.context_id}")
 
     async def append(self, text: str) -> None:
@@ -100,11 +117,18 @@ class ContextRunner:
         if self.is_ended:
             return
         self.is_ended = True
-        await self.engine.append_text(self.request_id, self.text_in.end(), final=True)
+        await self._feed(self.text_in.end(), final=True)
 
-    async def _feed(self, engine_text: str) -> None:
+    async def _feed(self, engine_text: str, final: bool = False) -> None:
         if engine_text:
-            await self.engine.append_text(self.request_id, engine_text)
+            self._engine_text.append(engine_text)
+            self._num_engine_chars_sent += len(engine_text)
+        if not (engine_text or final) or self.request_id is None:
+            return
+        try:
+            await self.engine.append_text(self.request_id, engine_text, final=final)
+        except EngineError as exc:  # the request is gone (the engine died or failed it): the pump reports it
+            log.debug("context %s: text not delivered: %s", self.context_id, exc.code)
 
     def report_playback(self, played_ms: float) -> None:
         now = now_ms()
@@ -123,20 +147,27 @@ class ContextRunner:
     async def _run_pump(self) -> None:
         reason = "completed"
         try:
-            async for chunk in self.engine.stream(self.request_id):
-                await self._on_chunk(chunk)
-                if chunk.is_last:
+            while True:
+                is_capped = False
+                async for chunk in self.engine.stream(self.request_id):
+                    span = self._context_span(chunk)
+                    is_capped = chunk.is_last and chunk.finish_reason in CAPPED_REASONS and self._has_more()
+                    await self._on_chunk(chunk, span, is_last=chunk.is_last and not is_capped)
+                    if chunk.is_last:
+                        break
+                if not is_capped:
                     break
+                await self._continue()
         except asyncio.CancelledError:
             raise
-        except EngineError as exc:
+        except EngineError as exc:  # counted once, where the error message is sent (RealtimeSession.send_text)
             reason = "error"
-            self.metrics.errors.labels(exc.code).inc()
             await self._safe_send_text(encode_error(exc.code, exc.message, False, context_id=self.context_id))
+        except ConnectionError:  # the client went away mid-audio: the session's reader ends it and logs it once
+            reason = "error"
         except Exception:  # noqa: BLE001 (a broken context must not take the session down)
             log.exception("context %s failed", self.context_id)
             reason = "error"
-            self.metrics.errors.labels("internal_error").inc()
             await self._safe_send_text(encode_error("internal_error", "audio generation failed", False,
                                                     context_id=self.context_id))
         if not self.is_cancelled:
@@ -144,7 +175,46 @@ class ContextRunner:
             self._write_trace(reason)
             await self._on_done(self.context_id, reason, self.audio_ms, self.context_metrics())
 
-    async def _on_chunk(self, chunk) -> None:
+    def _has_more(self) -> bool:
+        """Whether a request cut at the length cap left text of this turn to speak (or more may come)."""
+        return not self.is_ended or self._resume_at() < self._num_engine_chars_sent and \
+            bool("".join(self._engine_text)[self._resume_at():].strip())
+
+    def _resume_at(self) -> int:
+        """Where a further request starts: the start of the last word the current one consumed."""
+        if self._request_span_end is None:
+            return self._offset
+        text = "".join(self._engine_text)
+        return max(self._offset, text.rfind(" ", 0, self._request_span_end) + 1)
+
+    async def _continue(self) -> None:
+        """Long-form: the turn goes on in a further engine request (see the module docstring)."""
+        resume_at = self._resume_at()
+        if self._request_span_end is None or resume_at <= self._offset and self.num_generations > 1 \
+                or self.num_generations >= MAX_GENERATIONS:
+            # the engine could not say how far it got, or got nowhere: a clear end, not a silent cut or a loop
+            left = self._num_engine_chars_sent - self._offset
+            raise error_from_code("length_limit", f"the model's length limit ended this turn; the last {left} "
+                                                  f"characters of its text were not spoken")
+        text = "".join(self._engine_text)[resume_at:]
+        self._offset, self._request_span_end = resume_at, None
+        self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text=text,
+                                                   final=self.is_ended)
+        self.num_generations += 1
+        log.info("context %s: the length cap ended generation %d; continuing from character %d",
+                 self.context_id, self.num_generations - 1, resume_at)
+
+    def _context_span(self, chunk) -> tuple[int, int] | None:
+        """The chunk's text span moved from its request's offsets into the context's engine text."""
+        if chunk.text_span is None:
+            return None
+        span = (chunk.text_span[0] + self._offset, chunk.text_span[1] + self._offset)
+        self._request_span_end = max(self._request_span_end or 0, span[1])
+        return span
+
+    async def _on_chunk(self, chunk, span: tuple[int, int] | None, is_last: bool) -> None:
+        """One engine chunk out as frames. `is_last`: the context's last (a chunk that ends a request cut at
+        the length cap is not: the turn continues)."""
         handled_ns = time.monotonic_ns()
         pcm = np.frombuffer(chunk.pcm, dtype="<f4")
         rate = self.engine.info.sample_rate
@@ -152,24 +222,24 @@ class ContextRunner:
         self._audio_in_samples += len(pcm)
         end_ms = self._audio_in_samples * 1000 / rate
         frames: list = self.encoder.split(pcm) if len(pcm) else []
-        if chunk.is_last:
+        if is_last:
             frames += self.encoder.split_finish()
         need_ms = self.clock.play_time_ms(start_ms)  # when the listener needs this chunk, by our clock
         trace = [chunk.chunk_index, chunk.first_frame, chunk.num_frames, chunk.done_ns, chunk.received_ns,
                  handled_ns, None if need_ms is None else round(need_ms * 1e6), None, None]
         self._chunk_trace.append(trace)
-        await self.audio_out.play(frames, chunk.is_last, (chunk.received_ns or handled_ns) / 1e6, trace)
-        if chunk.text_span is not None:
-            self._span_end = max(self._span_end, chunk.text_span[1])
-        done = self.alignment.finish(end_ms) if chunk.is_last else self.alignment.on_chunk(chunk.text_span, start_ms, end_ms)
+        await self.audio_out.play(frames, is_last, (chunk.received_ns or handled_ns) / 1e6, trace)
+        if span is not None:
+            self._span_end = max(self._span_end, span[1])
+        done = self.alignment.finish(end_ms) if is_last else self.alignment.on_chunk(span, start_ms, end_ms)
         if done:
             segments, words = self.alignment.message_fields(done, self.segmenter.text)
             await self._send_text(encode_alignment(self.context_id, segments, words, True))
-        if chunk.is_last:
+        if is_last:
             self.clock.mark_finished()
-        while self._flush_points and (chunk.is_last or self._span_end >= self._flush_points[0]):
+        while self._flush_points and (is_last or self._span_end >= self._flush_points[0]):
             self._flush_points.pop(0)
-            if not chunk.is_last:
+            if not is_last:
                 await self._release_held()
             await self._send_text(encode_flushed(self.context_id))
 
@@ -197,6 +267,13 @@ class ContextRunner:
         self._write_trace("cancelled")
         played = self.clock.played_ms(now_ms())
         return played, self.alignment.spoken_text(self.segmenter.text, played)
+
+    @property
+    def owes_audio(self) -> bool:
+        """Audio of this context is still to come: its pump runs and the engine has text it has not voiced
+        yet (the inactivity timeout must not close a session that is being spoken to)."""
+        return (self._pump is not None and not self._pump.done() and not self.is_cancelled
+                and self._num_engine_chars_sent > self._span_end)
 
     @property
     def audio_ms(self) -> float:

@@ -1,6 +1,13 @@
 """HTTP endpoints: OpenAI-compatible speech, VoxServe-compatible /generate, models, voices, tokens, health,
 readiness and Prometheus metrics. Errors are JSON `{"error": {"message", "type", "code"}}` and never carry
-internals."""
+internals.
+
+Hardening: a request body over `--max-http-body-bytes` is refused (413) before it is read in full, one that
+does not arrive within `--http-body-timeout-s` gets 408; JSON nested too deeply for the parser and fields of
+the wrong type are 400s. Synthesis takes an admission slot shared with the realtime sessions (429 with
+`Retry-After` when none is free within the queue's wait); the engine request is cancelled, and the slot
+returned, as soon as the client leaves, whether or not the response had started; a turn longer than the
+model's length cap goes on in a further engine request (as a realtime context does)."""
 
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from voxrt.audio import OggOpusWriter, StreamEncoder, pcm16_encode, wav_header
 from voxrt.engine.errors import EngineError
+from voxrt.gateway.admission import Busy
+from voxrt.protocol.events import replace_lone_surrogates
 from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.http")
@@ -27,15 +36,62 @@ SPEECH_FORMATS = {  # response_format -> (media type, output sample rate: None =
 }
 
 
+CAPPED_REASONS = ("max_frames",)  # the engine's length cap: the text goes on in a further request
+
+
 class HTTPError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, retry_after_ms: int | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.retry_after_ms = retry_after_ms
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
+def error_response(status: int, code: str, message: str, retry_after_ms: int | None = None) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
+    error = {"message": message, "type": kind, "code": code}
+    headers = None
+    if retry_after_ms is not None:
+        error["retry_after_ms"] = retry_after_ms
+        headers = {"Retry-After": str(max(1, -(-retry_after_ms // 1000)))}
+    return JSONResponse({"error": error}, status_code=status, headers=headers)
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, at most `max_http_body_bytes` (413 past it, judged by Content-Length first), within
+    `http_body_timeout_s` (408). Cached on the request, so `request.form()` / `.json()` read it from here."""
+    config = request.app.state.voxrt.config
+    limit = config.max_http_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.strip().isdigit() or int(declared) > limit):
+        raise HTTPError(413, "body_too_large", f"the request body may hold at most {limit} bytes")
+
+    async def collect() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPError(413, "body_too_large", f"the request body may hold at most {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        body = await asyncio.wait_for(collect(), config.http_body_timeout_s)
+    except asyncio.TimeoutError:
+        raise HTTPError(408, "timeout", f"the request body did not arrive within {config.http_body_timeout_s:g} s") \
+            from None
+    request._body = body  # Starlette's own cache: stream(), body(), form() and json() serve it
+    return body
+
+
+async def _read_json_object(request: Request) -> dict:
+    raw = await read_body(request)
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser recurses
+        raise HTTPError(400, "invalid_json", "the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise HTTPError(400, "invalid_json", "the body must be a JSON object")
+    return body
 
 
 def _require_auth(request: Request) -> None:
@@ -46,8 +102,9 @@ def _require_auth(request: Request) -> None:
 
 def _require_engine(request: Request):
     state = request.app.state.voxrt
-    if not state.engine_ready:
-        raise HTTPError(503, "not_ready", "the engine is not ready")
+    if not state.engine_is_ready:
+        raise HTTPError(503, "not_ready", "the engine is not ready (starting or restarting); retry shortly",
+                        retry_after_ms=1000)
     return state.engine
 
 
@@ -57,7 +114,7 @@ def handle_errors(endpoint):
             return await endpoint(request)
         except HTTPError as exc:
             request.app.state.voxrt.metrics.errors.labels(exc.code).inc()
-            return error_response(exc.status, exc.code, exc.message)
+            return error_response(exc.status, exc.code, exc.message, exc.retry_after_ms)
         except EngineError as exc:
             request.app.state.voxrt.metrics.errors.labels(exc.code).inc()
             return error_response(400 if exc.code in ("unknown_voice", "invalid_params") else 503, exc.code, exc.message)
@@ -71,16 +128,81 @@ def _speakable(text: str) -> str:
     return " ".join(s.text for s in segmenter.flush())
 
 
-async def _pcm_chunks(engine, request_id: str) -> AsyncIterator[np.ndarray]:
-    """The request's audio as float32 arrays; cancels the engine request if the consumer goes away."""
-    finished = False
-    try:
-        async for chunk in engine.stream(request_id):
-            yield np.frombuffer(chunk.pcm, dtype="<f4")
-            finished = chunk.is_last
-    finally:
-        if not finished:
-            await asyncio.shield(engine.cancel(request_id))
+class _Synthesis:
+    """One HTTP synthesis: its admission slot and engine request(s), released exactly once (`close`) when the
+    audio was all read, the client left, or the response never started."""
+
+    def __init__(self, state, engine, text: str, voice: str | None) -> None:
+        self.state, self.engine, self.text, self.voice = state, engine, text, voice
+        self.request_id: str | None = None
+        self.is_finished = False
+        self._has_slot = False
+
+    async def start(self) -> None:
+        try:
+            await self.state.admission.acquire()
+        except Busy as busy:
+            raise HTTPError(429, "server_busy", busy.message, busy.retry_after_ms) from None
+        self._has_slot = True
+        try:
+            self.request_id = await self.engine.submit(voice=self.voice, text=self.text, final=True,
+                                                       streaming=False)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def pcm_chunks(self) -> AsyncIterator[np.ndarray]:
+        """The audio as float32 arrays. A request cut at the engine's length cap goes on in a further one from
+        the start of the last word it consumed (a word may be said twice, none is lost)."""
+        offset = 0
+        try:
+            while True:
+                capped, span_end = False, None
+                async for chunk in self.engine.stream(self.request_id):
+                    if chunk.text_span is not None:
+                        span_end = offset + chunk.text_span[1]
+                    yield np.frombuffer(chunk.pcm, dtype="<f4")
+                    capped = chunk.is_last and chunk.finish_reason in CAPPED_REASONS
+                if not capped:
+                    break
+                resume_at = offset if span_end is None else max(offset, self.text.rfind(" ", 0, span_end) + 1)
+                if span_end is None or resume_at <= offset or not self.text[resume_at:].strip():
+                    if self.text[resume_at:].strip():
+                        log.warning("HTTP synthesis ended at the length cap with %d characters unspoken",
+                                    len(self.text) - resume_at)
+                    break
+                offset = resume_at
+                self.request_id = await self.engine.submit(voice=self.voice, text=self.text[offset:], final=True,
+                                                           streaming=False)
+            self.is_finished = True
+        finally:
+            await asyncio.shield(self.close())
+
+    async def close(self) -> None:
+        if self.request_id is not None and not self.is_finished:
+            request_id, self.request_id = self.request_id, None
+            try:
+                await self.engine.cancel(request_id)
+            except (EngineError, asyncio.TimeoutError):
+                pass
+        if self._has_slot:
+            self._has_slot = False
+            self.state.admission.release()
+
+
+class _SynthesisResponse(StreamingResponse):
+    """A streamed synthesis whose engine request and slot are released however the response ends, even when
+    the client left before its body began (Starlette then never starts the body iterator)."""
+
+    def __init__(self, synthesis: _Synthesis, content, media_type: str) -> None:
+        super().__init__(content, media_type=media_type)
+        self.synthesis = synthesis
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await asyncio.shield(self.synthesis.close())
 
 
 async def _encode(fmt: str, pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) -> AsyncIterator[bytes]:
@@ -106,40 +228,36 @@ async def _encode(fmt: str, pcm_chunks: AsyncIterator[np.ndarray], model_rate: i
         yield writer.page(last, is_last=True, num_padding_samples=encoder.num_padding_samples)
 
 
-async def _start(request: Request, text: str, voice: str | None) -> tuple[object, str]:
+async def _start(request: Request, text, voice) -> _Synthesis:
     state = request.app.state.voxrt
     engine = _require_engine(request)
     if not isinstance(text, str) or not text.strip():
         raise HTTPError(400, "invalid_request", "'input' must be a non-empty string")
     if len(text) > state.config.max_http_input_chars:
         raise HTTPError(400, "text_too_long", f"input has {len(text)} characters; the limit is {state.config.max_http_input_chars}")
-    if voice is not None and voice not in engine.info.voices:
+    if voice is not None and (not isinstance(voice, str) or voice not in engine.info.voices):
         raise HTTPError(400, "unknown_voice", f"unknown voice {voice!r}; available: {', '.join(engine.info.voices)}")
-    request_id = await engine.submit(voice=voice, text=_speakable(text), final=True, streaming=False)
-    return engine, request_id
+    synthesis = _Synthesis(state, engine, _speakable(replace_lone_surrogates(text)), voice)
+    await synthesis.start()
+    return synthesis
 
 
 @handle_errors
 async def speech(request: Request) -> Response:
     """POST /v1/audio/speech (OpenAI-compatible): JSON {model, input, voice, response_format}."""
     _require_auth(request)
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise HTTPError(400, "invalid_json", "the body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise HTTPError(400, "invalid_json", "the body must be a JSON object")
+    body = await _read_json_object(request)
     info = _require_engine(request).info
     model = body.get("model")
     if model is not None and model != info.name:
         raise HTTPError(400, "unknown_model", f"unknown model {model!r}; served: {info.name}")
     fmt = body.get("response_format", "wav")
-    if fmt not in SPEECH_FORMATS:
+    if not isinstance(fmt, str) or fmt not in SPEECH_FORMATS:
         raise HTTPError(400, "invalid_format", f"response_format {fmt!r} is not supported; choose one of {sorted(SPEECH_FORMATS)}")
-    engine, request_id = await _start(request, body.get("input"), body.get("voice"))
+    synthesis = await _start(request, body.get("input"), body.get("voice"))
     request.app.state.voxrt.metrics.http_requests.labels("speech").inc()
     media = SPEECH_FORMATS[fmt][0]
-    return StreamingResponse(_encode(fmt, _pcm_chunks(engine, request_id), info.sample_rate), media_type=media)
+    return _SynthesisResponse(synthesis, _encode(fmt, synthesis.pcm_chunks(), info.sample_rate), media)
 
 
 @handle_errors
@@ -147,6 +265,7 @@ async def generate(request: Request) -> Response:
     """POST /generate (VoxServe-compatible): multipart form `text`, optional `streaming` (default true),
     optional `voice`; WAV out, streamed with an open-ended header or whole with exact sizes."""
     _require_auth(request)
+    await read_body(request)
     try:
         form = await request.form()
     except Exception:  # noqa: BLE001 (malformed multipart)
@@ -154,13 +273,40 @@ async def generate(request: Request) -> Response:
     if form.get("audio") is not None:
         raise HTTPError(400, "unsupported", "audio input is not supported by this model")
     streaming = str(form.get("streaming", "true")).lower() not in ("false", "0", "no")
-    engine, request_id = await _start(request, form.get("text"), form.get("voice"))
+    synthesis = await _start(request, form.get("text"), form.get("voice"))
     request.app.state.voxrt.metrics.http_requests.labels("generate").inc()
-    rate = engine.info.sample_rate
+    rate = synthesis.engine.info.sample_rate
     if streaming:
-        return StreamingResponse(_encode("wav", _pcm_chunks(engine, request_id), rate), media_type="audio/wav")
-    body = b"".join([pcm16_encode(pcm) async for pcm in _pcm_chunks(engine, request_id)])
+        return _SynthesisResponse(synthesis, _encode("wav", synthesis.pcm_chunks(), rate), "audio/wav")
+    # Whole: generated before the response starts, so nothing else would notice the client leaving: the
+    # disconnect is watched beside it, and cancels it.
+    collect = asyncio.ensure_future(_collect_pcm16(synthesis))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not collect.done():
+            collect.cancel()
+            await asyncio.gather(collect, return_exceptions=True)
+            await synthesis.close()
+    if collect.cancelled():
+        log.info("/generate: the client left before its audio was complete; request cancelled")
+        return Response(status_code=499)
+    body = collect.result()
     return Response(wav_header(rate, data_bytes=len(body)) + body, media_type="audio/wav")
+
+
+async def _collect_pcm16(synthesis: _Synthesis) -> bytes:
+    return b"".join([pcm16_encode(pcm) async for pcm in synthesis.pcm_chunks()])
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body was read already: the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 @handle_errors
@@ -190,12 +336,12 @@ async def tokens(request: Request) -> Response:
     if not auth.check_key(header.partition(" ")[2].strip() if header.lower().startswith("bearer ") else None):
         raise HTTPError(401, "unauthorized", "an API key is required to mint tokens")
     ttl = state.config.token_ttl_s
-    raw = await request.body()
+    raw = await read_body(request)
     if raw:
         try:
             body = json.loads(raw)
             ttl = float(body.get("ttl_s", ttl)) if isinstance(body, dict) else ttl
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             raise HTTPError(400, "invalid_json", "the body must be a JSON object like {\"ttl_s\": 300}") from None
     if not (0 < ttl <= state.config.max_token_ttl_s):
         raise HTTPError(400, "invalid_request", f"ttl_s must be in (0, {state.config.max_token_ttl_s:g}]")
@@ -209,15 +355,15 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     state = request.app.state.voxrt
-    if state.engine_ready and state.engine is not None and state.engine.is_alive:
+    if state.engine_is_ready:
         return JSONResponse({"status": "ready", "model": state.engine.info.name})
     return JSONResponse({"status": "not_ready"}, status_code=503)
 
 
 async def metrics(request: Request) -> Response:
     state = request.app.state.voxrt
-    if state.engine_ready:
-        try:
+    if state.engine_is_ready:
+        try:  # the engine's last idle pool check, not a new one: a scrape costs the engine no pool walk
             state.metrics.update_engine(await state.engine.stats(timeout_s=2.0))
         except Exception:  # noqa: BLE001 (metrics must render even when the engine is stuck)
             log.warning("engine stats unavailable for /metrics")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from voxrt.timing import EDGES_MS, LoopLagMonitor, MsHistogram
 
@@ -39,6 +39,7 @@ class GatewayMetrics:
         self.engine_early = Counter("voxrt_engine_early_chunks", "chunks the deadline policy cut before all their "
                                     "frames were there, so as not to be late", registry=r)
         self._last: dict[tuple[str, str], int] = {}  # engine totals already counted
+        self._state = None  # the app's state, read at scrape time (watch())
         # Per-frame figures kept in cheap histograms (voxrt/timing.py) and exported at scrape time: a frame's
         # send time against its due time (the pacing rule's earliest send, or its chunk's arrival when later),
         # and the event loop's lag (started by the app's lifespan).
@@ -50,6 +51,11 @@ class GatewayMetrics:
                                                                         "time", self.send_lateness),
                                   "voxrt_event_loop_lag_seconds": ("how late a 10 ms timer of the gateway's "
                                                                    "event loop fired", self.loop_lag.lag)}))
+
+    def watch(self, state) -> None:
+        """Figures read from the app's state at scrape time: engine restarts and readiness, admission."""
+        self._state = state
+        self.registry.register(_StateCollector(state))
 
     def update_engine(self, stats) -> None:
         self.engine_waiting.set(stats.num_waiting)
@@ -92,3 +98,27 @@ class _MsHistograms:
                 buckets.append((str(edge_ms / 1000) if edge_ms != float("inf") else "+Inf", running))
             yield HistogramMetricFamily(name.removesuffix("_seconds") + "_seconds", doc, buckets=buckets,
                                         sum_value=hist.total_ms / 1000)
+
+
+class _StateCollector:
+    """Engine supervision and admission, read from the app's state when scraped."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    def collect(self):
+        state = self._state
+        engine = state.engine
+        yield CounterMetricFamily("voxrt_engine_restarts", "engine processes restarted (or rejoined) after the "
+                                  "engine died or stopped answering heartbeats",
+                                  value=getattr(engine, "num_restarts", 0))
+        yield GaugeMetricFamily("voxrt_engine_ready", "1 when the engine serves (0 while it starts or restarts)",
+                                value=1 if state.engine_is_ready else 0)
+        admission = state.admission
+        if admission is not None:
+            yield GaugeMetricFamily("voxrt_admission_active", "admission slots taken (realtime sessions and HTTP "
+                                    "syntheses)", value=admission.num_active)
+            yield GaugeMetricFamily("voxrt_admission_queued", "requests waiting for an admission slot",
+                                    value=admission.num_queued)
+            yield CounterMetricFamily("voxrt_admission_refused", "sessions and HTTP requests refused at capacity "
+                                      "(4029 / 429)", value=admission.num_refused)

@@ -1,6 +1,12 @@
 """`/v1/realtime`: one WebSocket session. The protocol's sans-I/O `Session` decides; this module does the
 I/O: it feeds received messages in, executes the actions that come out, and runs a `ContextRunner` per
-context. Sends go through one lock, so frames and JSON messages never interleave mid-message."""
+context. Sends go through one lock, so frames and JSON messages never interleave mid-message.
+
+Before the session: the Origin check (a browser page of another origin may not open a session unless
+`--allow-origin` lists it; same-origin pages and non-browser clients may) and auth. At `session.start` the
+session takes an admission slot (gateway/admission.py), waiting in the bounded queue if need be; refused, it
+gets `server_busy` with `retry_after_ms` and close 4029. Each message first takes a token of the session's
+rate limit. A client that goes away mid-session is one info line in the log, not a traceback."""
 
 from __future__ import annotations
 
@@ -8,13 +14,16 @@ import asyncio
 import json
 import logging
 import uuid
+from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from voxrt.engine.errors import EngineError
+from voxrt.gateway.admission import Busy, TokenBucket
 from voxrt.gateway.context import ContextRunner, now_ms
 from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
                                     OpenContext, ReportPlayback, SendText, StartSession)
-from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY
+from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY, SERVER_BUSY
 from voxrt.protocol.events import encode_error
 from voxrt.protocol.session import Session
 
@@ -27,12 +36,21 @@ POLL_INTERVAL_S = 1.0
 async def realtime_endpoint(ws: WebSocket) -> None:
     state = ws.app.state.voxrt
     subprotocol = SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", []) else None
+    if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"), state.config.allowed_origins):
+        state.metrics.errors.labels("origin_not_allowed").inc()
+        log.info("refused a WebSocket from origin %r (not same-origin, not in --allow-origin)",
+                 ws.headers.get("origin"))
+        await ws.close(1008)  # before accept: the handshake is answered with HTTP 403
+        return
     if not state.auth.check(ws.headers.get("authorization"), ws.query_params.get("token")):
         await _refuse(ws, state, subprotocol, CLOSE_AUTH, "unauthorized", "missing or invalid API key or token")
         return
-    if state.num_sessions >= state.config.max_sessions or not state.engine_ready:
-        await _refuse(ws, state, subprotocol, CLOSE_CAPACITY, "server_busy", "server at capacity, retry later",
-                      retry_after_ms=1000)
+    # sockets beyond what the slots and the queue can ever serve are refused at once
+    max_connections = state.config.max_sessions + state.config.max_queue
+    if state.num_sessions >= max_connections or not state.engine_is_ready:
+        await _refuse(ws, state, subprotocol, CLOSE_CAPACITY, SERVER_BUSY, "server at capacity, retry later"
+                      if state.engine_is_ready else "the engine is restarting, retry later",
+                      retry_after_ms=state.admission.retry_after_ms)
         return
     await ws.accept(subprotocol=subprotocol)
     state.num_sessions += 1
@@ -44,11 +62,29 @@ async def realtime_endpoint(ws: WebSocket) -> None:
         state.metrics.sessions.dec()
 
 
+def origin_allowed(origin: str | None, host: str | None, allowed: tuple[str, ...]) -> bool:
+    """Same-origin by default: a browser's `Origin` must name the host it connects to, or be listed in
+    `allowed` ("*" allows any). Clients that send no Origin (not browsers) are not limited by it."""
+    if origin is None:
+        return True
+    origin = origin.strip().rstrip("/").lower()
+    if "*" in allowed or origin in (a.strip().rstrip("/").lower() for a in allowed):
+        return True
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        return False
+    return bool(netloc) and host is not None and netloc == host.strip().lower()
+
+
 async def _refuse(ws: WebSocket, state, subprotocol, close_code: int, code: str, message: str, **extra) -> None:
     await ws.accept(subprotocol=subprotocol)
     state.metrics.errors.labels(code).inc()
-    await ws.send_text(encode_error(code, message, True, **extra))
-    await ws.close(close_code, message)
+    try:
+        await ws.send_text(encode_error(code, message, True, **extra))
+        await ws.close(close_code, message)
+    except Exception:  # noqa: BLE001 (the client left already)
+        pass
 
 
 class RealtimeSession:
@@ -63,9 +99,14 @@ class RealtimeSession:
         self._exec_lock = asyncio.Lock()  # actions of one input are executed in order, one input at a time
         self.is_closed = False
         self.config = None
+        self.has_slot = False  # an admission slot, from session.start to the end
+        self.rate = TokenBucket(state.config.max_messages_per_s, 2 * state.config.max_messages_per_s)
+        self._num_frames_sent = 0
+        self._num_frames_at_poll = 0
 
     async def run(self) -> None:
         poller = asyncio.create_task(self._poll_forever())
+        close_code = None
         try:
             while not self.is_closed:
                 try:
@@ -73,7 +114,11 @@ class RealtimeSession:
                 except (WebSocketDisconnect, RuntimeError):
                     break
                 if message["type"] == "websocket.disconnect":
+                    close_code = message.get("code")
                     break
+                delay_s = self.rate.delay_s()
+                if delay_s > 0:  # over the rate: read no further until a token is due (TCP pushes back)
+                    await asyncio.sleep(delay_s)
                 now = now_ms()
                 if message.get("text") is not None:
                     actions = self.session.receive_text(message["text"], now)
@@ -81,15 +126,26 @@ class RealtimeSession:
                     actions = self.session.receive_bytes(message.get("bytes") or b"", now)
                 await self._execute(actions)
         finally:
+            was_closed = self.is_closed
             self.is_closed = True
             poller.cancel()
+            num_open = len(self.runners)
+            if self.has_slot:  # the session's work is being cancelled: its slot may serve the next one
+                self.has_slot = False
+                self.state.admission.release()
             await self._stop_all()
             self.session.close()
+            if not was_closed and close_code not in (1000, 1001):
+                log.info("session %s: the client went away (close %s) with %d open contexts",
+                         self.session.session_id, close_code if close_code is not None else "none", num_open)
 
     async def _poll_forever(self) -> None:
         while not self.is_closed:
             await asyncio.sleep(POLL_INTERVAL_S)
-            await self._execute(self.session.poll(now_ms()))
+            is_sending = self._num_frames_sent != self._num_frames_at_poll or any(
+                runner.owes_audio for runner in self.runners.values())
+            self._num_frames_at_poll = self._num_frames_sent
+            await self._execute(self.session.poll(now_ms(), is_sending_audio=is_sending))
 
     async def _execute(self, actions) -> None:
         async with self._exec_lock:
@@ -102,6 +158,7 @@ class RealtimeSession:
         elif isinstance(action, CloseConnection):
             await self._close(action.code, action.reason)
         elif isinstance(action, StartSession):
+            await self._admit()
             self.config = action.config
         elif isinstance(action, OpenContext):
             num_frames = action.num_frames if self.state.config.allow_pinned_lengths else None
@@ -111,13 +168,24 @@ class RealtimeSession:
                                    trace=self.state.trace)
             self.runners[action.context_id] = runner
             self.state.metrics.contexts.inc()
-            await runner.open()
-        elif isinstance(action, AppendText):
-            await self.runners[action.context_id].append(action.text)
-        elif isinstance(action, FlushContext):
-            await self.runners[action.context_id].flush()
-        elif isinstance(action, EndContext):
-            await self.runners[action.context_id].end()
+            try:
+                await runner.open()
+            except EngineError as exc:  # e.g. the engine is restarting: this context fails, the session goes on
+                await self.send_text(encode_error(exc.code, exc.message, False, context_id=action.context_id))
+                if self.runners.pop(action.context_id, None) is not None:
+                    self.state.metrics.contexts.dec()
+                for follow in self.session.on_context_done(action.context_id, "error", 0.0, runner.context_metrics()):
+                    await self._do(follow)  # inside _execute already: not through it (its lock is held)
+        elif isinstance(action, (AppendText, FlushContext, EndContext)):
+            runner = self.runners.get(action.context_id)
+            if runner is None:  # it failed to open (reported already) or ended meanwhile
+                return
+            if isinstance(action, AppendText):
+                await runner.append(action.text)
+            elif isinstance(action, FlushContext):
+                await runner.flush()
+            else:
+                await runner.end()
         elif isinstance(action, CancelContext):
             runner = self.runners.pop(action.context_id, None)
             played_ms, spoken, audio_ms, metrics = 0.0, "", 0.0, {"ttfa_ms": None}
@@ -138,6 +206,20 @@ class RealtimeSession:
         else:
             log.error("unknown action %r", action)
 
+    async def _admit(self) -> None:
+        """An admission slot for this session, or `server_busy` and close 4029 (the session.started that
+        follows is then not sent: the connection is closed)."""
+        try:
+            await self.state.admission.acquire()
+        except Busy as busy:
+            for action in self.session.fail(SERVER_BUSY, busy.message, retry_after_ms=busy.retry_after_ms):
+                await self._do(action)
+            return
+        self.has_slot = True
+        if self.is_closed:  # the client left while it queued
+            self.has_slot = False
+            self.state.admission.release()
+
     async def _on_context_done(self, context_id: str, reason: str, audio_ms: float, metrics: dict) -> None:
         if self.runners.pop(context_id, None) is not None:
             self.state.metrics.contexts.dec()
@@ -146,8 +228,9 @@ class RealtimeSession:
     async def _stop_all(self) -> None:
         """Disconnect or close: every context is cancelled, so its engine pages and slot return at once."""
         runners, self.runners = list(self.runners.values()), {}
-        for runner in runners:
-            await runner.cancel()
+        # at once, not one after another: each cancel waits for the engine's acknowledgement
+        await asyncio.gather(*(runner.cancel() for runner in runners))
+        for _ in runners:
             self.state.metrics.contexts.dec()
 
     async def _close(self, code: int, reason: str) -> None:
@@ -174,4 +257,8 @@ class RealtimeSession:
         async with self._send_lock:
             if self.is_closed:
                 raise ConnectionError("session closed")
-            await self.ws.send_bytes(data)
+            try:
+                await self.ws.send_bytes(data)
+            except Exception as exc:  # noqa: BLE001 (gone mid-send: the context ends quietly, the reader ends the session)
+                raise ConnectionError(f"the client went away: {type(exc).__name__}") from None
+            self._num_frames_sent += 1

@@ -1,12 +1,55 @@
-"""`voxrt serve`: the engine process and the gateway under uvicorn; prints the URL once ready."""
+"""`voxrt serve`: the engine process and the gateway under uvicorn; prints the URL once ready.
+
+Connection hygiene beyond uvicorn's defaults: a connection that has not completed its request headers
+`HEADER_TIMEOUT_S` after it opened is closed (uvicorn times out idle keep-alive connections, but not a fresh
+or half-sent one), and uvicorn's traceback for a WebSocket text frame that is not UTF-8 (a client's fault,
+answered with close 1007) becomes one info line.
+"""
 
 from __future__ import annotations
 
+import logging
+
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from voxrt.engine.messages import EngineConfig
 from voxrt.gateway.app import build_app
 from voxrt.gateway.config import GatewayConfig
+
+
+HEADER_TIMEOUT_S = 10.0
+
+
+class _HeaderTimeoutH11(H11Protocol):
+    """uvicorn's h11 protocol, closing connections whose first request's headers do not arrive in time."""
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._on_header_timeout)
+
+    def _on_header_timeout(self) -> None:
+        # after a WebSocket upgrade the transport belongs to the WebSocket protocol: leave it alone
+        if self.cycle is None and self.transport.get_protocol() is self and not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        self._header_timer.cancel()
+        super().connection_lost(exc)
+
+
+class _ClientFaultFilter(logging.Filter):
+    """uvicorn logs a client's invalid UTF-8 text frame with a traceback; one info line says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Invalid UTF-8 sequence"):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "a client sent a WebSocket text frame that is not UTF-8; closed it with 1007"
+        return True
+
+
+_CLIENT_FAULT_FILTER = _ClientFaultFilter()
 
 
 class _Server(uvicorn.Server):
@@ -31,8 +74,9 @@ def make_server(gateway: GatewayConfig, engine: EngineConfig | None, host: str, 
     # No permessage-deflate: clients (browsers, websockets) offer it by default, and deflating every Opus or
     # PCM frame costs CPU per frame for audio that does not compress; the JSON messages are small.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws="websockets-sansio",
-                            ws_max_size=ws_max, ws_per_message_deflate=per_message_deflate, lifespan="on",
-                            timeout_graceful_shutdown=5)
+                            http=_HeaderTimeoutH11, ws_max_size=ws_max, ws_per_message_deflate=per_message_deflate,
+                            lifespan="on", timeout_graceful_shutdown=5)
+    logging.getLogger("uvicorn.error").addFilter(_CLIENT_FAULT_FILTER)
     server = _Server(config)
     server.is_quiet = quiet
     return server

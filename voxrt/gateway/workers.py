@@ -27,6 +27,7 @@ import tempfile
 
 from voxrt.engine.client import EngineClient
 from voxrt.engine.messages import EngineConfig
+from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway.config import GatewayConfig
 
 log = logging.getLogger("voxrt.gateway.workers")
@@ -77,7 +78,8 @@ def serve_workers(gateway: GatewayConfig, engine: EngineConfig, host: str, port:
     stop = asyncio.Event()
 
     async def main() -> int:
-        client = await EngineClient.start(engine, listen=(engine_path, authkey))
+        client = await EngineClient.start(engine, listen=(engine_path, authkey), supervisor=SupervisorConfig(
+            heartbeat_timeout_s=gateway.engine_heartbeat_timeout_s))  # restarted on the same path; workers rejoin
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)

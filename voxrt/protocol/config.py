@@ -82,6 +82,7 @@ class Limits:
     max_message_bytes: int = 65536  # one client message, UTF-8 bytes
     inactivity_timeout_s: float = 60.0
     max_invalid_messages: int = 20  # invalid messages in a row before close 4400
+    start_timeout_s: float = 10.0  # a connection must send session.start within this, else close 4008
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -91,7 +92,8 @@ class Limits:
                 raise ValueError(f"{f.name} must be a positive number, got {value!r}")
 
     def to_wire(self) -> dict:
-        """The limits a client can act on (max_invalid_messages stays private: it only bites garbage)."""
+        """The limits a client can act on (max_invalid_messages and start_timeout_s stay private: they only bite
+        garbage and idle sockets)."""
         return {"max_contexts": self.max_contexts, "max_text_chars": self.max_text_chars,
                 "max_message_bytes": self.max_message_bytes, "inactivity_timeout_s": self.inactivity_timeout_s}
 

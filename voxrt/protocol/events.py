@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Union
 
@@ -19,6 +20,11 @@ MAX_CONTEXT_ID_CHARS = 256
 MAX_PINNED_FRAMES = 1_000_000  # shape bound of the `num_frames` extension; the engine checks its own limit
 CANCEL_ALL = "*"  # `cancel`'s context_id for every context of the session; reserved, never a context's id
 DONE_REASONS = ("completed", "cancelled", "error")
+# A JSON string may hold a lone UTF-16 surrogate ("\ud800" is valid JSON, RFC 8259 section 8.2) that no UTF-8
+# encoder takes: such text would break the tokenizer and every reply that echoes it. In a str, any surrogate
+# is a lone one (json.loads joins escaped pairs into one code point).
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89abAB]|\\u[dD][c-fC-F]")
 
 # ---- client -> server events --------------------------------------------------------------------------------
 
@@ -104,6 +110,8 @@ class _Fields:
         if not isinstance(value, str) or not 0 < len(value) <= MAX_CONTEXT_ID_CHARS:
             raise self.fail("context_id", f"must be a non-empty string of at most {MAX_CONTEXT_ID_CHARS} "
                                           f"characters")
+        if _SURROGATE.search(value):  # refused, not repaired: an id must come back exactly as it was sent
+            raise self.fail("context_id", "must be valid Unicode (it holds a lone UTF-16 surrogate)")
         if value == CANCEL_ALL and not allow_all:
             raise self.fail("context_id", f"must not be {CANCEL_ALL!r}: it means every context in a cancel")
         self.context_id = value
@@ -189,7 +197,46 @@ def parse_client_message(data: str) -> ClientEvent:
     if parser is None:
         raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {clip(message_type)!r}; known types: "
                                           f"{', '.join(CLIENT_MESSAGE_TYPES)}")
+    if "\\u" in data and _ESCAPED_SURROGATE.search(data):  # rare: only then walk the message
+        obj = _without_lone_surrogates(obj, message_type)
     return parser(_Fields(obj, message_type))
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """Lone UTF-16 surrogates become U+FFFD, as the WHATWG UTF-8 encoder does (a browser's TextEncoder)."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _without_lone_surrogates(obj: dict, message_type: str) -> dict:
+    """A message's lone surrogates: replaced by U+FFFD in `text` (speech goes on; a token stream that split
+    a pair loses only that character), refused anywhere else that is read (ids, names, nested objects),
+    since those are echoed back or must match exactly. The context_id check lives in `read_context_id`,
+    so its error can say which field. Unknown fields are ignored, surrogates and all."""
+    clean = dict(obj)
+    for name, value in obj.items():
+        if name == "text" and isinstance(value, str):
+            clean[name] = replace_lone_surrogates(value)
+        elif name != "context_id" and name in _READ_FIELDS and _has_surrogate(value):
+            raise ProtocolError(INVALID_MESSAGE, f"{message_type}: field '{name}' must be valid Unicode (it "
+                                                 f"holds a lone UTF-16 surrogate)", field=name,
+                                message_type=message_type)
+    return clean
+
+
+_READ_FIELDS = frozenset({"voice", "model", "output", "pacing", "segmentation", "id", "flush", "played_ms",
+                          "num_frames"})
+
+
+def _has_surrogate(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if depth > 4:
+        return False
+    if isinstance(value, dict):
+        return any(_has_surrogate(k, depth + 1) or _has_surrogate(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v, depth + 1) for v in value)
+    return False
 
 
 def _json_kind(value: Any) -> str:

@@ -80,6 +80,7 @@ class Session:
         self._contexts: dict[str, Context] = {}  # every context of the session, DONE ones included
         self._next_index = 1
         self._last_activity_ms = now_ms
+        self._opened_ms = now_ms
         self._num_invalid_in_row = 0
 
     # ---- client input ----------------------------------------------------------------------------------------
@@ -105,11 +106,18 @@ class Session:
             return self._too_large()
         return self._reject(ProtocolError(UNEXPECTED_BINARY, "clients send no binary frames in voxrt.v1"))
 
-    def poll(self, now_ms: float) -> list[Action]:
-        """Call now and then (the gateway's timer; `inactivity_deadline_ms` says when it matters)."""
+    def poll(self, now_ms: float, is_sending_audio: bool = False) -> list[Action]:
+        """Call now and then (the gateway's timer; `inactivity_deadline_ms` says when it matters).
+        `is_sending_audio`: the I/O layer sent audio since the last poll. A client listening to audio is not
+        inactive, whatever state its context is in (an open context speaks what it was sent so far). A
+        connection that has not started a session `limits.start_timeout_s` after it opened is closed (4008):
+        an unstarted socket must not hold its place for the whole inactivity timeout."""
         if self.state is SessionState.CLOSED:
             return []
-        if any(c.state in _SERVER_BUSY_STATES for c in self._contexts.values()):
+        if self.state is SessionState.AWAITING_START and now_ms >= self._opened_ms + self.limits.start_timeout_s * 1000:
+            return self._fail(ProtocolError(INACTIVITY_TIMEOUT, f"no session.start within "
+                                                                f"{self.limits.start_timeout_s:g} s"))
+        if is_sending_audio or any(c.state in _SERVER_BUSY_STATES for c in self._contexts.values()):
             self._last_activity_ms = max(self._last_activity_ms, now_ms)
             return []
         if now_ms < self.inactivity_deadline_ms:
