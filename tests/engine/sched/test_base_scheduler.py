@@ -86,10 +86,10 @@ class FakeRunner:
         made.append(frame)
         return frame
 
-    def step(self) -> StepPlan:
+    def plan(self) -> StepPlan:
+        """Schedules a step, checks the plan and records its inputs."""
         self.now += 1_000
-        sched = self.sched
-        plan = sched.schedule(self.now)
+        plan = self.sched.schedule(self.now)
         self.plans.append(plan)
         self.check_plan(plan)
         for item in plan.decode:
@@ -97,12 +97,18 @@ class FakeRunner:
         for job in plan.codec:
             frames = tuple(job.request.frames[job.first_frame: job.first_frame + job.num_frames])
             self.jobs[job.request.request_id].append((job, frames))
-        lm = plan.lm_requests
-        if lm:
-            sched.update_lm(plan, [self.frame(r) for r in lm])
+        return plan
+
+    def complete(self, plan: StepPlan) -> None:
         for job in plan.codec:
-            sched.complete_codec(job, self.now)
-        sched.check_integrity()
+            self.sched.complete_codec(job, self.now)
+        self.sched.check_integrity()
+
+    def step(self) -> StepPlan:
+        plan = self.plan()
+        if plan.lm_requests:
+            self.sched.update_lm(plan, [self.frame(r) for r in plan.lm_requests])
+        self.complete(plan)
         return plan
 
     def check_plan(self, plan: StepPlan) -> None:
@@ -824,23 +830,12 @@ class LaggedRunner(FakeRunner):
         self.pending: tuple[StepPlan, list[tuple[int, ...]]] | None = None
 
     def step(self) -> StepPlan:
-        self.now += 1_000
-        sched = self.sched
-        plan = sched.schedule(self.now)
-        self.plans.append(plan)
-        self.check_plan(plan)
-        for item in plan.decode:
-            self.text_fed[item.request.request_id].append(item.text_id)
-        for job in plan.codec:
-            frames = tuple(job.request.frames[job.first_frame: job.first_frame + job.num_frames])
-            self.jobs[job.request.request_id].append((job, frames))
+        plan = self.plan()
         launched = (plan, [self.frame(r) for r in plan.lm_requests]) if plan.lm_requests else None
         if self.pending is not None:
-            sched.update_lm(*self.pending)
+            self.sched.update_lm(*self.pending)
         self.pending = launched
-        for job in plan.codec:
-            sched.complete_codec(job, self.now)
-        sched.check_integrity()
+        self.complete(plan)
         return plan
 
     def run_until_done(self, limit: int = 300) -> int:
