@@ -16,6 +16,7 @@ from voxrt.engine.client import EngineClient
 from voxrt.engine.messages import EngineConfig
 from voxrt.gateway import http
 from voxrt.gateway.auth import Authenticator
+from voxrt.gateway.compat import openai_speech
 from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
@@ -76,7 +77,7 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
 
     routes = [
         WebSocketRoute("/v1/realtime", realtime_endpoint),
-        Route("/v1/audio/speech", http.speech, methods=["POST"]),
+        Route("/v1/audio/speech", openai_speech.speech, methods=["POST"]),
         Route("/generate", http.generate, methods=["POST"]),
         Route("/v1/models", http.models, methods=["GET"]),
         Route("/v1/voices", http.voices, methods=["GET"]),

@@ -1,6 +1,6 @@
-"""HTTP endpoints: OpenAI-compatible speech, VoxServe-compatible /generate, models, voices, tokens, health,
+"""HTTP endpoints: VoxServe-compatible /generate, models, voices, tokens, health,
 readiness and Prometheus metrics. Errors are JSON `{"error": {"message", "type", "code"}}` and never carry
-internals."""
+internals. OpenAI's /v1/audio/speech is compat/openai_speech.py."""
 
 from __future__ import annotations
 
@@ -13,19 +13,11 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from voxrt.audio import OggOpusWriter, StreamEncoder, pcm16_encode, wav_header
+from voxrt.audio import pcm16_encode, wav_header
 from voxrt.engine.errors import EngineError
 from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.http")
-
-SPEECH_FORMATS = {  # response_format -> (media type, output sample rate: None = the model's)
-    "wav": ("audio/wav", None),
-    "pcm": ("audio/pcm", None),
-    "opus": ("audio/ogg", 48000),
-    "mulaw": ("audio/basic", 8000),
-}
-
 
 class HTTPError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -83,27 +75,10 @@ async def _pcm_chunks(engine, request_id: str) -> AsyncIterator[np.ndarray]:
             await asyncio.shield(engine.cancel(request_id))
 
 
-async def _encode(fmt: str, pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) -> AsyncIterator[bytes]:
-    if fmt in ("wav", "pcm"):
-        if fmt == "wav":
-            yield wav_header(model_rate)
-        async for pcm in pcm_chunks:
-            yield pcm16_encode(pcm)
-    elif fmt == "mulaw":
-        encoder = StreamEncoder("mulaw", model_rate, 8000, 20)
-        async for pcm in pcm_chunks:
-            yield b"".join(encoder.push(pcm))
-        yield b"".join(encoder.finish())
-    else:  # Ogg Opus, RFC 7845
-        encoder = StreamEncoder("opus", model_rate, 48000, 20)
-        writer = OggOpusWriter(48000, 20)
-        yield writer.header_pages()
-        async for pcm in pcm_chunks:
-            packets = encoder.push(pcm)
-            if packets:
-                yield writer.page(packets, is_last=False)
-        last = encoder.finish()
-        yield writer.page(last, is_last=True, num_padding_samples=encoder.num_padding_samples)
+async def _wav_stream(pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) -> AsyncIterator[bytes]:
+    yield wav_header(model_rate)
+    async for pcm in pcm_chunks:
+        yield pcm16_encode(pcm)
 
 
 async def _start(request: Request, text: str, voice: str | None) -> tuple[object, str]:
@@ -117,29 +92,6 @@ async def _start(request: Request, text: str, voice: str | None) -> tuple[object
         raise HTTPError(400, "unknown_voice", f"unknown voice {voice!r}; available: {', '.join(engine.info.voices)}")
     request_id = await engine.submit(voice=voice, text=_speakable(text), final=True, streaming=False)
     return engine, request_id
-
-
-@handle_errors
-async def speech(request: Request) -> Response:
-    """POST /v1/audio/speech (OpenAI-compatible): JSON {model, input, voice, response_format}."""
-    _require_auth(request)
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise HTTPError(400, "invalid_json", "the body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise HTTPError(400, "invalid_json", "the body must be a JSON object")
-    info = _require_engine(request).info
-    model = body.get("model")
-    if model is not None and model != info.name:
-        raise HTTPError(400, "unknown_model", f"unknown model {model!r}; served: {info.name}")
-    fmt = body.get("response_format", "wav")
-    if fmt not in SPEECH_FORMATS:
-        raise HTTPError(400, "invalid_format", f"response_format {fmt!r} is not supported; choose one of {sorted(SPEECH_FORMATS)}")
-    engine, request_id = await _start(request, body.get("input"), body.get("voice"))
-    request.app.state.voxrt.metrics.http_requests.labels("speech").inc()
-    media = SPEECH_FORMATS[fmt][0]
-    return StreamingResponse(_encode(fmt, _pcm_chunks(engine, request_id), info.sample_rate), media_type=media)
 
 
 @handle_errors
@@ -158,7 +110,7 @@ async def generate(request: Request) -> Response:
     request.app.state.voxrt.metrics.http_requests.labels("generate").inc()
     rate = engine.info.sample_rate
     if streaming:
-        return StreamingResponse(_encode("wav", _pcm_chunks(engine, request_id), rate), media_type="audio/wav")
+        return StreamingResponse(_wav_stream(_pcm_chunks(engine, request_id), rate), media_type="audio/wav")
     body = b"".join([pcm16_encode(pcm) async for pcm in _pcm_chunks(engine, request_id)])
     return Response(wav_header(rate, data_bytes=len(body)) + body, media_type="audio/wav")
 
