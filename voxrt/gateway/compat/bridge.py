@@ -43,6 +43,10 @@ class NativeLink:
         """One native client message (protocol.md's shapes)."""
         self._inbox.put_nowait({"type": "websocket.receive", "text": json.dumps(message)})
 
+    def send_text_raw(self, data: str) -> None:
+        """A client text frame as received (the native session parses it and answers bad input itself)."""
+        self._inbox.put_nowait({"type": "websocket.receive", "text": data})
+
     def disconnect(self) -> None:
         self._inbox.put_nowait({"type": "websocket.disconnect", "code": 1000})
 
@@ -98,6 +102,14 @@ class Outbox:
             self._items.append(item)
             self._wake.set()
 
+    def discard(self) -> None:
+        """Nothing more goes out, not even what is queued (the peer said it is gone)."""
+        self.is_closed = True
+        for item in self._items:
+            if item[0] == "marker" and not item[1].done():
+                item[1].set_result(None)
+        self._items.clear()
+
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Waits until everything queued so far was sent (or the socket is gone)."""
         done = asyncio.get_running_loop().create_future()
@@ -117,6 +129,9 @@ class Outbox:
                 while not self._items:
                     self._wake.clear()
                     await self._wake.wait()
+                if self.is_closed and self._items[0][0] != "close":
+                    self._items.clear()
+                    continue
                 item = self._items.popleft()
                 kind = item[0]
                 if kind == "json":
