@@ -115,12 +115,18 @@ async def generate(request: Request) -> Response:
     return Response(wav_header(rate, data_bytes=len(body)) + body, media_type="audio/wav")
 
 
+# Programs with random weights: their audio is noise (the browser page says so). A random checkpoint made by
+# `voxrt make-checkpoint` for a real program cannot be told apart here.
+NOISE_MODELS = ("tiny", "standin", "qwen3-tts-1.7b-shape")
+
+
 @handle_errors
 async def models(request: Request) -> Response:
     _require_auth(request)
     info = _require_engine(request).info
     return JSONResponse({"object": "list", "data": [{"id": info.name, "object": "model", "owned_by": "voxrt",
-                                                     "sample_rate": info.sample_rate, "device": info.device}]})
+                                                     "sample_rate": info.sample_rate, "device": info.device,
+                                                     "audio_is_noise": info.name in NOISE_MODELS}]})
 
 
 @handle_errors
