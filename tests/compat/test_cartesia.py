@@ -72,3 +72,33 @@ def test_cancel_stops_a_context_and_the_connection_goes_on(client):
         short.no_more_inputs()
         kinds = [e.type for e in short.receive()]
     assert kinds[-1] == "done" and "chunk" in kinds
+
+
+def test_bad_requests_get_errors_and_the_connection_goes_on(live):
+    import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    import websockets  # noqa: PLC0415
+
+    from voxrt_live import run  # noqa: PLC0415
+
+    fmt = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000}
+
+    async def scenario():
+        async with websockets.connect(live.ws.replace("/v1/realtime", "/tts/websocket")) as ws:
+            for bad in ("{nope", json.dumps({"transcript": "no context"}),
+                        json.dumps({"context_id": "a", "transcript": "x", "voice": {"id": "default"},
+                                    "output_format": {"container": "raw", "encoding": "pcm_s8", "sample_rate": 16000}}),
+                        json.dumps({"context_id": "a", "transcript": "x", "voice": {"id": "nobody"},
+                                    "output_format": fmt})):
+                await ws.send(bad)
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                assert reply["type"] == "error", (bad, reply)
+            await ws.send(json.dumps({"context_id": "b", "transcript": "Fine.", "voice": {"id": "default"},
+                                      "model_id": "sonic-2", "output_format": fmt}))
+            kinds = []
+            while not kinds or kinds[-1] != "done":
+                kinds.append(json.loads(await asyncio.wait_for(ws.recv(), 60))["type"])
+            return kinds
+
+    assert "chunk" in run(scenario())

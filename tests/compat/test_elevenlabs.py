@@ -151,3 +151,21 @@ def test_keyed_server_takes_xi_api_key_header_query_first_message_and_bearer():
         audio = b"".join(sdk_client(keyed, api_key="secret-key").text_to_speech.convert_realtime(
             voice_id="default", text=iter(["Hi", " there."]), output_format="pcm_16000"))
         assert len(audio) > 16000 * 2 * 0.3
+
+
+def test_bad_input_gets_errors_and_the_socket_goes_on(live):
+    async def scenario():
+        url = live.ws.replace("/v1/realtime", "/v1/text-to-speech/default/multi-stream-input?output_format=pcm_16000")
+        async with websockets.connect(url) as ws:
+            for bad in ("{nope", "[1, 2]", json.dumps({"text": 5, "context_id": "x"}),
+                        json.dumps({"text": "hi", "context_id": ""})):
+                await ws.send(bad)
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                assert reply.get("error") in ("invalid_json", "invalid_message"), (bad, reply)
+            await ws.send(json.dumps({"text": "Still fine. ", "context_id": "ok", "flush": True}))
+            while True:
+                m = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                if m.get("isFinal"):
+                    return m
+
+    assert run(scenario())["contextId"] == "ok"
