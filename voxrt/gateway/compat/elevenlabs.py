@@ -25,7 +25,7 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxrt.audio import OggOpusWriter
-from voxrt.audio.av_codec import ContainerEncoder
+from voxrt.gateway.compat.av_codec import ContainerEncoder
 from voxrt.gateway.compat.aliases import AliasError
 from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot
 from voxrt.protocol.frames import AudioFrameHeader

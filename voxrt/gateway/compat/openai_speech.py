@@ -4,7 +4,7 @@ Request: JSON `{model, input, voice, response_format?, speed?, instructions?, st
 OpenAI's reference. `model` and `voice` go through the alias table (aliases.py: `tts-1` means the served
 model, `alloy` one of its voices). `response_format` mp3 (the default, as OpenAI's), opus (Ogg), aac (ADTS),
 flac, wav, pcm (s16le at 24 kHz, as OpenAI's), and the voxrt extension mulaw (8 kHz G.711). `speed`
-(0.25-4.0) is applied with FFmpeg's atempo (pitch kept; audio/av_codec.py). `instructions` go only to
+(0.25-4.0) is applied with FFmpeg's atempo (pitch kept; av_codec.py). `instructions` go only to
 models that take them; every model served now refuses them with a 400 rather than ignore them.
 
 Streaming: every format streams as it is generated, except `wav` without `stream_format`: then the whole
@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from voxrt.audio import OggOpusWriter, StreamEncoder, pcm16_encode, wav_header
-from voxrt.audio.av_codec import ContainerEncoder, TimeStretcher
+from voxrt.gateway.compat.av_codec import ContainerEncoder, TimeStretcher
 from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.aliases import AliasError
 from voxrt.gateway.http import HTTPError, _pcm_chunks, _require_auth, _require_engine, _speakable, handle_errors
