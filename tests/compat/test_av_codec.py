@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import decoded_seconds
+from compat_audio import decoded_seconds
 from voxrt.gateway.compat.av_codec import ContainerEncoder, TimeStretcher, atempo_factors
 
 RATE = 24000

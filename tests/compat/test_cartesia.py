@@ -9,7 +9,7 @@ import cartesia
 import numpy as np
 import pytest
 
-from conftest import TINY_CHARS_PER_S
+from compat_audio import TINY_CHARS_PER_S
 
 TEXT_PARTS = ["Hello there, ", "my good ", "friend."]
 TEXT = "".join(TEXT_PARTS)

@@ -11,7 +11,7 @@ import elevenlabs
 import pytest
 import websockets
 
-from conftest import TINY_CHARS_PER_S, decoded_seconds, s16_seconds
+from compat_audio import TINY_CHARS_PER_S, decoded_seconds, s16_seconds
 from voxrt_live import live_server, run
 
 TOKENS = ["Hello", " there", ",", " my", " good", " friend", "."]

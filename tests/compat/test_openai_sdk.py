@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import decoded_seconds, s16_seconds
+from compat_audio import decoded_seconds, s16_seconds
 
 TEXT = "Hello there, my good friend."  # ~1.9 s of tiny audio: short, CI runs it on a CPU
 CODEC_SLACK_S = 0.12  # encoder delay and padding (an MP3 frame is 1152 samples, AAC priming 1024)

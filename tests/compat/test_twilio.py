@@ -214,9 +214,3 @@ def test_keyed_server_needs_the_token_parameter_and_unknown_calls_are_refused():
             await peer.ws.close()
 
         run(scenario())
-
-
-@pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server

@@ -1,22 +1,12 @@
-"""A live server (tiny model, CPU engine) per test module, and decoding helpers for the compat tests."""
+"""Decoding helpers for the compat tests (tests/compat/): durations of encoded and raw audio."""
 
 from __future__ import annotations
 
 import io
 
 import av
-import numpy as np
-import pytest
-
-from voxrt_live import live_server  # tests/support, on pytest's pythonpath
 
 TINY_CHARS_PER_S = 15  # the tiny model stops after a length proportional to its text (README)
-
-
-@pytest.fixture(scope="module")
-def live():
-    with live_server() as server:
-        yield server
 
 
 def decoded_seconds(data: bytes, fmt: str | None = None) -> tuple[float, int]:
@@ -33,8 +23,3 @@ def decoded_seconds(data: bytes, fmt: str | None = None) -> tuple[float, int]:
 def s16_seconds(data: bytes, rate: int) -> float:
     assert len(data) % 2 == 0
     return len(data) / 2 / rate
-
-
-def rms(data: bytes) -> float:
-    pcm = np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.float64)
-    return float(np.sqrt(np.mean(pcm ** 2))) if len(pcm) else 0.0
