@@ -147,8 +147,17 @@ def test_keyed_server_takes_xi_api_key_header_query_first_message_and_bearer():
                        {"headers": {"Authorization": "Bearer secret-key"}}):
             messages, code = run(_stream_input(keyed, "pcm_16000", **kwargs))
             assert code == 1000 and messages[-1] == {"isFinal": True}, kwargs
-        messages, code = run(_stream_input(keyed, "pcm_16000", headers={"xi-api-key": "wrong"}))
-        assert code == 4001 and messages[0]["error"] == "unauthorized"
+        async def refused():
+            url = keyed.ws.replace("/v1/realtime", "/v1/text-to-speech/default/stream-input")
+            async with websockets.connect(url, additional_headers={"xi-api-key": "wrong"}) as ws:
+                await ws.send(json.dumps({"text": " "}))  # no key in the first message either
+                reply = json.loads(await ws.recv())
+                with pytest.raises(websockets.ConnectionClosed):
+                    await ws.recv()
+                return reply, ws.close_code
+
+        reply, code = run(refused())
+        assert code == 4001 and reply["error"] == "unauthorized"
         audio = b"".join(sdk_client(keyed, api_key="secret-key").text_to_speech.convert_realtime(
             voice_id="default", text=iter(["Hi", " there."]), output_format="pcm_16000"))
         assert len(audio) > 16000 * 2 * 0.3

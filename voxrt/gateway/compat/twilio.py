@@ -126,6 +126,7 @@ async def media_endpoint(ws: WebSocket) -> None:
         call.stopped.set()
         calls.remove(call)
         await call.outbox.stop()  # nothing more to Twilio after stop (or its disconnect)
+        await _close(ws, 1000, "call stopped")
 
 
 async def _read_start(ws: WebSocket) -> dict | None:
