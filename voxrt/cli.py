@@ -120,6 +120,15 @@ def _engine_config(args: argparse.Namespace):
                         standin_speed=args.standin_speed)
 
 
+def _aliases(args: argparse.Namespace, env):
+    from voxrt.gateway.compat.aliases import Aliases  # noqa: PLC0415
+
+    try:
+        return Aliases.parse(args.model_alias, list(env.voice_aliases) + args.voice_alias)
+    except ValueError as exc:
+        raise SystemExit(f"error: --voice-alias: {exc}") from None
+
+
 def _check_model(name: str) -> None:
     from voxrt.engine.standin import STANDIN_MODEL  # noqa: PLC0415
     from voxrt.models.registry import available_models  # noqa: PLC0415
@@ -210,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
                        "loop-lag histograms and CPU time to PREFIX.<pid>.json every second (benchmarks)")
     serve.add_argument("--trace-file", default=None, help="each gateway process appends every finished "
                        "context's chunk timestamps to PREFIX.<pid>.jsonl (see voxrt.loadgen.path)")
+    serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE", help="another API's "
+                       "voice name or id means this served voice (repeatable; also VOXRT_VOICE_ALIASES=a=b,c=d); "
+                       "OpenAI's voice names map onto the model's voices by default (docs/compat.md)")
+    serve.add_argument("--model-alias", action="append", default=[], metavar="NAME", help="another model name "
+                       "that means the served model (repeatable; tts-1, gpt-4o-mini-tts, eleven_*, sonic* always do)")
 
     maker = sub.add_parser("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
                            "(benchmarks only)")
@@ -365,7 +379,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 engine_heartbeat_timeout_s=args.engine_heartbeat_timeout_s,
                                 allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
                                 trace_path=args.trace_file, encode_threads=args.encode_threads,
-                                opus_signal=args.opus_signal)
+                                opus_signal=args.opus_signal, aliases=_aliases(args, env))
     except ValueError as exc:
         parser.error(str(exc))
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)

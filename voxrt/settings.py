@@ -15,6 +15,8 @@ class EnvSettings:
     # VOXRT_ENGINE_AUTHKEY: hex authkey of the engine's socket (`voxrt serve --engine-socket`, `voxrt loadgen
     # --engine-socket`); default: a random one per `voxrt serve`
     engine_authkey: bytes | None = None
+    # VOXRT_VOICE_ALIASES: "name=voice,name=voice" (other APIs' voice names or ids -> served voices)
+    voice_aliases: tuple[str, ...] = ()
 
 
 def read_env(environ: dict[str, str] | None = None) -> EnvSettings:
@@ -30,4 +32,5 @@ def read_env(environ: dict[str, str] | None = None) -> EnvSettings:
         raise ValueError("VOXRT_ENGINE_AUTHKEY must be hex digits") from None
     return EnvSettings(api_keys=keys, token_secret=env.get("VOXRT_TOKEN_SECRET") or None,
                        host=env.get("VOXRT_HOST") or None, port=int(port) if port else None,
-                       engine_authkey=engine_authkey)
+                       engine_authkey=engine_authkey,
+                       voice_aliases=tuple(a.strip() for a in env.get("VOXRT_VOICE_ALIASES", "").split(",") if a.strip()))

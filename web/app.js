@@ -2,10 +2,12 @@
 // player (player.js + player-worklet.js) and captions (captions.js) to the page, and keeps live counters on
 // `window.voxrt` for tests (tests/web/test_browser.py).
 
+import { Auth } from "./auth.js";
 import { Captions } from "./captions.js";
 import { createDecoder, isOpusSupported } from "./decoder.js";
 import { Player } from "./player.js";
 import { messages, splitTokens } from "./protocol.js";
+import { BufferPlot } from "./plot.js";
 import { RealtimeSession } from "./session.js";
 
 const $ = (id) => document.getElementById(id);
@@ -20,11 +22,16 @@ const ui = {
   },
 };
 const captions = new Captions($("captions"));
+const auth = new Auth();
+const plot = new BufferPlot($("buffer-plot"));
+plot.leadMs = 300; // the pacing lead: sessionStart leaves the server's default (docs/protocol.md)
+const CLOSE_AUTH = 4001;
 
 // Live counters, read by tests and handy in the devtools console.
 const live = (window.voxrt = {
   decodedFrames: 0, playedSamples: 0, underruns: 0, ttfaMs: null, bufferMs: 0,
   lastContextDone: null, cancelledCount: 0, errors: [], state: "closed", codec: null, sampleRate: null,
+  needsKey: false, isNoise: null, plotSamples: 0,
 });
 
 let player = null;
@@ -153,9 +160,39 @@ function whenReady(action) {
   if (session.state === "closed") connect();
 }
 
-function connect() {
+async function connect() {
   stopAll();
-  session.connect(ui.voice.value || "default", codec);
+  try {
+    await auth.fresh();
+  } catch (error) {
+    return askForKey(`could not renew the token: ${error.message}`);
+  }
+  session.connect(ui.voice.value || "default", codec, auth);
+}
+
+/** Shows the key field (the server refused us, or has keys and we hold no token). */
+function askForKey(message = null) {
+  live.needsKey = true;
+  $("auth-card").hidden = false;
+  $("auth-error").hidden = !message;
+  $("auth-error").textContent = message || "";
+  $("api-key").focus();
+}
+
+async function submitKey(event) {
+  event.preventDefault();
+  try {
+    await auth.mint($("api-key").value.trim());
+  } catch (error) {
+    return askForKey(`the server refused the key: ${error.message}`);
+  }
+  $("api-key").value = "";
+  $("auth-card").hidden = true;
+  live.needsKey = false;
+  log("API key accepted: connected with a short-lived token");
+  if (ui.voice.options.length === 0) await loadVoices();
+  await loadModel();
+  connect();
 }
 
 /** Forgets every context (a new session is coming). */
@@ -240,6 +277,7 @@ function onClose({ code, reason, isIntended }) {
     context.isServerDone = true;
   }
   contextsByIndex.clear();
+  if (code === CLOSE_AUTH) return askForKey("the server refused the connection: an API key or a fresh token is needed");
   if (!isIntended) {
     const message = `connection closed (code ${code}${reason ? `: ${reason}` : ""}); Speak reconnects`;
     showError("closed", message);
@@ -264,6 +302,8 @@ function onReport(report) {
   live.playedSamples = report.numPlayedTotal;
   live.underruns = report.numUnderruns;
   live.bufferMs = Math.round(report.bufferMs);
+  plot.add(live.bufferMs);
+  live.plotSamples = plot.samples.length;
   for (const { id, numPlayed } of report.contexts) onPlayed(id, numPlayed, false);
   for (const { id, numPlayed } of report.finished) onPlayed(id, numPlayed, true);
 }
@@ -309,6 +349,7 @@ function render() {
   s.turn.textContent = shownContext ? `${shownContext.id}: ${turnStatus(shownContext)}` : "\u2013";
   ui.barge.disabled = activeContexts().length === 0;
   ui.audioNote.hidden = player.audioContext.state !== "suspended";
+  plot.draw();
   requestAnimationFrame(render);
 }
 
@@ -339,9 +380,32 @@ function showError(code, message) {
   ui.errors.hidden = false;
 }
 
+/** The served model; says plainly when its audio is noise (random weights: `tiny` and the benchmark shapes). */
+async function loadModel() {
+  try {
+    const response = await auth.fetch("/v1/models");
+    if (!response.ok) return;
+    const model = (await response.json()).data[0];
+    live.isNoise = Boolean(model.audio_is_noise);
+    const note = $("noise-note");
+    note.hidden = !live.isNoise;
+    note.textContent = live.isNoise
+      ? `The model "${model.id}" has random weights: what you hear is noise, not speech. It exercises the ` +
+        "gateway and the engine (timing, streaming, barge-in); serve a real checkpoint (e.g. --model qwen3-tts) to hear speech."
+      : "";
+  } catch {
+    // the page works without it
+  }
+}
+
+/** false when the server wants a key we do not have. */
 async function loadVoices() {
   try {
-    const response = await fetch("/v1/voices");
+    const response = await auth.fetch("/v1/voices");
+    if (response.status === 401) {
+      askForKey(auth.token ? "the token was refused (expired?): paste an API key" : null);
+      return false;
+    }
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const { default: defaultVoice, voices } = await response.json();
     for (const voice of voices) {
@@ -353,10 +417,12 @@ async function loadVoices() {
     ui.voice.append(new Option("default", "default"));
     showError("voices_unavailable", `could not load /v1/voices: ${error.message}`);
   }
+  return true;
 }
 
 async function main() {
-  const [, hasOpus] = await Promise.all([loadVoices(), isOpusSupported()]);
+  $("auth-form").addEventListener("submit", submitKey);
+  const [isAllowed, hasOpus] = await Promise.all([loadVoices(), isOpusSupported()]);
   codec = hasOpus ? "opus" : "pcm16";
   ui.codecNote.hidden = hasOpus;
   try {
@@ -376,8 +442,10 @@ async function main() {
     log(`Voice ${ui.voice.value}: starting a new session`);
     connect();
   });
-  connect();
   requestAnimationFrame(render);
+  if (!isAllowed) return; // the key form connects once a key is accepted
+  await loadModel();
+  connect();
 }
 
 main();

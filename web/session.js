@@ -12,10 +12,12 @@ export class RealtimeSession {
     this.started = null; // the `session.started` message
   }
 
-  connect(voice, codec) {
+  /** `auth` (auth.js) adds `?token=` on a keyed server. */
+  connect(voice, codec, auth = null) {
     this.close();
     const url = new URL("/v1/realtime", location.href);
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    auth?.withToken(url);
     const socket = new WebSocket(url, "voxrt.v1");
     socket.binaryType = "arraybuffer";
     this.socket = socket;

@@ -78,7 +78,7 @@ def test_generate_streaming_and_whole(live):
 
 def test_http_errors_are_clear(live):
     cases = [
-        ({"input": "x", "response_format": "mp3"}, "invalid_format"),
+        ({"input": "x", "response_format": "wma"}, "invalid_format"),
         ({"input": "", "response_format": "wav"}, "invalid_request"),
         ({"input": "hi", "voice": "nobody"}, "unknown_voice"),
         ({"input": "hi", "model": "gpt-9"}, "unknown_model"),

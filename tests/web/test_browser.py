@@ -175,3 +175,61 @@ def test_idle_close_is_shown_and_speak_reconnects(browser):
             assert page.page_errors == []
         finally:
             page.close()
+
+
+def _open_keyed(browser, server, query: str = ""):
+    page = browser.new_page(viewport={"width": 1100, "height": 1100})
+    page.page_errors, page.console_lines = [], []
+    page.on("pageerror", lambda error: page.page_errors.append(error))
+    page.on("console", lambda message: page.console_lines.append(f"{message.type}: {message.text}"))
+    page.goto(f"{server.http}/{query}")
+    return page
+
+
+def _speak_and_check(page):
+    page.fill("#text", "Hello from a keyed server.")
+    page.click("#speak")
+    done = wait_for(page, "window.voxrt.lastContextDone")
+    assert done["reason"] == "completed", done
+    assert counters(page)["decodedFrames"] > 10
+    wait_for(page, "window.voxrt.plotSamples > 5")  # the buffer plot is fed by the player's reports
+    # the tiny model's audio is noise, and the page says so plainly
+    assert page.locator("#noise-note").is_visible() and "noise" in page.inner_text("#noise-note")
+
+
+def test_keyed_server_key_field_mints_a_token(browser):
+    with live_server(api_keys=("page-key",)) as keyed:
+        page = _open_keyed(browser, keyed)
+        try:
+            wait_for(page, "window.voxrt && window.voxrt.needsKey")
+            assert page.locator("#auth-card").is_visible() and counters(page)["state"] == "closed"
+            page.fill("#api-key", "wrong-key")
+            page.click("#auth-submit")
+            wait_for(page, "!document.getElementById('auth-error').hidden")
+            assert "refused" in page.inner_text("#auth-error")
+            page.fill("#api-key", "page-key")
+            page.click("#auth-submit")
+            wait_for(page, "window.voxrt.state === 'ready'")
+            assert page.locator("#auth-card").is_hidden()
+            _speak_and_check(page)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser-keyed.png"), full_page=True)
+            assert page.page_errors == []
+        finally:
+            page.close()
+
+
+def test_keyed_server_token_from_the_url(browser):
+    import httpx  # noqa: PLC0415
+
+    with live_server(api_keys=("page-key",)) as keyed:
+        token = httpx.post(f"{keyed.http}/v1/tokens", headers={"authorization": "Bearer page-key"},
+                           timeout=10).json()["token"]
+        page = _open_keyed(browser, keyed, f"?token={token}")
+        try:
+            wait_for(page, "window.voxrt.state === 'ready'")
+            assert page.locator("#auth-card").is_hidden()
+            _speak_and_check(page)
+            assert page.page_errors == []
+        finally:
+            page.close()

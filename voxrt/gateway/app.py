@@ -19,6 +19,7 @@ from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway import http
 from voxrt.gateway.admission import Admission
 from voxrt.gateway.auth import Authenticator
+from voxrt.gateway.compat import cartesia, elevenlabs, openai_speech, twilio
 from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
@@ -90,7 +91,13 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
 
     routes = [
         WebSocketRoute("/v1/realtime", realtime_endpoint),
-        Route("/v1/audio/speech", http.speech, methods=["POST"]),
+        # drop-in surfaces of other APIs (gateway/compat/, docs/compat.md)
+        WebSocketRoute("/v1/text-to-speech/{voice_id}/stream-input", elevenlabs.stream_input),
+        WebSocketRoute("/v1/text-to-speech/{voice_id}/multi-stream-input", elevenlabs.multi_stream_input),
+        WebSocketRoute("/tts/websocket", cartesia.websocket_endpoint),
+        WebSocketRoute("/v1/twilio/media", twilio.media_endpoint),
+        WebSocketRoute("/v1/twilio/calls/{call_id}", twilio.control_endpoint),
+        Route("/v1/audio/speech", openai_speech.speech, methods=["POST"]),
         Route("/generate", http.generate, methods=["POST"]),
         Route("/v1/models", http.models, methods=["GET"]),
         Route("/v1/voices", http.voices, methods=["GET"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from voxrt.gateway.compat.aliases import Aliases
 from voxrt.protocol.config import Limits
 
 
@@ -44,6 +45,8 @@ class GatewayConfig:
     # speech/music detector choose; "music" keeps CELT, ~4x cheaper per frame here; voxrt/audio/opus.py).
     encode_threads: int = 0
     opus_signal: str = "auto"
+    # Model and voice names of other APIs (OpenAI, ElevenLabs, Cartesia) -> the served ones (compat/aliases.py)
+    aliases: Aliases = field(default_factory=Aliases)
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:

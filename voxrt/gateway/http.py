@@ -1,6 +1,6 @@
-"""HTTP endpoints: OpenAI-compatible speech, VoxServe-compatible /generate, models, voices, tokens, health,
+"""HTTP endpoints: VoxServe-compatible /generate, models, voices, tokens, health,
 readiness and Prometheus metrics. Errors are JSON `{"error": {"message", "type", "code"}}` and never carry
-internals.
+internals. OpenAI's /v1/audio/speech is compat/openai_speech.py.
 
 Hardening: a request body over `--max-http-body-bytes` is refused (413) before it is read in full, one that
 does not arrive within `--http-body-timeout-s` gets 408; JSON nested too deeply for the parser and fields of
@@ -20,21 +20,13 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from voxrt.audio import OggOpusWriter, StreamEncoder, pcm16_encode, wav_header
+from voxrt.audio import pcm16_encode, wav_header
 from voxrt.engine.errors import EngineError
 from voxrt.gateway.admission import Busy
 from voxrt.protocol.events import replace_lone_surrogates
 from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.http")
-
-SPEECH_FORMATS = {  # response_format -> (media type, output sample rate: None = the model's)
-    "wav": ("audio/wav", None),
-    "pcm": ("audio/pcm", None),
-    "opus": ("audio/ogg", 48000),
-    "mulaw": ("audio/basic", 8000),
-}
-
 
 CAPPED_REASONS = ("max_frames",)  # the engine's length cap: the text goes on in a further request
 
@@ -205,27 +197,10 @@ class _SynthesisResponse(StreamingResponse):
             await asyncio.shield(self.synthesis.close())
 
 
-async def _encode(fmt: str, pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) -> AsyncIterator[bytes]:
-    if fmt in ("wav", "pcm"):
-        if fmt == "wav":
-            yield wav_header(model_rate)
-        async for pcm in pcm_chunks:
-            yield pcm16_encode(pcm)
-    elif fmt == "mulaw":
-        encoder = StreamEncoder("mulaw", model_rate, 8000, 20)
-        async for pcm in pcm_chunks:
-            yield b"".join(encoder.push(pcm))
-        yield b"".join(encoder.finish())
-    else:  # Ogg Opus, RFC 7845
-        encoder = StreamEncoder("opus", model_rate, 48000, 20)
-        writer = OggOpusWriter(48000, 20)
-        yield writer.header_pages()
-        async for pcm in pcm_chunks:
-            packets = encoder.push(pcm)
-            if packets:
-                yield writer.page(packets, is_last=False)
-        last = encoder.finish()
-        yield writer.page(last, is_last=True, num_padding_samples=encoder.num_padding_samples)
+async def _wav_stream(pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) -> AsyncIterator[bytes]:
+    yield wav_header(model_rate)
+    async for pcm in pcm_chunks:
+        yield pcm16_encode(pcm)
 
 
 async def _start(request: Request, text, voice) -> _Synthesis:
@@ -240,24 +215,6 @@ async def _start(request: Request, text, voice) -> _Synthesis:
     synthesis = _Synthesis(state, engine, _speakable(replace_lone_surrogates(text)), voice)
     await synthesis.start()
     return synthesis
-
-
-@handle_errors
-async def speech(request: Request) -> Response:
-    """POST /v1/audio/speech (OpenAI-compatible): JSON {model, input, voice, response_format}."""
-    _require_auth(request)
-    body = await _read_json_object(request)
-    info = _require_engine(request).info
-    model = body.get("model")
-    if model is not None and model != info.name:
-        raise HTTPError(400, "unknown_model", f"unknown model {model!r}; served: {info.name}")
-    fmt = body.get("response_format", "wav")
-    if not isinstance(fmt, str) or fmt not in SPEECH_FORMATS:
-        raise HTTPError(400, "invalid_format", f"response_format {fmt!r} is not supported; choose one of {sorted(SPEECH_FORMATS)}")
-    synthesis = await _start(request, body.get("input"), body.get("voice"))
-    request.app.state.voxrt.metrics.http_requests.labels("speech").inc()
-    media = SPEECH_FORMATS[fmt][0]
-    return _SynthesisResponse(synthesis, _encode(fmt, synthesis.pcm_chunks(), info.sample_rate), media)
 
 
 @handle_errors
@@ -277,7 +234,7 @@ async def generate(request: Request) -> Response:
     request.app.state.voxrt.metrics.http_requests.labels("generate").inc()
     rate = synthesis.engine.info.sample_rate
     if streaming:
-        return _SynthesisResponse(synthesis, _encode("wav", synthesis.pcm_chunks(), rate), "audio/wav")
+        return _SynthesisResponse(synthesis, _wav_stream(synthesis.pcm_chunks(), rate), "audio/wav")
     # Whole: generated before the response starts, so nothing else would notice the client leaving: the
     # disconnect is watched beside it, and cancels it.
     collect = asyncio.ensure_future(_collect_pcm16(synthesis))
@@ -309,12 +266,18 @@ async def _disconnected(request: Request) -> None:
             return
 
 
+# Programs with random weights: their audio is noise (the browser page says so). A random checkpoint made by
+# `voxrt make-checkpoint` for a real program cannot be told apart here.
+NOISE_MODELS = ("tiny", "standin", "qwen3-tts-1.7b-shape")
+
+
 @handle_errors
 async def models(request: Request) -> Response:
     _require_auth(request)
     info = _require_engine(request).info
     return JSONResponse({"object": "list", "data": [{"id": info.name, "object": "model", "owned_by": "voxrt",
-                                                     "sample_rate": info.sample_rate, "device": info.device}]})
+                                                     "sample_rate": info.sample_rate, "device": info.device,
+                                                     "audio_is_noise": info.name in NOISE_MODELS}]})
 
 
 @handle_errors
