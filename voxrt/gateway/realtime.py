@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxrt.gateway.context import ContextRunner, now_ms
+from voxrt.logs import access
 from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
                                     OpenContext, ReportPlayback, SendText, StartSession)
-from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY
+from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, SERVER_SHUTTING_DOWN
 from voxrt.protocol.events import encode_error
 from voxrt.protocol.session import Session
 
@@ -27,21 +29,39 @@ POLL_INTERVAL_S = 1.0
 async def realtime_endpoint(ws: WebSocket) -> None:
     state = ws.app.state.voxrt
     subprotocol = SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", []) else None
+    start_ns = time.monotonic_ns()
     if not state.auth.check(ws.headers.get("authorization"), ws.query_params.get("token")):
         await _refuse(ws, state, subprotocol, CLOSE_AUTH, "unauthorized", "missing or invalid API key or token")
+        _access(ws, None, start_ns, CLOSE_AUTH)
         return
-    if state.num_sessions >= state.config.max_sessions or not state.engine_ready:
+    # Draining (SIGTERM, gateway/drain.py): new sessions are refused like a full server, so clients retry elsewhere
+    if state.num_sessions >= state.config.max_sessions or not state.engine_ready or state.draining:
         await _refuse(ws, state, subprotocol, CLOSE_CAPACITY, "server_busy", "server at capacity, retry later",
                       retry_after_ms=1000)
+        _access(ws, None, start_ns, CLOSE_CAPACITY)
         return
     await ws.accept(subprotocol=subprotocol)
     state.num_sessions += 1
     state.metrics.sessions.inc()
+    session = RealtimeSession(ws, state)
+    state.sessions.add(session)
     try:
-        await RealtimeSession(ws, state).run()
+        await session.run()
     finally:
+        state.sessions.discard(session)
         state.num_sessions -= 1
         state.metrics.sessions.dec()
+        _access(ws, session, start_ns, session.close_code)
+
+
+def _access(ws: WebSocket, session: "RealtimeSession | None", start_ns: int, close_code: int | None) -> None:
+    """The session's access line (voxrt/logs.py): id, duration, contexts, frames sent, close code."""
+    client = ws.scope.get("client")
+    duration_ms = round((time.monotonic_ns() - start_ns) / 1e6, 1)
+    access(f"ws {ws.scope.get('path', '')} closed", in_message=("kind",), kind="ws",
+           id=session.session.session_id if session else None, duration_ms=duration_ms,
+           contexts=session.num_contexts if session else 0, frames=session.num_frames if session else 0,
+           close_code=close_code, client=f"{client[0]}:{client[1]}" if client else None)
 
 
 async def _refuse(ws: WebSocket, state, subprotocol, close_code: int, code: str, message: str, **extra) -> None:
@@ -63,6 +83,9 @@ class RealtimeSession:
         self._exec_lock = asyncio.Lock()  # actions of one input are executed in order, one input at a time
         self.is_closed = False
         self.config = None
+        self.num_contexts = 0  # opened, for the access line
+        self.num_frames = 0  # audio frames sent
+        self.close_code: int | None = None  # ours when we closed, else the client's
 
     async def run(self) -> None:
         poller = asyncio.create_task(self._poll_forever())
@@ -73,6 +96,8 @@ class RealtimeSession:
                 except (WebSocketDisconnect, RuntimeError):
                     break
                 if message["type"] == "websocket.disconnect":
+                    if self.close_code is None:
+                        self.close_code = message.get("code")
                     break
                 now = now_ms()
                 if message.get("text") is not None:
@@ -110,6 +135,7 @@ class RealtimeSession:
                                    encode_pool=self.state.encode_pool, opus_signal=self.state.config.opus_signal,
                                    trace=self.state.trace)
             self.runners[action.context_id] = runner
+            self.num_contexts += 1
             self.state.metrics.contexts.inc()
             await runner.open()
         elif isinstance(action, AppendText):
@@ -150,10 +176,23 @@ class RealtimeSession:
             await runner.cancel()
             self.state.metrics.contexts.dec()
 
+    @property
+    def has_running_contexts(self) -> bool:
+        return bool(self.runners)
+
+    async def shut_down(self, message: str) -> None:
+        """Server shutdown (gateway/drain.py): a fatal `server_shutting_down` error, then close 1001 (going
+        away); the receive loop's end cancels what still runs, so its pages and slots return."""
+        if self.is_closed:
+            return
+        await self.send_text(encode_error(SERVER_SHUTTING_DOWN, message, True))
+        await self._close(CLOSE_GOING_AWAY, "server shutting down")
+
     async def _close(self, code: int, reason: str) -> None:
         if self.is_closed:
             return
         self.is_closed = True
+        self.close_code = code
         try:
             await self.ws.close(code, reason)
         except Exception:  # noqa: BLE001 (already gone)
@@ -175,3 +214,4 @@ class RealtimeSession:
             if self.is_closed:
                 raise ConnectionError("session closed")
             await self.ws.send_bytes(data)
+            self.num_frames += 1
