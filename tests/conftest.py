@@ -31,6 +31,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """A test that runs `voxrt.cli.main` in-process gets the CLI's logging (a root handler on the captured
+    stderr, VOXRT_LOG_* exported for child processes): undone after it, so no later test logs into a closed
+    capture or hands its level to the engine processes it starts."""
+    import logging  # noqa: PLC0415
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    env = {k: os.environ.get(k) for k in ("VOXRT_LOG_LEVEL", "VOXRT_LOG_JSON")}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="module")
 def live():
     """A real server (uvicorn + the tiny model's engine process on the CPU) for the tests of one module."""
