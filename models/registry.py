@@ -10,6 +10,7 @@ from voxrt.engine.errors import UnknownModelError
 # name -> "module:function"
 MODELS: dict[str, str] = {
     "tiny": "voxrt.models.tiny.program:build_tiny",
+    "tiny-lite": "voxrt.models.tiny.program:build_tiny_lite",  # tiny with 4 codebooks: the test suites' model
     # Qwen3-TTS 12 Hz CustomVoice: --checkpoint DIR or repo id (local HF cache); the sized names default to
     # the released repos in the cache
     "qwen3-tts": "voxrt.models.qwen3_tts.program:build_qwen3_tts",

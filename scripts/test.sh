@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs the whole test suite on the CPU.
+# Sets up (scripts/setup.sh test) and runs the whole test suite on the CPU. Arguments go to pytest instead
+# (one file, -k, ...), run once. VOXRT_TEST_WORKERS (default 2, the CI machine's cores): pytest-xdist workers;
+# 1 runs in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh test
 # The browser test drives Debian's Chromium (never a downloaded browser build).
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -12,10 +14,24 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "test: /usr/bin/chromium is missing; the browser test will fail (sudo apt-get install chromium)" >&2
   fi
 fi
-.venv/bin/python -m pytest -q "$@"
-if [ "$#" -eq 0 ]; then
-  # The gateway and client suites again with the deadline policy on inline lanes (the lane bookkeeping
-  # without a GPU): `voxrt serve --scheduler-type deadline` must pass everything the gateway passes.
-  echo "== gateway and client suites with --scheduler-type deadline --lanes inline"
-  VOXRT_TEST_SCHEDULER=deadline VOXRT_TEST_LANES=inline .venv/bin/python -m pytest -q tests/gateway tests/client
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/python -m pytest -q "$@"
 fi
+WORKERS=${VOXRT_TEST_WORKERS:-2}
+PARALLEL=()
+if [ "$WORKERS" -gt 1 ]; then
+  # loadgroup: a module's tests that share a module-scoped server or engine stay on one worker (tests/conftest.py)
+  PARALLEL=(-n "$WORKERS" --dist loadgroup)
+fi
+start=$(date +%s)
+.venv/bin/python -m pytest -q "${PARALLEL[@]}" --durations=15
+# The suites that push audio through a live server's engine again, with the deadline policy on inline lanes
+# (the lane bookkeeping without a GPU): `voxrt serve --scheduler-type deadline` must pass what the gateway
+# passes. VOXRT_TEST_SCHEDULER / VOXRT_TEST_LANES reach only live servers (tests/support/voxrt_live.py), so
+# the modules without one (pure parsing, fakes, the stand-in engine of test_workers) would rerun unchanged,
+# and test_auth.py / test_drain.py check refusals and the drain, which happen before or around the engine.
+SECOND=$(grep -lE "live_server\(|^def test_[a-z0-9_]+\([^)]*\blive\b" tests/gateway/test_*.py tests/client/test_*.py \
+         | grep -vE "test_auth\.py|test_drain\.py")
+echo "== $(echo "$SECOND" | wc -w) gateway and client modules again with --scheduler-type deadline --lanes inline"
+VOXRT_TEST_SCHEDULER=deadline VOXRT_TEST_LANES=inline .venv/bin/python -m pytest -q "${PARALLEL[@]}" $SECOND
+echo "test: all passes done in $(( $(date +%s) - start )) s"

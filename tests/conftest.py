@@ -14,6 +14,42 @@ if not torch.cuda.is_available():
 
 from voxrt_live import live_server
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # scripts/test.sh: two workers on two cores, one torch thread each
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist with `--dist loadgroup` (scripts/test.sh): the tests of a module that share a
+    module-scoped fixture (a live server, an engine core) run on one worker, so that fixture starts once;
+    every other test goes to whichever worker is free."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope in ("module", "package", "class") for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """A test that runs `voxrt.cli.main` in-process gets the CLI's logging (a root handler on the captured
+    stderr, VOXRT_LOG_* exported for child processes): undone after it, so no later test logs into a closed
+    capture or hands its level to the engine processes it starts."""
+    import logging  # noqa: PLC0415
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    env = {k: os.environ.get(k) for k in ("VOXRT_LOG_LEVEL", "VOXRT_LOG_JSON")}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
 
 @pytest.fixture(scope="module")
 def live():

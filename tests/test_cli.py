@@ -14,7 +14,7 @@ def voxrt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def test_bench_tiny_8_requests_prints_the_realtime_factor(tmp_path):
-    result = voxrt("bench", "--model", "tiny", "--requests", "8", "--device", "cpu", "--out", str(tmp_path))
+    result = voxrt("bench", "--model", "tiny-lite", "--requests", "8", "--device", "cpu", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "realtime factor (wall / audio):" in out

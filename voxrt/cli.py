@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from voxrt.engine.errors import EngineError
@@ -51,6 +50,20 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    "bench/gpu_async.sh has not run yet)")
     p.add_argument("--standin-speed", type=float, default=2.0, help="--model standin (gateway benchmarks, no "
                    "model): frames finish at this multiple of real time")
+
+
+def _logging_args() -> argparse.ArgumentParser:
+    """--log-level, --log-json and -v, accepted before or after the subcommand. SUPPRESS defaults: a
+    subcommand's parser must not overwrite what was given before it."""
+    from voxrt.logs import LEVELS  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--log-level", choices=LEVELS, default=argparse.SUPPRESS,
+                   help="debug, info (default), warning or error; also for the engine process and gateway workers")
+    p.add_argument("--log-json", action="store_true", default=argparse.SUPPRESS,
+                   help="one JSON object per log line (ts, level, logger, process, msg, and the fields of access lines)")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="same as --log-level debug")
+    return p
 
 
 def _parse_costs(text: str | None) -> tuple[tuple[str, float], ...]:
@@ -167,14 +180,22 @@ def _profile_split(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="voxrt", description="Realtime voice gateway and speech-LM engine")
-    parser.add_argument("-v", "--verbose", action="store_true")
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option (the docker/ and deploy/ tests parse the commands those files run with it)."""
+    from voxrt import __version__  # noqa: PLC0415
+
+    common = _logging_args()
+    parser = argparse.ArgumentParser(prog="voxrt", description="Realtime voice gateway and speech-LM engine",
+                                     parents=[common])
+    parser.add_argument("--version", action="version", version=f"voxrt {__version__} (voxrt-gateway)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("models", help="list the available model programs")
+    def add_command(name: str, **kwargs) -> argparse.ArgumentParser:  # --log-level and friends on every one
+        return sub.add_parser(name, parents=[common], **kwargs)
 
-    bench = sub.add_parser("bench", help="N concurrent requests through the engine, no HTTP")
+    add_command("models", help="list the available model programs")
+
+    bench = add_command("bench", help="N concurrent requests through the engine, no HTTP")
     _engine_args(bench)
     bench.add_argument("--requests", type=int, default=8)
     bench.add_argument("--text", default=None, help="text of every request (default: a 2-sentence sample)")
@@ -182,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--num-frames", type=int, default=None, help="pin every request's length (benchmark control)")
     bench.add_argument("--out", default=None, help="write one WAV per request into this directory")
 
-    serve = sub.add_parser("serve", help="start the engine process and the gateway (HTTP + WebSocket)")
+    serve = add_command("serve", help="start the engine process and the gateway (HTTP + WebSocket)")
     _engine_args(serve)
     serve.add_argument("--host", default=None, help="default 127.0.0.1 without API keys, 0.0.0.0 with them")
     serve.add_argument("--port", type=int, default=None, help="default 8000")
@@ -215,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
                        "hint: auto (its speech/music detector), voice (SILK/hybrid), music (CELT, cheapest per frame)")
     serve.add_argument("--per-message-deflate", action="store_true", help="allow WebSocket compression "
                        "(off by default: audio frames do not compress and deflate costs CPU per frame)")
+    serve.add_argument("--drain-grace-s", type=float, default=30.0, help="on SIGTERM: not ready, new sessions "
+                       "refused, running contexts get this long to finish before their sessions are closed "
+                       "(default 30; a second SIGTERM or Ctrl-C stops at once)")
     serve.add_argument("--stats-file", default=None, help="each gateway process writes its frame-lateness and "
                        "loop-lag histograms and CPU time to PREFIX.<pid>.json every second (benchmarks)")
     serve.add_argument("--trace-file", default=None, help="each gateway process appends every finished "
@@ -225,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model-alias", action="append", default=[], metavar="NAME", help="another model name "
                        "that means the served model (repeatable; tts-1, gpt-4o-mini-tts, eleven_*, sonic* always do)")
 
-    maker = sub.add_parser("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
+    maker = add_command("make-checkpoint", help="a full-size random-weight checkpoint in the real layout "
                            "(benchmarks only)")
     maker.add_argument("--arch", required=True, help="the architecture: " + ", ".join(available_archs()))
     maker.add_argument("out_dir")
@@ -234,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     maker.add_argument("--device", default="auto")
     maker.add_argument("--seed", type=int, default=0)
 
-    loadgen = sub.add_parser("loadgen", help="Poisson load with simulated listeners: SLO attainment, TTFA, "
+    loadgen = add_command("loadgen", help="Poisson load with simulated listeners: SLO attainment, TTFA, "
                              "goodput, capacity")
     _engine_args(loadgen)
     loadgen.add_argument("--url", default=None, help="ws://HOST:PORT/v1/realtime (not with --engine-direct)")
@@ -270,16 +294,23 @@ def main(argv: list[str] | None = None) -> int:
     loadgen.add_argument("--voice", default=None)
     loadgen.add_argument("--api-key", default=None, help="Bearer key for the WebSocket")
 
-    profile = sub.add_parser("profile-split", help="LM and codec throughput per SM split of the GPU (green "
+    profile = add_command("profile-split", help="LM and codec throughput per SM split of the GPU (green "
                              "contexts), and the split to use")
     _engine_args(profile)
     profile.add_argument("--batch", type=int, default=64, help="requests per LM step")
     profile.add_argument("--context", type=int, default=128, help="tokens of KV per request")
     profile.add_argument("--out", default=None, help="write the rows as JSON to this file")
 
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from voxrt.logs import setup_logging  # noqa: PLC0415
+
+    args.log_level = getattr(args, "log_level", None) or ("debug" if getattr(args, "verbose", False) else "info")
+    setup_logging(args.log_level, getattr(args, "log_json", False))
     if args.command == "models":
         from voxrt.models.registry import available_models  # noqa: PLC0415
 
@@ -371,6 +402,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"refusing to serve on {host} without API keys: pass --api-key (or VOXRT_API_KEYS), "
                      "or --insecure-no-auth")
     port = args.port or env.port or 8000
+    if not args.drain_grace_s >= 0:
+        parser.error("--drain-grace-s must be >= 0")
     try:
         gateway = GatewayConfig(api_keys=keys, token_secret=env.token_secret, max_sessions=args.max_sessions,
                                 max_queue=args.max_queue, queue_timeout_s=args.queue_timeout_s,
@@ -379,7 +412,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 engine_heartbeat_timeout_s=args.engine_heartbeat_timeout_s,
                                 allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
                                 trace_path=args.trace_file, encode_threads=args.encode_threads,
-                                opus_signal=args.opus_signal, aliases=_aliases(args, env))
+                                opus_signal=args.opus_signal, aliases=_aliases(args, env),
+                                drain_grace_s=args.drain_grace_s)
     except ValueError as exc:
         parser.error(str(exc))
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
@@ -391,9 +425,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from voxrt.gateway.workers import serve_workers  # noqa: PLC0415
 
         return serve_workers(gateway, _engine_config(args), host, port, args.workers,
-                             "info" if args.verbose else "warning", args.per_message_deflate,
+                             args.log_level, args.per_message_deflate,
                              engine_socket=args.engine_socket, authkey=env.engine_authkey)
-    make_server(gateway, _engine_config(args), host, port, "info" if args.verbose else "warning",
+    make_server(gateway, _engine_config(args), host, port, args.log_level,
                 per_message_deflate=args.per_message_deflate).run()
     return 0
 

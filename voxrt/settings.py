@@ -34,3 +34,17 @@ def read_env(environ: dict[str, str] | None = None) -> EnvSettings:
                        host=env.get("VOXRT_HOST") or None, port=int(port) if port else None,
                        engine_authkey=engine_authkey,
                        voice_aliases=tuple(a.strip() for a in env.get("VOXRT_VOICE_ALIASES", "").split(",") if a.strip()))
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: str | None  # VOXRT_LOG_LEVEL: debug, info, warning or error (set by the CLI for its child processes)
+    json_logs: bool  # VOXRT_LOG_JSON=1: JSON lines
+
+
+def read_log_env(environ: dict[str, str] | None = None) -> LogSettings:
+    env = os.environ if environ is None else environ
+    level = (env.get("VOXRT_LOG_LEVEL") or "").strip().lower() or None
+    if level not in (None, "debug", "info", "warning", "error"):
+        level = "info"  # a child process never dies of a bad knob; the CLI validated what it exported
+    return LogSettings(level=level, json_logs=env.get("VOXRT_LOG_JSON", "0").strip() in ("1", "true", "yes"))

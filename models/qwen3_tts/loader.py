@@ -11,13 +11,17 @@ the codec is also published alone as `Qwen/Qwen3-TTS-Tokenizer-12Hz`.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from voxrt.engine.errors import CheckpointError
+
+log = logging.getLogger("voxrt.models.qwen3_tts")
 
 CODEC_REPO = "Qwen/Qwen3-TTS-Tokenizer-12Hz"
 _HOW = ("download it on a machine with network access (`huggingface-cli download {repo}`) and copy the "
@@ -94,11 +98,16 @@ def load_state(directory: Path) -> dict[str, torch.Tensor]:
         missing = [s for s in shards if not (directory / s).is_file()]
         if missing:
             raise CheckpointError(f"checkpoint {directory} is missing shards: {', '.join(missing)}")
-        state: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            state.update(load_file(str(directory / shard)))
-        return state
-    return load_file(str(directory / "model.safetensors"))
+    else:
+        shards = ["model.safetensors"]
+    start = time.monotonic()
+    state: dict[str, torch.Tensor] = {}
+    for i, shard in enumerate(shards, 1):  # progress on long starts: a 1.7B checkpoint is several GB
+        path = directory / shard
+        log.info("loading weights %d/%d: %s (%.2f GB)", i, len(shards), path, path.stat().st_size / 1e9)
+        state.update(load_file(str(path)))
+    log.info("loaded %d tensors from %s in %.1f s", len(state), directory, time.monotonic() - start)
+    return state
 
 
 def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> None:

@@ -13,7 +13,8 @@ GREEDY = SamplingParams(greedy=True)
 
 
 def make_core(**overrides) -> EngineCore:
-    cfg = dict(model="tiny", device="cpu", max_batch_size=8, max_seq_len=512)
+    """tiny-lite: tiny's structure with 4 codebooks (models/tiny/program.py), ~2.5x less CPU per frame."""
+    cfg = dict(model="tiny-lite", device="cpu", max_batch_size=8, max_seq_len=512)
     cfg.update(overrides)
     return EngineCore(EngineConfig(**cfg))
 

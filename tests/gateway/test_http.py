@@ -11,6 +11,7 @@ import numpy as np
 
 from conftest import metric, run
 from voxrt.audio import OpusDecoder
+from voxrt_live import TEST_MODEL
 
 
 def _ogg_packets(data: bytes) -> list[bytes]:
@@ -34,13 +35,13 @@ def test_health_ready_models_voices(live):
     assert httpx.get(f"{live.http}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{live.http}/readyz").json()["status"] == "ready"
     models = httpx.get(f"{live.http}/v1/models").json()
-    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert [m["id"] for m in models["data"]] == [TEST_MODEL]
     voices = httpx.get(f"{live.http}/v1/voices").json()
     assert voices["default"] == "default" and {"default", "alto"} <= {v["id"] for v in voices["voices"]}
 
 
 def test_speech_wav(live):
-    response = httpx.post(f"{live.http}/v1/audio/speech", json={"model": "tiny", "input": "Hello **world** 👋.",
+    response = httpx.post(f"{live.http}/v1/audio/speech", json={"model": TEST_MODEL, "input": "Hello **world** 👋.",
                                                                "voice": "alto", "response_format": "wav"}, timeout=60)
     assert response.status_code == 200 and response.headers["content-type"] == "audio/wav"
     body = response.content

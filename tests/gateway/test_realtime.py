@@ -11,6 +11,7 @@ import pytest
 
 from conftest import collect_context, connect, metric, recv_json, run, start_session
 from voxrt.audio import OpusDecoder
+from voxrt_live import TEST_MODEL
 from voxrt.protocol.frames import decode_audio_frame
 
 TOKENS = ["Sure", ",", " Dr", ".", " Smith", "'s", " balance", " is", " $", "3", ".", "50", ".", " Anything",
@@ -35,7 +36,7 @@ def test_token_stream_to_opus_frames(live):
             started = await start_session(ws, voice="default", output={"codec": "opus", "sample_rate": 48000,
                                                                        "frame_ms": 20}, **BURST)
             assert started["output"] == {"codec": "opus", "sample_rate": 48000, "frame_ms": 20}
-            assert started["model"] == "tiny" and started["limits"]["max_text_chars"] > 0
+            assert started["model"] == TEST_MODEL and started["limits"]["max_text_chars"] > 0
             for token in TOKENS:
                 await ws.send(json.dumps({"type": "text", "context_id": "t1", "text": token}))
             await ws.send(json.dumps({"type": "context.end", "context_id": "t1"}))

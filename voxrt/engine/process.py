@@ -52,7 +52,9 @@ def scrub_text(text: str) -> str:
 def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging.INFO,
                 listen: tuple[str, bytes] | None = None) -> None:
     """Entry point of the spawned engine process. `listen`: (Unix socket path, authkey) for more clients."""
-    logging.basicConfig(level=log_level, format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(message)s")
+    from voxrt.logs import setup_child_logging  # noqa: PLC0415
+
+    setup_child_logging(f"engine[{os.getpid()}]", log_level)  # the CLI's --log-level / --log-json, via the env
     try:
         core = _build_core(config)
         core.warmup()

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
@@ -18,6 +19,7 @@ from voxrt.engine.messages import EngineConfig
 from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway import http
 from voxrt.gateway.admission import Admission
+from voxrt.gateway.access import AccessLogMiddleware
 from voxrt.gateway.auth import Authenticator
 from voxrt.gateway.compat import cartesia, elevenlabs, openai_speech, twilio
 from voxrt.gateway.config import GatewayConfig
@@ -41,6 +43,8 @@ class AppState:
     num_sessions: int = 0
     trace: TraceWriter | None = None  # --trace-file: each finished context's chunk timestamps
     encode_pool: ThreadPoolExecutor | None = None  # --encode-threads
+    draining: bool = False  # SIGTERM (gateway/drain.py): not ready, new sessions refused
+    sessions: set = field(default_factory=set)  # the open RealtimeSessions, for the drain
     admission: Admission | None = None  # slots shared by sessions and HTTP syntheses, and their queue
     loop: asyncio.AbstractEventLoop | None = None  # the serving loop (tests count its tasks)
 
@@ -108,6 +112,6 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
     ]
     if WEB_DIR.is_dir():  # the browser page (web/, shipped as voxrt/web)
         routes.append(Mount("/", app=StaticFiles(directory=WEB_DIR, html=True), name="web"))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(AccessLogMiddleware)])
     app.state.voxrt = state
     return app

@@ -47,6 +47,9 @@ class GatewayConfig:
     opus_signal: str = "auto"
     # Model and voice names of other APIs (OpenAI, ElevenLabs, Cartesia) -> the served ones (compat/aliases.py)
     aliases: Aliases = field(default_factory=Aliases)
+    # SIGTERM drains (gateway/drain.py): running contexts get this long to finish before their sessions are
+    # closed with `server_shutting_down`; 0 closes them at once.
+    drain_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -63,6 +66,8 @@ class GatewayConfig:
             raise ValueError("need 0 < token_ttl_s <= max_token_ttl_s")
         if self.encode_threads < 0:
             raise ValueError(f"encode_threads must be >= 0, got {self.encode_threads}")
+        if not self.drain_grace_s >= 0:
+            raise ValueError(f"drain_grace_s must be >= 0, got {self.drain_grace_s}")
         if self.opus_signal not in ("auto", "voice", "music"):
             raise ValueError(f"opus_signal must be auto, voice or music, got {self.opus_signal!r}")
 

@@ -94,6 +94,8 @@ def _require_auth(request: Request) -> None:
 
 def _require_engine(request: Request):
     state = request.app.state.voxrt
+    if state.draining:
+        raise HTTPError(503, "shutting_down", "the server is shutting down; retry on another replica")
     if not state.engine_is_ready:
         raise HTTPError(503, "not_ready", "the engine is not ready (starting or restarting); retry shortly",
                         retry_after_ms=1000)
@@ -318,6 +320,8 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     state = request.app.state.voxrt
+    if state.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
     if state.engine_is_ready:
         return JSONResponse({"status": "ready", "model": state.engine.info.name})
     return JSONResponse({"status": "not_ready"}, status_code=503)

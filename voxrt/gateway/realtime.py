@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from urllib.parse import urlsplit
 
@@ -21,9 +22,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxrt.engine.errors import EngineError
 from voxrt.gateway.admission import Busy, TokenBucket
 from voxrt.gateway.context import ContextRunner, now_ms
+from voxrt.logs import access
 from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
                                     OpenContext, ReportPlayback, SendText, StartSession)
-from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY, SERVER_BUSY
+from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, SERVER_BUSY, SERVER_SHUTTING_DOWN
 from voxrt.protocol.events import encode_error
 from voxrt.protocol.session import Session
 
@@ -36,30 +38,49 @@ POLL_INTERVAL_S = 1.0
 async def realtime_endpoint(ws: WebSocket) -> None:
     state = ws.app.state.voxrt
     subprotocol = SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", []) else None
+    start_ns = time.monotonic_ns()
     if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"), state.config.allowed_origins):
         state.metrics.errors.labels("origin_not_allowed").inc()
         log.info("refused a WebSocket from origin %r (not same-origin, not in --allow-origin)",
                  ws.headers.get("origin"))
         await ws.close(1008)  # before accept: the handshake is answered with HTTP 403
+        _access(ws, None, start_ns, 1008)
         return
     if not state.auth.check(ws.headers.get("authorization"), ws.query_params.get("token")):
         await _refuse(ws, state, subprotocol, CLOSE_AUTH, "unauthorized", "missing or invalid API key or token")
+        _access(ws, None, start_ns, CLOSE_AUTH)
         return
-    # sockets beyond what the slots and the queue can ever serve are refused at once
+    # sockets beyond what the slots and the queue can ever serve are refused at once; draining (SIGTERM,
+    # gateway/drain.py) refuses new sessions like a full server, so clients retry elsewhere
     max_connections = state.config.max_sessions + state.config.max_queue
-    if state.num_sessions >= max_connections or not state.engine_is_ready:
+    if state.num_sessions >= max_connections or not state.engine_is_ready or state.draining:
         await _refuse(ws, state, subprotocol, CLOSE_CAPACITY, SERVER_BUSY, "server at capacity, retry later"
                       if state.engine_is_ready else "the engine is restarting, retry later",
                       retry_after_ms=state.admission.retry_after_ms)
+        _access(ws, None, start_ns, CLOSE_CAPACITY)
         return
     await ws.accept(subprotocol=subprotocol)
     state.num_sessions += 1
     state.metrics.sessions.inc()
+    session = RealtimeSession(ws, state)
+    state.sessions.add(session)
     try:
-        await RealtimeSession(ws, state).run()
+        await session.run()
     finally:
+        state.sessions.discard(session)
         state.num_sessions -= 1
         state.metrics.sessions.dec()
+        _access(ws, session, start_ns, session.close_code)
+
+
+def _access(ws: WebSocket, session: "RealtimeSession | None", start_ns: int, close_code: int | None) -> None:
+    """The session's access line (voxrt/logs.py): id, duration, contexts, frames sent, close code."""
+    client = ws.scope.get("client")
+    duration_ms = round((time.monotonic_ns() - start_ns) / 1e6, 1)
+    access(f"ws {ws.scope.get('path', '')} closed", in_message=("kind",), kind="ws",
+           id=session.session.session_id if session else None, duration_ms=duration_ms,
+           contexts=session.num_contexts if session else 0, frames=session.num_frames if session else 0,
+           close_code=close_code, client=f"{client[0]}:{client[1]}" if client else None)
 
 
 def origin_allowed(origin: str | None, host: str | None, allowed: tuple[str, ...]) -> bool:
@@ -103,6 +124,9 @@ class RealtimeSession:
         self.rate = TokenBucket(state.config.max_messages_per_s, 2 * state.config.max_messages_per_s)
         self._num_frames_sent = 0
         self._num_frames_at_poll = 0
+        self.num_contexts = 0  # opened, for the access line
+        self.num_frames = 0  # audio frames sent
+        self.close_code: int | None = None  # ours when we closed, else the client's
 
     async def run(self) -> None:
         poller = asyncio.create_task(self._poll_forever())
@@ -115,6 +139,8 @@ class RealtimeSession:
                     break
                 if message["type"] == "websocket.disconnect":
                     close_code = message.get("code")
+                    if self.close_code is None:
+                        self.close_code = close_code
                     break
                 delay_s = self.rate.delay_s()
                 if delay_s > 0:  # over the rate: read no further until a token is due (TCP pushes back)
@@ -167,6 +193,7 @@ class RealtimeSession:
                                    encode_pool=self.state.encode_pool, opus_signal=self.state.config.opus_signal,
                                    trace=self.state.trace)
             self.runners[action.context_id] = runner
+            self.num_contexts += 1
             self.state.metrics.contexts.inc()
             try:
                 await runner.open()
@@ -233,10 +260,23 @@ class RealtimeSession:
         for _ in runners:
             self.state.metrics.contexts.dec()
 
+    @property
+    def has_running_contexts(self) -> bool:
+        return bool(self.runners)
+
+    async def shut_down(self, message: str) -> None:
+        """Server shutdown (gateway/drain.py): a fatal `server_shutting_down` error, then close 1001 (going
+        away); the receive loop's end cancels what still runs, so its pages and slots return."""
+        if self.is_closed:
+            return
+        await self.send_text(encode_error(SERVER_SHUTTING_DOWN, message, True))
+        await self._close(CLOSE_GOING_AWAY, "server shutting down")
+
     async def _close(self, code: int, reason: str) -> None:
         if self.is_closed:
             return
         self.is_closed = True
+        self.close_code = code
         try:
             await self.ws.close(code, reason)
         except Exception:  # noqa: BLE001 (already gone)
@@ -262,3 +302,4 @@ class RealtimeSession:
             except Exception as exc:  # noqa: BLE001 (gone mid-send: the context ends quietly, the reader ends the session)
                 raise ConnectionError(f"the client went away: {type(exc).__name__}") from None
             self._num_frames_sent += 1
+            self.num_frames += 1

@@ -1,4 +1,4 @@
-"""`voxrt serve`: the engine process and the gateway under uvicorn; prints the URL once ready.
+"""`voxrt serve`: the engine process and the gateway under uvicorn; prints the URL once ready, drains on SIGTERM.
 
 Connection hygiene beyond uvicorn's defaults: a connection that has not completed its request headers
 `HEADER_TIMEOUT_S` after it opened is closed (uvicorn times out idle keep-alive connections, but not a fresh
@@ -8,7 +8,9 @@ answered with close 1007) becomes one info line.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -16,6 +18,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from voxrt.engine.messages import EngineConfig
 from voxrt.gateway.app import build_app
 from voxrt.gateway.config import GatewayConfig
+from voxrt.gateway.drain import drain
+
+log = logging.getLogger("voxrt.gateway.server")
 
 
 HEADER_TIMEOUT_S = 10.0
@@ -54,8 +59,11 @@ _CLIENT_FAULT_FILTER = _ClientFaultFilter()
 
 class _Server(uvicorn.Server):
     is_quiet = False  # a --workers worker: the parent prints the one ready line
+    _loop: asyncio.AbstractEventLoop | None = None
+    _drain_task: asyncio.Task | None = None
 
     async def startup(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.started and not self.is_quiet:
             cfg = self.config
@@ -63,6 +71,31 @@ class _Server(uvicorn.Server):
             port = self.servers[0].sockets[0].getsockname()[1] if self.servers else cfg.port
             print(f"voxrt ready: model {self.config.app.state.voxrt.engine.info.name}\n"
                   f"  http://{host}:{port}/v1/audio/speech   ws://{host}:{port}/v1/realtime", flush=True)
+
+    def handle_exit(self, sig: int, frame) -> None:
+        """The first SIGTERM drains (gateway/drain.py) and then exits; SIGINT or a second SIGTERM exits at
+        once, as uvicorn does. Called from a signal handler (or another thread): only thread-safe calls."""
+        if sig == signal.SIGTERM and self._drain_task is None and self.started and self._loop is not None \
+                and not self.should_exit:
+            self._captured_signals.append(sig)  # re-raised after the shutdown, as uvicorn does
+            self._loop.call_soon_threadsafe(self._start_drain)
+            return
+        super().handle_exit(sig, frame)
+
+    def _start_drain(self) -> None:
+        if self._drain_task is not None:
+            return
+        state = self.config.app.state.voxrt
+
+        async def run() -> None:
+            try:
+                await drain(state, state.config.drain_grace_s)
+            except Exception:  # noqa: BLE001 (a failed drain must still stop the server)
+                log.exception("drain failed; shutting down")
+            finally:
+                self.should_exit = True
+
+        self._drain_task = self._loop.create_task(run())
 
 
 def make_server(gateway: GatewayConfig, engine: EngineConfig | None, host: str, port: int, log_level: str = "info",
@@ -73,9 +106,11 @@ def make_server(gateway: GatewayConfig, engine: EngineConfig | None, host: str, 
     ws_max = max(16 * 1024 * 1024, 2 * gateway.limits.max_message_bytes)
     # No permessage-deflate: clients (browsers, websockets) offer it by default, and deflating every Opus or
     # PCM frame costs CPU per frame for audio that does not compress; the JSON messages are small.
+    # log_config=None: uvicorn's loggers go through voxrt/logs.py's handler; access_log=False: the gateway
+    # writes its own access lines (gateway/access.py, with ids and durations).
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws="websockets-sansio",
                             http=_HeaderTimeoutH11, ws_max_size=ws_max, ws_per_message_deflate=per_message_deflate,
-                            lifespan="on", timeout_graceful_shutdown=5)
+                            lifespan="on", timeout_graceful_shutdown=5, log_config=None, access_log=False)
     logging.getLogger("uvicorn.error").addFilter(_CLIENT_FAULT_FILTER)
     server = _Server(config)
     server.is_quiet = quiet

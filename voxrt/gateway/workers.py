@@ -47,7 +47,9 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 def _worker_main(gateway: GatewayConfig, engine_path: str, authkey: bytes, host: str, port: int, log_level: str,
                  per_message_deflate: bool, ready) -> None:
     from voxrt.gateway.server import make_server  # noqa: PLC0415
+    from voxrt.logs import setup_child_logging  # noqa: PLC0415
 
+    setup_child_logging(f"gateway[{os.getpid()}]")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops workers with SIGTERM, once
     server = make_server(gateway, None, host, port, log_level, per_message_deflate,
                          engine_address=(engine_path, authkey), quiet=True)
@@ -111,8 +113,8 @@ def serve_workers(gateway: GatewayConfig, engine: EngineConfig, host: str, port:
             for w in workers:
                 if w.is_alive():
                     os.kill(w.pid, signal.SIGTERM)
-            for w in workers:
-                await loop.run_in_executor(None, w.join, 15)
+            for w in workers:  # each drains on SIGTERM (gateway/drain.py): its grace period, then uvicorn's 5 s
+                await loop.run_in_executor(None, w.join, gateway.drain_grace_s + 15)
                 if w.is_alive():
                     w.kill()
             await client.close()

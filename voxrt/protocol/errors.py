@@ -10,6 +10,7 @@ from __future__ import annotations
 # ---- WebSocket close codes (RFC 6455 section 7.4; 4000-4999 are ours) --------------------------------------
 
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # RFC 6455 7.4.1: "an endpoint is going away, such as a server going down"
 CLOSE_TOO_LARGE = 1009  # RFC 6455 7.4.1: "a message that is too big for it to process"
 CLOSE_AUTH = 4001
 CLOSE_INACTIVE = 4008  # mirrors HTTP 408 Request Timeout
@@ -36,6 +37,7 @@ TOO_MANY_INVALID_MESSAGES = "too_many_invalid_messages"
 INACTIVITY_TIMEOUT = "inactivity_timeout"
 UNAUTHORIZED = "unauthorized"  # for the gateway: auth normally closes before any message, but may say why
 SERVER_BUSY = "server_busy"  # for the gateway: server at capacity; sent with `retry_after_ms` before close 4029
+SERVER_SHUTTING_DOWN = "server_shutting_down"  # for the gateway: drained on SIGTERM (gateway/drain.py), close 1001
 
 FATAL_CLOSE_CODES: dict[str, int] = {
     MESSAGE_TOO_LARGE: CLOSE_TOO_LARGE,
@@ -44,6 +46,7 @@ FATAL_CLOSE_CODES: dict[str, int] = {
     INACTIVITY_TIMEOUT: CLOSE_INACTIVE,
     UNAUTHORIZED: CLOSE_AUTH,
     SERVER_BUSY: CLOSE_CAPACITY,
+    SERVER_SHUTTING_DOWN: CLOSE_GOING_AWAY,
 }
 
 # Garbage from the client: these count towards `Limits.max_invalid_messages` (protocol.md, "Errors and

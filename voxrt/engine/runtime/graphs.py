@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from typing import Any, Callable, Generic, TypeVar
 
 import torch
@@ -45,6 +46,8 @@ class GraphedStage(Generic[B]):
         the graphs belong to (a graph keeps the SM partition and priority of its capture stream)."""
         if not self.use_graphs:
             return
+        start = time.monotonic()
+        log.info("capturing %s graphs for %d batch sizes ...", self.name, len(self.buckets))  # progress on long starts
         for size in reversed(self.buckets):
             bufs = self.make_buffers(size, True)
             prepare(bufs)
@@ -66,7 +69,7 @@ class GraphedStage(Generic[B]):
                 stream.synchronize()
             self.buffers[size] = bufs
             self.graphs[size] = graph
-        log.info("captured %s graphs for batch sizes %s", self.name, self.buckets)
+        log.info("captured %s graphs for batch sizes %s in %.1f s", self.name, self.buckets, time.monotonic() - start)
 
     def bucket_for(self, n: int) -> int | None:
         i = bisect.bisect_left(self.buckets, n)
