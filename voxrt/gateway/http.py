@@ -270,7 +270,7 @@ async def _disconnected(request: Request) -> None:
 
 # Programs with random weights: their audio is noise (the browser page says so). A random checkpoint made by
 # `voxrt make-checkpoint` for a real program cannot be told apart here.
-NOISE_MODELS = ("tiny", "standin", "qwen3-tts-1.7b-shape")
+NOISE_MODELS = ("tiny", "tiny-lite", "standin", "qwen3-tts-1.7b-shape")
 
 
 @handle_errors

@@ -193,7 +193,9 @@ class ElevenLabsAdapter:
             self.audio[context_id] = ContextAudio(self.fmt, self.native_rate)
         elif kind == "alignment":
             spans = event.get("words") or event["segments"]
-            self.outbox.attach(context_id, {"spans": spans}, None)
+            # rides on its chunk's audio message while that is still being built; when the paced frames went
+            # out already, it goes alone (no audio; times from its own first character)
+            self.outbox.attach(context_id, {"spans": spans}, self._alignment_alone(context_id, spans))
         elif kind == "flushed":
             self.flushing.discard(context_id)
             if self.multi:
@@ -226,6 +228,17 @@ class ElevenLabsAdapter:
         if self.multi:
             message["contextId"] = context_id
         return message if data or alignment else None
+
+    def _alignment_alone(self, context_id: str, spans: list[dict]) -> dict | None:
+        if not spans:
+            return None
+        alignment = char_alignment(self.texts.get(context_id, ""), spans, round(spans[0]["start_ms"]))
+        if not alignment["chars"]:
+            return None
+        message: dict = {"audio": "", "isFinal": False, "normalizedAlignment": alignment, "alignment": alignment}
+        if self.multi:
+            message["contextId"] = context_id
+        return message
 
     def _forget(self, context_id: str) -> None:
         self.flushing.discard(context_id)

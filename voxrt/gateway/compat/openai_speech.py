@@ -64,7 +64,7 @@ def parse_speech_request(body, info, aliases) -> SpeechRequest:
     except AliasError as exc:
         raise HTTPError(400, exc.code, exc.message) from None
     fmt = body.get("response_format") or "mp3"
-    if fmt not in MEDIA_TYPES:
+    if not isinstance(fmt, str) or fmt not in MEDIA_TYPES:
         raise HTTPError(400, "invalid_format", f"response_format {str(fmt)[:32]!r} is not supported; choose one "
                                                f"of {', '.join(MEDIA_TYPES)}")
     speed = body.get("speed", 1.0)
