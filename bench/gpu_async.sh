@@ -14,6 +14,8 @@ mkdir -p "$R"
 RATES=${RATES:-24,32,40}
 SYNC_RATE=${SYNC_RATE:-32}
 DURATION=${DURATION:-30}
+SWEEPS=${SWEEPS:-"async async-traced sync-traced ttfa-1rps"}  # which of the runs below
+CHECK=${CHECK:-1}  # 0 skips gpu_async_check.py
 CKPT=/tmp/q17
 if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -22,7 +24,7 @@ if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.tr
 cat "$R/gpu.txt"
 [ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
   --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
-(cd bench && timeout 240 python -u gpu_async_check.py --checkpoint $CKPT --out "$R") > "$R/check.log" 2>&1
+[ "$CHECK" = 1 ] && (cd bench && timeout 240 python -u gpu_async_check.py --checkpoint $CKPT --out "$R") > "$R/check.log" 2>&1
 echo "== async check (rc $?)"; grep -v " INFO \|^ *warn\|transformers\]" "$R/check.log" | tail -4
 idle() {  # median / p99 GPU idle between LM launches, per trace file
   python - "$1" <<'PY'
@@ -45,11 +47,10 @@ sweep() {  # name, rates, extra args
     --sweep "$rates" --duration "$DURATION" --seed 0 --max-requests 2000 --out "$R/$name" "$@" > "$R/$name.log" 2>&1
   echo "== $name (rc $?)"; sed -n '/rate   reqs/,$p' "$R/$name.log" | grep -v "transformers\]"
 }
-sweep async "$RATES" --async-lm
-sweep async-traced "$SYNC_RATE" --async-lm --trace-dir "$R/trace-async"
-idle "$R/trace-async"
-sweep sync-traced "$SYNC_RATE" --trace-dir "$R/trace-sync"
-idle "$R/trace-sync"
-sweep ttfa-1rps 1 --async-lm
+on() { case " $SWEEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+on async && sweep async "$RATES" --async-lm
+on async-traced && { sweep async-traced "$SYNC_RATE" --async-lm --trace-dir "$R/trace-async"; idle "$R/trace-async"; }
+on sync-traced && { sweep sync-traced "$SYNC_RATE" --trace-dir "$R/trace-sync"; idle "$R/trace-sync"; }
+on ttfa-1rps && sweep ttfa-1rps 1 --async-lm
 tar czf "$OUT/async-results.tgz" -C "$OUT" r
 ls -la "$OUT"

@@ -1,5 +1,5 @@
-"""GPU check of the asynchronous LM loop (issue 13, item 2): the default loop (step N+1 planned and queued while
-step N runs) against `--sync-lm` (each step's frames read before the next is planned), full-size random
+"""GPU check of the asynchronous LM loop (issue 13, item 2): the default loop on a GPU (step N+1 planned and
+queued while step N runs) against `--lm-loop sync` (each step's frames read before the next is planned), full-size random
 checkpoint, fused frame path, lanes on, the base policy (its LM plans do not depend on timing), every request
 submitted before the first step: the same plans, so the frames must be equal code for code and the audio equal
 within the codec's batch-composition noise. Also the wall time of the whole drain in each mode.

@@ -23,7 +23,7 @@
 # Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
 # LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (32), SEED (0),
 # WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
-# GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
+# ENGINE_EXTRA (more `voxrt serve` engine flags), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
 # (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
@@ -79,6 +79,8 @@ if [ "$MODEL" = qwen3-tts ]; then
   fi
   MODEL_ARGS+=(--checkpoint $CKPT)
   ENGINE_ARGS+=(--lanes auto --sm-modes "$SPLIT" --frame-path "$FRAME_PATH")
+  # shellcheck disable=SC2206
+  ENGINE_ARGS+=(${ENGINE_EXTRA:-})  # more engine flags, e.g. ENGINE_EXTRA=--async-lm
 else
   ENGINE_ARGS+=(--lanes inline)
   # the stand-in's chunks at 2x real time leave no slack for its 2-frame first chunk: a dry run of the

@@ -20,7 +20,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frame-path", default="auto", choices=["auto", "reference", "fused"],
                    help="how the LM frame runs: fused (packed weights, Triton kernels; auto on a GPU with triton) "
                    "or reference (the modules as loaded; auto on the CPU)")
-    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--max-batch-size", type=int, default=64, help="requests decoded in one LM step")
+    p.add_argument("--max-live-requests", type=int, default=None, help="requests admitted at once, between "
+                   "--max-batch-size and twice it (default: twice with the deadline policy, else --max-batch-size); a step decodes at most --max-batch-size of "
+                   "them, so requests whose streamed text arrives slower than the LM reads it do not fill the batch")
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--num-pages", type=int, default=None, help="KV pages (default: sized from memory)")
     p.add_argument("--page-size", type=int, default=16)
@@ -45,9 +48,11 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
                    "(fields of voxrt.engine.sched.costs.CostModel)")
     p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
-    p.add_argument("--async-lm", action="store_true", help="plan and queue the next LM step while one runs, so "
-                   "the GPU does not wait for the host between steps (experimental: tested on the CPU, its GPU check "
-                   "bench/gpu_async.sh has not run yet)")
+    p.add_argument("--lm-loop", default="auto", choices=["auto", "async", "sync"],
+                   help="async: plan and queue the next LM step while one runs, so the GPU does not wait for the "
+                   "host between steps; sync: read each step's frames before planning the next; auto (default): "
+                   "async on a GPU, sync on the CPU")
+    p.add_argument("--async-lm", dest="lm_loop", action="store_const", const="async", help="= --lm-loop async")
     p.add_argument("--standin-speed", type=float, default=2.0, help="--model standin (gateway benchmarks, no "
                    "model): frames finish at this multiple of real time")
 
@@ -129,7 +134,8 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
-                        async_lm=args.async_lm,
+                        async_lm={"auto": None, "async": True, "sync": False}[args.lm_loop],
+                        max_live_requests=args.max_live_requests,
                         standin_speed=args.standin_speed)
 
 

@@ -327,3 +327,40 @@ def test_padded_prefill_buckets_equal_an_exact_length_prefill():
     for i, (h, c) in enumerate(exact):
         torch.testing.assert_close(hidden[i], h[0], atol=1e-4, rtol=1e-4)
         assert int(code0[i]) == int(c[0]), i
+
+
+def test_the_lm_loop_defaults_to_synchronous_on_the_cpu_and_the_live_cap_is_checked():
+    core = make_core()
+    assert core.async_lm is False  # async_lm=None: asynchronous on CUDA only
+    assert core.scheduler.config.max_live_requests == 8  # the base policy's default: one batch
+    assert make_core(scheduler_type="deadline").scheduler.config.max_live_requests == 16  # two: its default
+    assert make_core(async_lm=True).async_lm is True
+    for bad in (7, 17):
+        with pytest.raises(InvalidParamsError, match="max_live_requests"):
+            make_core(max_live_requests=bad)
+
+
+def test_more_live_requests_than_a_batch_each_get_their_frames():
+    """max_live_requests 8 over max_batch_size 4: of 10 requests 8 are admitted at once, each step decodes at
+    most 4 of them, and a request gets the same frames as alone (greedy)."""
+    core = make_core(max_batch_size=4, max_live_requests=8, scheduler_type="deadline")
+    alone = submit(core, "alone", OTHERS[0])
+    drain(core)
+    batches = []
+    schedule = core.scheduler.schedule
+
+    def recording(*args, **kwargs):
+        plan = schedule(*args, **kwargs)
+        batches.append(len(plan.lm_requests))
+        return plan
+
+    core.scheduler.schedule = recording
+    reqs = [submit(core, f"r{i}", OTHERS[i % len(OTHERS)]) for i in range(10)]
+    most_live = 0
+    while core.has_work():
+        core.step()
+        most_live = max(most_live, len(core.scheduler.running()))
+    assert most_live == 8 and max(batches) == 4
+    assert all(r.state is RequestState.FINISHED for r in reqs)
+    assert reqs[0].frames == alone.frames
+    assert_pools_empty(core)

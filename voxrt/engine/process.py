@@ -121,7 +121,9 @@ class _Hub:
             while not self._accepted.empty():
                 self.conns.append(self._accepted.get())
             busy = self.core.has_work()
-            for conn in wait(self.conns, 0 if busy else IDLE_POLL_S):
+            timeout = 0.0 if busy else IDLE_POLL_S
+            wake_s = None if busy else self.core.seconds_to_wake()  # frames held for a deadline
+            for conn in wait(self.conns, timeout if wake_s is None else min(timeout, wake_s)):
                 if not self._drain(conn):
                     return
             busy = self.core.has_work()

@@ -182,6 +182,9 @@ class StandInCore:
     def has_work(self) -> bool:
         return bool(self.requests)
 
+    def seconds_to_wake(self) -> float | None:
+        return None  # it holds nothing for a deadline: `step` sleeps until its next chunk itself
+
     def step(self, now_ns: int | None = None) -> list[EngineMessage]:
         """The chunks due by now; sleeps (at most MAX_SLEEP_S) until the next one when none is."""
         self.num_steps += 1

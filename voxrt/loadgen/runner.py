@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import sys
 import time
 from dataclasses import dataclass
 
-from voxrt.loadgen.listener import Listener
+from voxrt.loadgen.listener import Listener, llm_tokens
 from voxrt.loadgen.metrics import RequestRecord
 from voxrt.loadgen.workload import WorkItem
 
@@ -47,9 +46,7 @@ def point_rows(num_rows: int, seed: int) -> list[int]:
     return order
 
 
-def tokens(text: str) -> list[str]:
-    """An LLM-like token stream: each word with the whitespace before it."""
-    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]
+tokens = llm_tokens  # an LLM-like token stream (`voxrt.engine.sched.listener.llm_tokens`)
 
 
 async def _send_text(send, text: str, tokens_per_s: float | None) -> None:

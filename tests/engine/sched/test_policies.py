@@ -4,6 +4,7 @@ through a mixed workload with lanes that keep launches in flight across steps. P
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from dataclasses import replace
@@ -567,10 +568,12 @@ class LaneRunner:
         raise AssertionError(f"not done: {[(r.request_id, r.state) for r in self.sched.requests.values()]}")
 
 
+@pytest.mark.parametrize("max_live", [None, 6])
 @pytest.mark.parametrize("has_lanes", [False, True])
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_every_policy_serves_a_mixed_workload_cleanly(policy, has_lanes):
-    sched = make(policy, has_lanes=has_lanes, costs=CostModel(), num_slots=6, max_batch_size=4)
+def test_every_policy_serves_a_mixed_workload_cleanly(policy, has_lanes, max_live):
+    sched = make(policy, has_lanes=has_lanes, costs=CostModel(), num_slots=6, max_batch_size=4,
+                 max_live_requests=max_live)
     runner = LaneRunner(sched, seed=len(policy) + has_lanes)
     rng = random.Random(5)
     requests = []
@@ -598,3 +601,143 @@ def test_every_policy_serves_a_mixed_workload_cleanly(policy, has_lanes):
     assert sched.pages.num_free == sched.pages.num_pages
     assert sched.slots.num_free == sched.slots.num_slots
     assert sched.pop_failures() == []
+
+
+# ---- text streamed slower than the LM reads it -------------------------------------------------------------------
+
+
+def starved(sched: Scheduler, rid: str, *, chunks: int, frames_held: int, first_chunk_ns: int | None = None,
+            arrival_ns: int = NOW - 50 * MS) -> Request:
+    """A streaming request whose text (not final) is all read: STARVED, holding `frames_held` frames past its
+    `chunks` decoded chunks (fewer than its next chunk needs)."""
+    request = add(sched, rid, num_words=3, final=False, arrival_ns=arrival_ns)  # 2 tokens: the last word waits
+    assert sched.try_admit(request, 10_000)
+    num_frames = frames_before(chunks) + frames_held
+    assert frames_held < SPEC.next_chunk_size(frames_before(chunks))
+    request.num_tokens = PROMPT_LEN + num_frames - 1
+    request.num_text_consumed = len(request.feed.token_ids)
+    request.frames = [(1,)] * num_frames
+    request.frame_text_index = [request.num_text_consumed] * num_frames
+    request.num_frames_chunked = frames_before(chunks)
+    request.num_chunks = chunks
+    request.first_chunk_ns = first_chunk_ns if chunks else None
+    request.transition(S.STARVED)
+    return request
+
+
+def test_base_cuts_a_starved_requests_frames_at_once():
+    sched = make("base")
+    r = starved(sched, "r", chunks=2, frames_held=7, first_chunk_ns=NOW - 100 * MS)
+    assert not sched.holds_starved_frames(r) and sched.starved_cut_ns(r) is None and sched.wake_ns() is None
+    assert sched.has_work(NOW)
+    plan = sched.schedule(NOW)
+    assert [(j.request.request_id, j.first_frame, j.num_frames) for j in plan.codec] == [("r", 6, 4)]
+
+
+@pytest.mark.parametrize("has_lanes", [False, True])
+def test_deadline_holds_a_starved_streams_frames_until_its_next_chunk_is_due(has_lanes):
+    sched = make("deadline", has_lanes=has_lanes)
+    # chunk 2 (8 frames from frame 6), 7 held: due first chunk + 6 frames = NOW + 380 ms; its cut time is that
+    # less the missing frame's step (10 ms), the launch (5 ms) and one more step (10 ms): NOW + 355 ms
+    r = starved(sched, "r", chunks=2, frames_held=7, first_chunk_ns=NOW - 100 * MS)
+    due_ns = chunk_deadline_ns(r, 6, SPEC, STARTUP_NS)
+    assert due_ns == NOW + 380 * MS
+    assert sched.holds_starved_frames(r)
+    assert sched.starved_cut_ns(r) == pytest.approx(due_ns - 25 * MS)
+    assert sched.wake_ns() == sched.starved_cut_ns(r)
+    assert not sched.has_work(NOW)  # the engine waits for commands, not spins, until then
+    assert sched.schedule(NOW).is_empty
+    assert r.num_frames_chunked == 6
+    cut_ns = math.ceil(sched.starved_cut_ns(r))
+    assert not sched.has_work(cut_ns - MS) and sched.has_work(cut_ns)
+    plan = sched.schedule(cut_ns)
+    assert [(j.request.request_id, j.first_frame, j.num_frames, j.is_early) for j in plan.codec] == [("r", 6, 4, True)]
+    assert sched.wake_ns() is None  # its chunk is in flight
+
+
+def test_deadline_holds_nothing_once_text_comes_and_cuts_a_full_chunk():
+    sched = make("deadline", has_lanes=True)
+    r = starved(sched, "r", chunks=2, frames_held=7, first_chunk_ns=NOW - 100 * MS)
+    sched.append_text("r", " more words to read", True)
+    assert r.state is S.RUNNING and sched.wake_ns() is None
+    plan = sched.schedule(NOW)
+    assert [item.request for item in plan.decode] == [r]
+    sched.update_lm(plan, [(1,)])
+    assert r.num_frames - r.num_frames_chunked == 8  # the whole next chunk: cut at its size, not 4 + 4
+
+
+def test_deadline_cuts_a_starved_first_chunk_at_once_and_never_holds_a_non_streaming_one():
+    sched = make("deadline", has_lanes=True)
+    first = starved(sched, "first", chunks=0, frames_held=1)
+    batch = starved(sched, "batch", chunks=2, frames_held=7, first_chunk_ns=NOW - 100 * MS)
+    batch.is_streaming = False
+    assert not sched.holds_starved_frames(first) and not sched.holds_starved_frames(batch)
+    assert sched.wake_ns() is None and sched.has_work(NOW)
+    plan = sched.schedule(NOW)
+    assert sorted((j.request.request_id, j.num_frames) for j in plan.codec) == [("batch", 4), ("first", 1)]
+
+
+def test_every_policy_serves_token_streamed_text_cleanly():
+    num_chunks = {}
+    for policy in sorted(POLICIES):
+        sched = make(policy, has_lanes=True, costs=CostModel(), num_slots=8, max_batch_size=4)
+        runner = LaneRunner(sched, seed=7)
+        words = "one two three four five six seven eight nine ten".split()
+        requests = []
+        for i in range(5):
+            requests.append(add(sched, f"r{i}", num_words=None, arrival_ns=i * MS))
+            sched.append_text(f"r{i}", words[0], False)
+        for n in range(1, 2 * len(words) + 1):  # a word every other step to each request: they starve
+            if n % 2 == 0 and n // 2 < len(words):
+                for r in requests:
+                    sched.append_text(r.request_id, " " + words[n // 2], n // 2 == len(words) - 1)
+            runner.step()
+        runner.run_until_done()
+        for r in requests:
+            assert r.state is S.FINISHED, (policy, r.request_id)
+            jobs = runner.jobs[r.request_id]
+            assert sum(job.num_frames for job in jobs) == r.num_frames
+            assert [job.is_last for job in jobs] == [False] * (len(jobs) - 1) + [True]
+        assert sched.pages.num_free == sched.pages.num_pages and sched.slots.num_free == sched.slots.num_slots
+        num_chunks[policy] = sum(len(runner.jobs[r.request_id]) for r in requests)
+    # base cuts whenever a request starves (1, 2, 1, 2, 1, 1, 8, 4 frames); deadline holds (1, 2, 4, 8, 5)
+    assert num_chunks["deadline"] < num_chunks["base"]
+
+
+# ---- more live requests than one batch ---------------------------------------------------------------------------
+
+
+def test_max_live_requests_must_cover_a_batch():
+    with pytest.raises(ValueError, match="max_live_requests"):
+        SchedulerConfig(max_batch_size=4, max_live_requests=3)
+    assert SchedulerConfig(max_batch_size=4).live_cap == 4
+    assert SchedulerConfig(max_batch_size=4, max_live_requests=6).live_cap == 6
+
+
+def test_deadline_decodes_the_least_slack_first_when_more_are_live_than_a_batch():
+    sched = make("deadline", max_batch_size=2, max_live_requests=4)
+    # next chunks (chunk 2, 8 frames from frame 6, 7 there) due +380, +80 and +180 ms
+    far = hand_made(sched, "far", chunks=2, ready=False, first_chunk_ns=NOW - 100 * MS)
+    near = hand_made(sched, "near", chunks=2, ready=False, first_chunk_ns=NOW - 400 * MS)
+    mid = hand_made(sched, "mid", chunks=2, ready=False, first_chunk_ns=NOW - 300 * MS)
+    before = (far.num_tokens, far.num_frames_in_flight)
+    plan = sched.schedule(NOW)
+    assert [item.request for item in plan.decode] == [near, mid]
+    assert (far.num_tokens, far.num_frames_in_flight) == before  # nothing booked: it decodes in a later step
+
+
+def test_admission_fills_the_live_cap_and_each_step_stays_a_batch():
+    sched = make("deadline", has_lanes=True, costs=CostModel(), num_slots=12, max_batch_size=2,
+                 max_live_requests=4)
+    runner = LaneRunner(sched, seed=2)
+    reqs = [add(sched, f"r{i}", num_words=6, arrival_ns=i * MS) for i in range(8)]
+    most_live = 0
+    for _ in range(2_000):
+        if not sched.requests and not any(runner.lanes.values()):
+            break
+        plan = runner.step()
+        assert len(plan.lm_requests) <= 2
+        most_live = max(most_live, len(sched.running()))
+    assert most_live == 4
+    assert all(r.state is S.FINISHED for r in reqs)
+    assert sched.slots.num_free == sched.slots.num_slots and sched.pages.num_free == sched.pages.num_pages

@@ -71,9 +71,14 @@ class EngineCore:
         backend = resolve_backend(config.attention_backend, device)
         geom = program.lm_geometry
         page_bytes = bytes_per_page(geom.num_layers, config.page_size, geom.num_kv_heads, geom.head_dim, dtype)
-        num_pages = config.num_pages or self._default_num_pages(config, device, page_bytes, program)
         num_slots = 2 * config.max_batch_size  # draining requests keep their codec slot
         policy = policy_class(config.scheduler_type)  # an unknown name fails before any GPU work
+        max_live = config.max_live_requests or policy.default_live_per_batch * config.max_batch_size
+        if not config.max_batch_size <= max_live <= num_slots:
+            raise InvalidParamsError(f"max_live_requests must be between max_batch_size ({config.max_batch_size}) "
+                                     f"and 2 x max_batch_size ({num_slots}, the codec slots), got {max_live}")
+        self.async_lm = device.type == "cuda" if config.async_lm is None else config.async_lm
+        num_pages = config.num_pages or self._default_num_pages(config, device, page_bytes, max_live)
         cost_overrides = dict(config.costs)
         unknown = sorted(set(cost_overrides) - set(CostModel.__dataclass_fields__))
         if unknown:
@@ -94,7 +99,8 @@ class EngineCore:
                                               deadline_margin_ms=config.deadline_margin_ms,
                                               urgent_ms=config.urgent_ms,
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
-                                              dec_batch=config.dec_batch, has_lanes=self.lanes.enabled))
+                                              dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
+                                              max_live_requests=max_live))
         self._cost_overrides = cost_overrides
         if cost_overrides:
             self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
@@ -123,8 +129,8 @@ class EngineCore:
                  num_pages, config.page_size)
 
     @staticmethod
-    def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, program: ModelProgram) -> int:
-        wanted = config.max_batch_size * -(-config.max_seq_len // config.page_size)
+    def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, max_live: int) -> int:
+        wanted = max_live * -(-config.max_seq_len // config.page_size)
         if device.type == "cuda":
             free_bytes, _ = torch.cuda.mem_get_info(device)
             budget = int(free_bytes * 0.5)
@@ -172,7 +178,14 @@ class EngineCore:
     def has_work(self) -> bool:
         """Live requests to serve, or codec launches still in flight or queued (a cancelled request's launch
         must still complete so that its slot returns)."""
-        return self.scheduler.has_work() or self.codec.is_busy() or self._lm_in_flight is not None
+        return (self.scheduler.has_work(time.monotonic_ns()) or self.codec.is_busy()
+                or self._lm_in_flight is not None)
+
+    def seconds_to_wake(self) -> float | None:
+        """How long an engine without work may wait for commands before frames it holds must be cut
+        (`Scheduler.wake_ns`); None when nothing is held."""
+        wake_ns = self.scheduler.wake_ns()
+        return None if wake_ns is None else max(0.0, (wake_ns - time.monotonic_ns()) / 1e9)
 
     # ---- the loop body -----------------------------------------------------------------------------------------
 
@@ -191,7 +204,7 @@ class EngineCore:
         previous, self._lm_in_flight = self._lm_in_flight, launched
         if previous is not None:
             self._finish_lm(previous)
-        if not self.config.async_lm:  # the synchronous loop: this step's frames before the next is planned
+        if not self.async_lm:  # the synchronous loop: this step's frames before the next is planned
             self.finish_lm()
         if previous is None and launched is None:  # nothing for the LM: wait for a launch to finish, not spin
             self.codec.wait()

@@ -11,12 +11,16 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    (`request.deferred_since_ns`): it is not deferred past a step that would end after that bound (by the cost
    model's step time), so it is admitted by then (a step longer than its estimate may overrun by the error).
    `should_defer_prefill` is the rule as a pure function.
-2. The LM: every running request decodes a frame (as the base policy).
+2. The LM: every running request decodes a frame (as the base policy); when more are admitted than a batch
+   holds (`max_live_requests` over `max_batch_size`), the ones whose next chunk has the least slack.
 3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within
    `urgent_ms` plus what a background launch would take to deliver them, go to the urgent lane, at most
    `max_codec_batch` a launch. A stream whose next chunk would be late if it waited for all its frames (its
    slack under one LM step) has the frames it has cut early, to a size the codec runs (`_early_chunks`): a
-   short chunk on time beats a full one after the listener ran dry. The others go to the background lane once `dec_batch` of them are ready (a
+   short chunk on time beats a full one after the listener ran dry. A stream starved of text (its text
+   streams in slower than the LM consumes it) keeps its frames by the same rule (`holds_starved_frames`,
+   `starved_cut_ns`) rather than cutting them whenever it starves, which made chunks of one or two frames
+   after nearly every step of a token-streamed request; its first chunk still goes at once. The others go to the background lane once `dec_batch` of them are ready (a
    bigger launch costs less per chunk), or earlier when the earliest would turn urgent before the next step
    (due within the launch's time plus `urgent_ms` plus an LM step), or when the LM has nothing to do this
    step. A lane with a batch in flight gets nothing (the chunk stays ready for the next step). Without lanes
@@ -83,6 +87,7 @@ _SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slo
 
 class DeadlineScheduler(Scheduler):
     name = "deadline"
+    default_live_per_batch = 2  # decode serves the least slack first (`_by_urgency`): the rest wait a step
 
     def __init__(self, spec: ProgramSpec, pages: PagePool, slots: SlotPool, build_prompt: PromptBuilder,
                  tokenize: Tokenizer, config: SchedulerConfig) -> None:
@@ -97,9 +102,24 @@ class DeadlineScheduler(Scheduler):
         # streams by first-audio deadline (arrival + startup), then the non-streaming ones
         by_first_audio = sorted(self.waiting(), key=lambda r: (not r.is_streaming, r.arrival_ns))
         self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
-        self.decode(plan, running)
+        self.decode(plan, self._by_urgency(running, plan, now_ns))
         self._plan_codec(plan, now_ns)
         return plan
+
+    def _by_urgency(self, running: list[Request], plan: StepPlan, now_ns: int) -> list[Request]:
+        """The running requests in the order `decode` serves them when they are more than a batch: streams by
+        their next chunk's slack (least first), then the non-streaming ones (arrival order)."""
+        if len(running) <= self.config.max_batch_size - len(plan.prefill):
+            return running  # every one fits: the order does not matter
+        step_ms = self.costs.lm_step_ms(self.config.max_batch_size)
+
+        def key(request: Request) -> tuple[bool, float]:
+            if not request.is_streaming:
+                return (True, 0.0)
+            return (False, next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
+                                               self._margin_ns))
+
+        return sorted(running, key=key)
 
     @property
     def _startup_ns(self) -> int:
@@ -116,7 +136,7 @@ class DeadlineScheduler(Scheduler):
         streams = [r for r in generating if r.is_streaming]
         if not streams:
             return None
-        batch = len(generating)
+        batch = min(len(generating), self.config.max_batch_size)
         step_ms = self.costs.lm_step_ms(batch)
         min_slack_ns = min(next_chunk_slack_ns(r, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
                                                self._margin_ns)
@@ -201,16 +221,35 @@ class DeadlineScheduler(Scheduler):
         early = []
         for request in self.requests.values():
             if (not request.is_streaming or request.request_id in ready_ids or request.num_chunks == 0
-                    or request.num_chunks_in_flight or request.state is not RequestState.RUNNING
+                    or request.num_chunks_in_flight
+                    or request.state not in (RequestState.RUNNING, RequestState.STARVED)
                     or request.num_frames <= request.num_frames_chunked):
                 continue
-            slack_ns = next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
-                                           self._margin_ns)
-            if slack_ns < step_ms * 1e6:
+            if request.state is RequestState.STARVED:  # held frames: one statement of when (`starved_cut_ns`)
+                is_due = now_ns >= self.starved_cut_ns(request)
+            else:
+                is_due = next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
+                                             self._margin_ns) < step_ms * 1e6
+            if is_due:
                 job = self.peek_chunk(request, early=True)
                 if job is not None:
                     early.append(job)
         return early
+
+    def holds_starved_frames(self, request: Request) -> bool:
+        """A stream starved of text keeps its frames (after its first chunk, which goes at once for the first
+        audio) until its next chunk's slack falls under an LM step, as a running stream's would: text that
+        arrives slower than the LM consumes it then still makes full chunks (docstring of `_early_chunks`)."""
+        return request.is_streaming and request.num_chunks > 0
+
+    def starved_cut_ns(self, request: Request) -> float | None:
+        """When a held stream's frames are cut: its next chunk's slack (with now at 0) less one LM step of
+        the live batch, so that the engine, idle but for held frames, wakes in time."""
+        if not self.holds_starved_frames(request):
+            return None
+        step_ms = self.costs.lm_step_ms(max(1, len(self.requests)))
+        return next_chunk_slack_ns(request, 0, self.spec, self.costs, step_ms, self._startup_ns,
+                                   self._margin_ns) - step_ms * 1e6
 
     def _background_latency_ns(self, jobs: list[CodecJob]) -> float:
         limit = self.config.max_codec_batch

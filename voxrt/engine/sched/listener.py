@@ -1,7 +1,8 @@
-"""A simulated listener and the pinned-length rule (PURE: every time is passed in, in seconds on any one clock).
+"""A simulated listener, the pinned-length rule and the token stream of a simulated agent (PURE: every time is
+passed in, in seconds on any one clock).
 
-Shared by the load generator (`voxrt.loadgen`, which re-exports both) and the scheduler simulation
-(`sched/sim.py`): one statement of what a stall is, below both.
+Shared by the load generator (`voxrt.loadgen`, which re-exports them) and the scheduler simulation
+(`sched/sim.py`): one statement of what a stall is, and of how an agent's text is split, below both.
 
 The listener starts playing when the first audio arrives and plays in real time. Audio that arrives while
 the buffer still holds some is appended to it; audio that arrives after the buffer ran dry (before the last
@@ -12,6 +13,7 @@ at once. TTFA is from the request's start to its first audio.
 from __future__ import annotations
 
 import math
+import re
 
 CHARS_PER_AUDIO_S = 15.0
 FRAMES_PER_S = 12.5
@@ -22,6 +24,11 @@ PINNED_LENGTH_RULE = (f"frames = max(1, floor(len(text) / {CHARS_PER_AUDIO_S:g} 
 def pinned_frames(text: str) -> int:
     """The pinned output length of a workload text (`voxrt.loadgen.workload`'s docstring)."""
     return max(1, math.floor(len(text) / CHARS_PER_AUDIO_S * FRAMES_PER_S + 0.5))
+
+
+def llm_tokens(text: str) -> list[str]:
+    """An LLM-like token stream: each word with the whitespace before it (the last keeps what follows it)."""
+    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]
 
 
 class Listener:

@@ -37,6 +37,20 @@ class SchedulerConfig:
     max_prefill_deferral_ms: float = 100.0  # a new request's admission is deferred at most this long
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
     has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
+    # Requests admitted at once (running or starved of text): None = max_batch_size. Above max_batch_size a
+    # step decodes at most max_batch_size of them, in the order the policy hands to `decode` (the deadline
+    # policy: least slack first); a request whose text streams in slower than the LM reads it holds its place
+    # without decoding most steps, so a cap at one batch would leave the batch part empty.
+    max_live_requests: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_live_requests is not None and self.max_live_requests < self.max_batch_size:
+            raise ValueError(f"max_live_requests ({self.max_live_requests}) must be >= max_batch_size "
+                             f"({self.max_batch_size})")
+
+    @property
+    def live_cap(self) -> int:
+        return self.max_live_requests or self.max_batch_size
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,10 @@ class Failure:
 
 
 class Scheduler(abc.ABC):
+    # Live requests per batch slot a policy is built with when the engine config leaves it open
+    # (`EngineConfig.max_live_requests` None): 1 here; a policy that orders `decode` by urgency takes more.
+    default_live_per_batch = 1
+
     def __init__(self, spec: ProgramSpec, pages: PagePool, slots: SlotPool, build_prompt: PromptBuilder,
                  tokenize: Tokenizer, config: SchedulerConfig) -> None:
         self.spec = spec
@@ -238,7 +256,7 @@ class Scheduler(abc.ABC):
             num_frames = available if is_last else need
         elif available >= need:
             is_last, num_frames = False, need
-        elif (request.state is RequestState.STARVED or early) and available > 0:
+        elif (early or self._cuts_starved_at_once(request)) and available > 0:
             # the text ran out: decode what there is now rather than hold it until more text arrives, cut to a
             # size the codec runs as a graph (not last: no padding possible, the codec state must stay exact)
             is_last, num_frames = False, self.spec.largest_codec_size(available)
@@ -250,6 +268,32 @@ class Scheduler(abc.ABC):
         request.num_chunks += 1
         request.num_chunks_in_flight += 1
         return job
+
+    def _cuts_starved_at_once(self, request: Request) -> bool:
+        """Whether `next_chunk` cuts a starved request's frames short as soon as it starves. The rule here
+        (policies that do not know when the listener needs the audio): yes. A policy with deadlines holds
+        them (`holds_starved_frames`) and cuts them early when the next chunk would otherwise be late: text
+        streamed in slower than the LM consumes it starves a request after nearly every frame, and cutting
+        each time would make chunks of one or two frames (each codec launch recomputes its left context)."""
+        return request.state is RequestState.STARVED and not self.holds_starved_frames(request)
+
+    def holds_starved_frames(self, request: Request) -> bool:
+        """Whether the policy keeps a starved request's frames until its deadline calls for them (see
+        `_cuts_starved_at_once`; `starved_cut_ns` says when). No here."""
+        return False
+
+    def starved_cut_ns(self, request: Request) -> float | None:
+        """When the held frames of a starved request must be cut (`holds_starved_frames`), on the scheduler's
+        clock; None when they are not held."""
+        return None
+
+    def wake_ns(self) -> float | None:
+        """The earliest time some held frames must be cut (`starved_cut_ns`), so that an engine waiting for
+        commands wakes for it; None when nothing is held."""
+        times = [t for r in self.requests.values()
+                 if r.state is RequestState.STARVED and r.num_frames > r.num_frames_chunked
+                 and not r.num_chunks_in_flight and (t := self.starved_cut_ns(r)) is not None]
+        return min(times) if times else None
 
     def admission_prompt(self, request: Request) -> PromptTokens | None:
         """The prompt a waiting request would be prefilled with (built once, as `try_admit` does); None while
@@ -263,11 +307,13 @@ class Scheduler(abc.ABC):
 
     def admit(self, plan: StepPlan, candidates: Iterable[Request], num_running: int,
               may_admit: Callable[[Request, int], bool] | None = None) -> None:
-        """Prefills `candidates` in order (`try_admit`) while the batch has room and the step's prompt-token
-        budget lasts. `may_admit(request, prefill_tokens_so_far)` lets a policy hold one back this step."""
+        """Prefills `candidates` in order (`try_admit`) while the live requests stay under their cap
+        (`SchedulerConfig.live_cap`), the step's batch has room and its prompt-token budget lasts.
+        `may_admit(request, prefill_tokens_so_far)` lets a policy hold one back this step."""
         budget = self.config.max_prefill_tokens
         for request in candidates:
-            if num_running + len(plan.prefill) >= self.config.max_batch_size:
+            if (num_running + len(plan.prefill) >= self.config.live_cap
+                    or len(plan.prefill) >= self.config.max_batch_size):
                 break
             if may_admit is not None and not may_admit(request, self.config.max_prefill_tokens - budget):
                 continue
@@ -277,10 +323,14 @@ class Scheduler(abc.ABC):
                 plan.prefill.append(request)
 
     def decode(self, plan: StepPlan, running: list[Request]) -> None:
-        """One frame for every running request that can take one (`next_decode`). When nothing at all can run
-        because every candidate waits for a page and none is free, the newest is failed (never a hang)."""
+        """One frame for every running request that can take one (`next_decode`), in the order of `running`
+        until the step's batch is full (`max_batch_size`, with this step's prefills). When nothing at all can
+        run because every candidate waits for a page and none is free, the newest is failed (never a hang)."""
         blocked = []
+        room = self.config.max_batch_size - len(plan.prefill)
         for request in running:
+            if len(plan.decode) >= room:
+                break  # the rest decode in a later step
             if self._has_all_frames_planned(request):
                 continue  # its last frame is in flight: the stop comes with it
             item = self.next_decode(request)
@@ -330,13 +380,16 @@ class Scheduler(abc.ABC):
         self.fail(victim, "capacity", f"KV cache exhausted ({self.pages.num_pages} pages of "
                   f"{self.pages.page_size} tokens all in use); request stopped after {victim.num_frames} frames")
 
-    def has_work(self) -> bool:
+    def has_work(self, now_ns: float | None = None) -> bool:
         """False when every live request waits for text (a starved one only has work while it holds frames
-        not yet cut into a chunk)."""
+        not yet cut into a chunk, and, where the policy holds them, once they are due to be cut by `now_ns`:
+        None counts them as due)."""
         for r in self.requests.values():
             if r.state is RequestState.STARVED:
                 if r.num_frames > r.num_frames_chunked:
-                    return True
+                    cut_ns = self.starved_cut_ns(r)
+                    if cut_ns is None or now_ns is None or cut_ns <= now_ns or r.num_chunks_in_flight:
+                        return True
             elif r.state is not RequestState.WAITING or r.feed.token_ids or r.feed.is_final:
                 return True
         return False

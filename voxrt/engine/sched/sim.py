@@ -4,7 +4,8 @@ It runs a real policy, with real page and slot pools, against a simulated runtim
 that policies are compared in milliseconds of CPU without a GPU. What it models:
 
 - Arrivals: Poisson at `rate` requests/s for `duration_s`; each request's whole text arrives with it (final),
-  its output length pinned from the text as the load generator pins it (15 characters per audio second at
+  or, with `tokens_per_s`, as an agent streams it (`llm_tokens`: a word at a time, the first at arrival, the
+  last marked final), its output length pinned from the text as the load generator pins it (15 characters per audio second at
   12.5 frames/s: `pinned_frames`). A fake tokenizer (one token per word) and prompt builder (`PROMPT_TOKENS`
   positions) stand in for the model's.
 - The time-shared runtime (`has_lanes=False`: the CPU, `--lanes off`): a step is the LM step,
@@ -29,6 +30,7 @@ holds two requests' launches at once (`SimResult.codec_errors`).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import random
 import re
@@ -42,7 +44,7 @@ from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob, Program
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, PromptTokens, Request
 from voxrt.engine.sched.scheduler import Scheduler, SchedulerConfig
-from voxrt.engine.sched.listener import Listener, pinned_frames  # 15 characters per audio second at 12.5 frames/s
+from voxrt.engine.sched.listener import Listener, llm_tokens, pinned_frames  # 15 characters per audio second at 12.5 frames/s
 
 TTFA_SLO_MS = 200.0
 PROMPT_TOKENS = 8
@@ -146,12 +148,15 @@ class _Batch:
 
 def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs: CostModel | None = None,
              has_lanes: bool = False, lm_share: float = 0.9, bg_share: float = 0.3, texts: list[str] | None = None,
-             config: SchedulerConfig | None = None, spec: ProgramSpec = SIM_SPEC, report_ms: float = 100.0
-             ) -> SimResult:
+             config: SchedulerConfig | None = None, spec: ProgramSpec = SIM_SPEC, report_ms: float = 100.0,
+             tokens_per_s: float | None = None) -> SimResult:
     """Runs `policy_name` under Poisson load (`rate` requests/s for `duration_s`, arrivals seeded) until every
-    request is done. `texts` are used in turn (default: `synthetic_texts`). Deterministic for a seed."""
+    request is done. `texts` are used in turn (default: `synthetic_texts`), whole or streamed at
+    `tokens_per_s` (None: whole). Deterministic for a seed."""
     if not (0 < lm_share <= 1 and 0 < bg_share <= 1):
         raise ValueError(f"shares must be in (0, 1], got lm_share={lm_share}, bg_share={bg_share}")
+    if tokens_per_s is not None and not tokens_per_s > 0:
+        raise ValueError(f"tokens_per_s must be > 0 (or None: whole texts), got {tokens_per_s}")
     rng = random.Random(seed)
     arrivals: list[int] = []
     t_s = rng.expovariate(rate) if rate > 0 else math.inf
@@ -166,7 +171,7 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
     sim = _Engine(sched, [(t, f"r{i}", pool[i % len(pool)]) for i, t in enumerate(arrivals)], has_lanes,
-                  lm_share, bg_share, round(report_ms * 1e6))
+                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s)
     sim.run()
     return SimResult(policy=policy_name, rate=rate, has_lanes=has_lanes, records=list(sim.records.values()),
                      scheduler=sched, num_steps=sim.num_steps, end_ns=sim.now, codec_errors=sim.codec_errors)
@@ -176,7 +181,7 @@ class _Engine:
     """The simulated runtime and listeners around one scheduler."""
 
     def __init__(self, sched: Scheduler, arrivals: list[tuple[int, str, str]], has_lanes: bool, lm_share: float,
-                 bg_share: float, report_ns: int) -> None:
+                 bg_share: float, report_ns: int, tokens_per_s: float | None = None) -> None:
         self.sched = sched
         self.costs = sched.costs
         self.arrivals = arrivals  # (arrival_ns, request id, text), in time order
@@ -185,6 +190,9 @@ class _Engine:
         self.lm_share = lm_share
         self.bg_share = bg_share
         self.report_ns = report_ns
+        self.token_gap_ns = None if tokens_per_s is None else round(1e9 / tokens_per_s)
+        self.text_due: list[tuple[int, int, str, str, bool]] = []  # heap: (due, seq, request id, piece, final)
+        self.num_text_pieces = 0
         self.now = 0
         self.num_steps = 0
         self.records: dict[str, SimRecord] = {}
@@ -203,7 +211,8 @@ class _Engine:
 
     def run(self) -> None:
         limit_ns = (self.arrivals[-1][0] if self.arrivals else 0) + round(3600e9)
-        while self.next_arrival < len(self.arrivals) or self.sched.requests or any(self.lanes.values()):
+        while (self.next_arrival < len(self.arrivals) or self.sched.requests or any(self.lanes.values())
+               or self.text_due):
             if self.now > limit_ns:
                 raise SimulationStuck(f"not done an hour of simulated time after the last arrival: "
                                       f"{[(r.request_id, r.state.name) for r in self.sched.requests.values()]}")
@@ -270,6 +279,11 @@ class _Engine:
         times = [batch.end_ns for queue in self.lanes.values() for batch in queue[:1]]
         if self.next_arrival < len(self.arrivals):
             times.append(self.arrivals[self.next_arrival][0])
+        if self.text_due:
+            times.append(self.text_due[0][0])
+        wake_ns = self.sched.wake_ns()  # frames a policy holds for a deadline
+        if wake_ns is not None:
+            times.append(math.ceil(wake_ns))
         later = [t for t in times if t > self.now]
         if later:
             self.now = min(later)
@@ -292,9 +306,17 @@ class _Engine:
             self.next_arrival += 1
             frames = pinned_frames(text)
             self.sched.add(request_id, "voice", SamplingParams(num_frames=frames), arrival_ns)
-            self.sched.append_text(request_id, text, True)
             self.records[request_id] = SimRecord(request_id, arrival_ns, len(text), frames)
             self.listeners[request_id] = Listener(arrival_ns / 1e9)
+            pieces = [text] if self.token_gap_ns is None else llm_tokens(text)
+            for i, piece in enumerate(pieces):
+                heapq.heappush(self.text_due, (arrival_ns + i * (self.token_gap_ns or 0), self.num_text_pieces,
+                                               request_id, piece, i == len(pieces) - 1))
+                self.num_text_pieces += 1
+        while self.text_due and self.text_due[0][0] <= self.now:
+            _, _, request_id, piece, is_final = heapq.heappop(self.text_due)
+            if request_id in self.sched.requests:  # (a failed request's later text goes nowhere)
+                self.sched.append_text(request_id, piece, is_final)
 
     def _observe_lanes(self) -> None:
         """Launches completed by now, in the order they completed: audio out, `complete_codec`, lane free."""

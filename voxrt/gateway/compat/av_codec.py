@@ -13,8 +13,17 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import av
 import numpy as np
+
+try:
+    import av
+except ImportError:  # PyAV is a dependency, but a bare image (the GPU bench machine) may lack it: then only
+    av = None  # the containers fail, with a clear error, and the rest of the gateway serves
+
+
+def _require_av() -> None:
+    if av is None:
+        raise RuntimeError("compressed audio formats need PyAV (pip install av); it is not installed")
 
 # format -> (muxer, codec, output sample rate or None for the input's, bit rate)
 CONTAINER_FORMATS = {
@@ -48,6 +57,7 @@ class ContainerEncoder:
     def __init__(self, fmt: str, in_rate: int, *, out_rate: int | None = None, bit_rate: int | None = None) -> None:
         if fmt not in CONTAINER_FORMATS:
             raise ValueError(f"unknown container format {fmt!r}; known: {sorted(CONTAINER_FORMATS)}")
+        _require_av()
         muxer, codec, fixed_rate, default_bit_rate = CONTAINER_FORMATS[fmt]
         rate = out_rate or fixed_rate or in_rate
         if fmt == "mp3" and rate not in MP3_RATES:
@@ -111,6 +121,7 @@ class TimeStretcher:
     """Tempo change by `speed` (2.0 = twice as fast, half as long), pitch kept; float32 mono in and out."""
 
     def __init__(self, sample_rate: int, speed: float) -> None:
+        _require_av()
         self.sample_rate, self.speed = sample_rate, speed
         self._graph = av.filter.Graph()
         src = self._graph.add_abuffer(format="flt", sample_rate=sample_rate, layout="mono",
