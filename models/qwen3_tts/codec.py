@@ -196,9 +196,17 @@ class Qwen3TTSCodec(nn.Module):
         x = self.pre_transformer(x.transpose(1, 2), carry).transpose(1, 2)  # [B, latent, T]
         for stage in self.upsample:
             x = stage(x, carry)  # [B, latent, T * r]
-        for layer in self.decoder:
-            x = layer(x, carry)  # ... -> [B, 1, T * samples_per_frame]
+        *blocks, act, conv = self.decoder
+        for layer in blocks:
+            x = layer(x, carry)
+        x = conv(x, carry, act=act)  # the last SnakeBeta into the last conv's padded input: [B, 1, T * spf]
         return x.squeeze(1).clamp(min=-1, max=1).float()
+
+    def set_kernel_impl(self, impl: str) -> None:
+        """"triton": SnakeBeta as one kernel each (on CUDA); "torch": the reference's ops."""
+        for module in self.modules():
+            if isinstance(module, SnakeBeta):
+                module.impl = impl
 
 
 def _listing(kind: str, keys: list[str], limit: int = 10) -> str:

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxrt.engine.runtime.kernels.snake import snake_beta
+
 
 class Carry:
     """The state rows of one streaming call (already gathered for the batch's slots): layers `take` their
@@ -67,14 +69,27 @@ class CausalConv(StatefulLayer):
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"": (self.conv.in_channels, self.context)} if self.context else {}
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:  # [B, C, T] -> [B, C', T]
+    def forward(self, x: torch.Tensor, carry: Carry | None = None, act: SnakeBeta | None = None
+                ) -> torch.Tensor:  # [B, C, T] -> [B, C', T]
+        """`act`: the activation before the conv (conv(act(x))), written straight into the conv's padded
+        input, behind the carried context, instead of into a tensor of its own that is then concatenated."""
         if self.context == 0:
-            return self.conv(x)
-        if carry is None:
+            return self.conv(x if act is None else act(x))
+        if carry is None and act is None:
             return self.conv(F.pad(x, (self.context, 0)))
-        x = torch.cat([carry.take(self.state_key).to(x.dtype), x], dim=-1)  # [B, C, context + T]
-        carry.give(self.state_key, last_entries(x, self.context))
-        return self.conv(x)
+        batch, channels, time = x.shape
+        padded = x.new_empty(batch, channels, self.context + time)  # [B, C, context + T]
+        if carry is None:
+            padded[..., : self.context].zero_()  # the reference's zero left padding
+        else:
+            padded[..., : self.context].copy_(carry.take(self.state_key))
+        if act is None:
+            padded[..., self.context :].copy_(x)
+        else:
+            act(x, out=padded[..., self.context :])
+        if carry is not None:
+            carry.give(self.state_key, last_entries(padded, self.context))
+        return self.conv(padded)
 
 
 class CausalTransConv(StatefulLayer):
@@ -95,26 +110,34 @@ class CausalTransConv(StatefulLayer):
             return self.conv(x)  # kernel == stride: frames do not overlap, nothing to trim or carry
         if carry is None:
             return self.conv(x)[..., :num_out]
-        # Overlap-add: the previous inputs' contributions (the tail) plus this chunk's, bias added once.
+        # Overlap-add: the previous inputs' contributions (the tail) plus this chunk's, bias added once, in
+        # place (the tail handed on is the part past num_out, which the bias add does not touch).
         full = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)  # [B, C', T*s + overlap]
-        tail = carry.take(self.state_key).to(full.dtype)  # [B, C', overlap]
-        full = torch.cat([full[..., : self.overlap] + tail, full[..., self.overlap :]], dim=-1)
+        full[..., : self.overlap] += carry.take(self.state_key).to(full.dtype)  # [B, C', overlap]
         carry.give(self.state_key, full[..., num_out:])
-        return full[..., :num_out] + self.conv.bias[:, None]
+        return full[..., :num_out].add_(self.conv.bias[:, None])
 
 
 class SnakeBeta(nn.Module):
-    """x + 1 / (exp(beta) + 1e-9) * sin(x * exp(alpha))^2, per channel (log-scale parameters)."""
+    """x + 1 / (exp(beta) + 1e-9) * sin(x * exp(alpha))^2, per channel (log-scale parameters). `impl`
+    "triton" runs it as one kernel (voxrt/engine/runtime/kernels/snake.py, float32 inside); "torch" is the
+    reference's ops."""
+
+    impl = "torch"
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:  # [B, C, T]
-        alpha = self.alpha.exp()[:, None]  # [C, 1]
-        beta = self.beta.exp()[:, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+    def forward(self, x: torch.Tensor, carry: Carry | None = None, out: torch.Tensor | None = None
+                ) -> torch.Tensor:  # [B, C, T]
+        if self.impl == "torch":
+            alpha = self.alpha.exp()[:, None]  # [C, 1]
+            beta = self.beta.exp()[:, None]
+            y = x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+            return y if out is None else out.copy_(y)
+        return snake_beta(x, self.alpha.float().exp(), 1.0 / (self.beta.float().exp() + 1e-9), self.impl, out)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -147,7 +170,7 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv(dim, dim, 1)
 
     def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:  # [B, C, T]
-        return x + self.conv2(self.act2(self.conv1(self.act1(x), carry)), carry)
+        return x + self.conv2(self.conv1(x, carry, act=self.act1), carry, act=self.act2)
 
 
 class DecoderBlock(nn.Module):

@@ -99,10 +99,16 @@ class Qwen3TTSProgram(ModelProgram):
         check_impl(impl)
         if path == "auto":
             path = "fused" if impl == "triton" else "reference"
+        set_codec_impl = getattr(self.codec, "set_kernel_impl", None)  # (tests may hand in a stand-in codec)
         if path == "reference":
             self.fused = None
+            if set_codec_impl is not None:
+                set_codec_impl("torch")
             return path
         from voxrt.models.qwen3_tts.fused import FusedTalker  # noqa: PLC0415
+
+        if set_codec_impl is not None:
+            set_codec_impl(impl)  # the codec's SnakeBeta kernels go with the fused path
 
         self.fused = FusedTalker(self.talker, impl, gemm_impl)
         log.info("qwen3-tts: fused frame path (%s kernels; folded projections and lookup tables: %.0f MB beside "

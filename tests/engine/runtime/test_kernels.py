@@ -276,3 +276,31 @@ def test_gemv_takes_the_products_it_measured_faster_on():
     assert prefers_gemv(1, 12288, 2048) and prefers_gemv(1, 4096, 1024)
     assert prefers_gemv(2, 1024, 2048) and prefers_gemv(2, 1024, 3072) and not prefers_gemv(2, 4096, 1024)
     assert prefers_gemv(4, 1024, 2048) and not prefers_gemv(4, 1024, 3072) and not prefers_gemv(8, 1024, 2048)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_snake_beta_equals_the_codec_layers_math(dtype):
+    from voxrt.engine.runtime.kernels.snake import snake_beta  # noqa: PLC0415
+    from voxrt.models.qwen3_tts.codec_layers import SnakeBeta  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(3)
+    layer = SnakeBeta(6)
+    with torch.no_grad():
+        layer.alpha.copy_(torch.randn(6, generator=g) * 0.5)
+        layer.beta.copy_(torch.randn(6, generator=g) * 0.5)
+    x = (torch.randn(3, 6, 1500, generator=g) * 2).to(dtype)  # more than one 1024-sample block a row
+    with torch.no_grad():
+        expected = layer(x.float()).to(dtype)  # float32 math, rounded once: what the kernel computes
+    alpha, inv_beta = layer.alpha.float().exp(), 1.0 / (layer.beta.float().exp() + 1e-9)
+    # the torch ops round after each of five ops in bfloat16 (loose); the kernel once (an ulp: the interpreter
+    # truncates where the GPU rounds)
+    torch.testing.assert_close(snake_beta(x, alpha, inv_beta, "torch"), expected, **_tol(dtype, loose=True))
+    torch.testing.assert_close(snake_beta(x, alpha, inv_beta, "triton"), expected, **_tol(dtype))
+    # into a strided view: a conv's padded input, behind 4 columns of context that stay untouched
+    padded = torch.full((3, 6, 4 + 1500), 7.0, dtype=dtype)
+    out = snake_beta(x, alpha, inv_beta, "triton", out=padded[..., 4:])
+    assert out.data_ptr() == padded[..., 4:].data_ptr()
+    torch.testing.assert_close(padded[..., 4:], expected, **_tol(dtype))
+    assert bool((padded[..., :4] == 7.0).all())
+    with pytest.raises(ValueError, match="alpha"):
+        snake_beta(x, alpha[:3], inv_beta, "triton")

@@ -223,3 +223,26 @@ def test_released_config_streams_without_host_syncs():
     codes = torch.zeros(3, 4, 16, dtype=torch.long, device="meta")
     audio = codec.decode_stream(codes, torch.tensor([0, 8, 8], device="meta"), state)
     assert audio.shape == (3, 4 * 1920) and audio.dtype == torch.float32
+
+
+@pytest.fixture
+def triton_codec(codec):
+    """The same codec with its SnakeBeta as Triton kernels (Triton's interpreter on the CPU)."""
+    codec.set_kernel_impl("triton")
+    try:
+        yield codec
+    finally:
+        codec.set_kernel_impl("torch")
+
+
+def test_triton_snake_codec_offline_equals_reference_forward(ref, triton_codec):
+    codes = _codes(2, 12, seed=5)
+    assert all(m.impl == "triton" for m in triton_codec.modules() if type(m).__name__ == "SnakeBeta")
+    torch.testing.assert_close(triton_codec.decode_offline(codes), _ref_decode(ref, codes), atol=ATOL, rtol=0)
+
+
+def test_triton_snake_codec_streams_equal_to_offline(triton_codec):
+    codes = _codes(1, 12, seed=6)
+    state = triton_codec.new_state(3, "cpu", torch.float32)
+    torch.testing.assert_close(_stream(triton_codec, codes, (2, 4, 1, 5), 1, state),
+                               triton_codec.decode_offline(codes), atol=ATOL, rtol=0)

@@ -1,0 +1,129 @@
+"""The Qwen3-TTS 12 Hz codec on the GPU (issue 14): accuracy and chunk time of each kernel choice.
+
+    python bench/gpu_codec.py --checkpoint /tmp/q17 --out DIR
+
+Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-checkpoint`). Variants:
+  torch-fp32      the reference's ops in float32 (the accuracy reference)
+  torch-bf16      the reference's ops in bfloat16 (what the engine ran before SnakeBeta was fused)
+  triton-bf16     SnakeBeta as one Triton kernel each, written into the next conv's padded input; bfloat16
+  triton-bf16-cudnn  the same with cudnn.benchmark (cuDNN picks its conv algorithms by timing them)
+Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
+streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
+a CUDA graph per (frames, batch), median of 20 replays, the whole GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from voxrt.models.qwen3_tts.codec import load_codec
+from voxrt.models.qwen3_tts.loader import codec_dir
+
+SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16)]
+VARIANTS = [("torch-fp32", "torch", torch.float32, False), ("torch-bf16", "torch", torch.bfloat16, False),
+            ("triton-bf16", "triton", torch.bfloat16, False), ("triton-bf16-cudnn", "triton", torch.bfloat16, True)]
+
+
+def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
+    noise = (got.float() - ref.float()).pow(2).mean().item()
+    return float("inf") if noise == 0 else 10 * torch.log10(ref.float().pow(2).mean() / noise).item()
+
+
+def graph_ms(codec, frames: int, batch: int, dtype: torch.dtype, device: str, iters: int = 20) -> float:
+    state = codec.new_state(batch + 1, device, dtype)
+    codes = torch.randint(0, codec.cfg.codebook_size, (batch, frames, codec.num_quantizers), device=device)
+    slots = torch.arange(batch, device=device)
+    if device == "cpu":  # a dry run of the script: eager, wall time
+        start = time.perf_counter()
+        codec.decode_stream(codes, slots, state)
+        return (time.perf_counter() - start) * 1e3
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up (and cuDNN's benchmark) outside the capture
+            codec.decode_stream(codes, slots, state)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        codec.decode_stream(codes, slots, state)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--checkpoint", default=None)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run (eager, TRITON_INTERPRET=1 for triton)")
+    ap.add_argument("--codec-dir", default=None, help="a codec directory instead of the checkpoint's")
+    args = ap.parse_args()
+    dev = args.device
+    directory = Path(args.codec_dir) if args.codec_dir else codec_dir(Path(args.checkpoint))
+    base = load_codec(directory, dev).eval()
+    gen = torch.Generator(device=dev).manual_seed(0)
+    codes = torch.randint(0, base.cfg.codebook_size, (2, 30, base.num_quantizers), device=dev, generator=gen)
+    results = {"device": torch.cuda.get_device_name() if dev == "cuda" else dev, "torch": torch.__version__,
+               "accuracy": [], "time": []}
+    reference = None
+    ok = True
+    for name, impl, dtype, cudnn_bench in VARIANTS:
+        torch.backends.cudnn.benchmark = cudnn_bench
+        codec = load_codec(directory, dev).to(dtype).eval()
+        codec.set_kernel_impl(impl)
+        with torch.inference_mode():
+            offline = codec.decode_offline(codes)
+            if reference is None:
+                reference = offline
+            state = codec.new_state(2, dev, dtype)
+            parts, start = [], 0
+            for size in (2, 4, 8, 16):
+                parts.append(codec.decode_stream(codes[:, start : start + size], torch.arange(2, device=dev), state))
+                start += size
+            streamed = torch.cat(parts, dim=1)
+            row = dict(variant=name, max_abs_vs_fp32=round((offline - reference).abs().max().item(), 5),
+                       snr_db_vs_fp32=round(snr_db(reference, offline), 1),
+                       stream_vs_offline_max_abs=round((streamed - offline).abs().max().item(), 5),
+                       rms=round(reference.float().pow(2).mean().sqrt().item(), 4))
+            results["accuracy"].append(row)
+            print("accuracy", row, flush=True)
+            ok = ok and row["snr_db_vs_fp32"] > 20
+            for frames, batch in SHAPES:
+                ms = graph_ms(codec, frames, batch, dtype, dev)
+                results["time"].append(dict(variant=name, frames=frames, batch=batch, chunk_ms=round(ms, 3)))
+                print(f"time {name:>18} frames {frames:>2} batch {batch:>2}: {ms:8.3f} ms", flush=True)
+        del codec
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = False
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "codec.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    print("\n== codec chunk ms (CUDA graph, whole GPU)")
+    names = [v[0] for v in VARIANTS]
+    print(f"{'frames':>6} {'batch':>5} " + " ".join(f"{n:>18}" for n in names))
+    for frames, batch in SHAPES:
+        cells = {r["variant"]: r["chunk_ms"] for r in results["time"] if (r["frames"], r["batch"]) == (frames, batch)}
+        print(f"{frames:>6} {batch:>5} " + " ".join(f"{cells[n]:>18.3f}" for n in names))
+    print("targets (issue 14): 25 frames x 16 <= 15 ms, 2 frames x 1 <= 1.5 ms")
+    print(f"accuracy {'OK' if ok else 'LOW'} (every variant above 20 dB SNR against float32)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
