@@ -37,6 +37,38 @@ from voxrt.loadgen.chaos import DROP_POINTS, FuzzStats, canary, disconnect, fuzz
 from voxrt.protocol.config import Limits
 
 
+class UnraisableRecorder:
+    """A `sys.unraisablehook` that keeps what a failing finalizer raised, to report it later. It may run deep in
+    the stack (the 2026-12-01 full run: the default hook itself hit the recursion limit, so what failed was never
+    printed), so it only keeps references (at most `limit`) and formats them in `report()`, at a shallow stack."""
+
+    def __init__(self, limit: int = 50) -> None:
+        self.limit, self.count, self.kept = limit, 0, []
+
+    def __call__(self, unraisable) -> None:
+        self.count += 1
+        if len(self.kept) < self.limit:
+            self.kept.append((unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback,
+                              unraisable.err_msg, unraisable.object))
+
+    def report(self) -> dict:
+        import traceback  # noqa: PLC0415
+
+        seen: dict[str, int] = {}
+        for exc_type, exc_value, tb, err_msg, obj in self.kept:
+            frames = traceback.extract_tb(tb) if tb is not None else []
+            where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in frames[-6:][::-1])
+            try:
+                what = repr(obj)[:160]
+            except Exception:  # noqa: BLE001
+                what = type(obj).__name__
+            key = f"{getattr(exc_type, '__name__', exc_type)}: {str(exc_value)[:160]} | {err_msg} | {what} | {where}"
+            seen[key] = seen.get(key, 0) + 1
+        self.kept.clear()
+        count, self.count = self.count, 0
+        return {"count": count, "kinds": seen}
+
+
 def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -231,6 +263,8 @@ def main() -> int:
     summary: dict = {"command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]), "args": vars(args),
                      "cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
     phases = args.phases.split(",")
+    unraisable = UnraisableRecorder()
+    sys.unraisablehook = unraisable
     with Bench(args) as b:
         time.sleep(1)
         baseline = b.resources()["tasks"]
@@ -247,6 +281,7 @@ def main() -> int:
             else:
                 raise SystemExit(f"unknown phase {name}")
             result["resources_after"] = b.settle(baseline)
+            result["unraisable"] = unraisable.report()  # exceptions of finalizers during the phase
             result["wall_s"] = round(time.monotonic() - t0, 1)
             summary[name] = result
             print(json.dumps({name: result}), flush=True)
