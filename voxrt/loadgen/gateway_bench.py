@@ -52,13 +52,16 @@ REPORT_EVERY_S = 0.1
 
 # ---- the clients (one process runs many sessions) ---------------------------------------------------------------
 
-async def _session(url: str, frames: int, stop_at: float, start_delay_s: float, totals: dict) -> None:
+async def _session(url: str, frames: int, stop_at: float, start_delay_s: float, totals: dict,
+                   lead_ms: int | None = None) -> None:
     import websockets  # noqa: PLC0415
 
     await asyncio.sleep(start_delay_s)
     async with websockets.connect(url, max_size=None) as ws:  # offers permessage-deflate, as browsers do
-        await ws.send(json.dumps({"type": "session.start",
-                                  "output": {"codec": "opus", "sample_rate": 48000, "frame_ms": FRAME_MS}}))
+        start = {"type": "session.start", "output": {"codec": "opus", "sample_rate": 48000, "frame_ms": FRAME_MS}}
+        if lead_ms is not None:
+            start["pacing"] = {"mode": "realtime", "lead_ms": lead_ms}
+        await ws.send(json.dumps(start))
         json.loads(await ws.recv())
         turn = 0
         while time.monotonic() < stop_at:
@@ -102,13 +105,13 @@ async def _report(ws, cid: str, listener: Listener) -> None:
 
 
 async def _clients(url: str, num_sessions: int, frames: int, ramp_s: float, run_s: float, window: tuple[float, float],
-                   seed: int) -> dict:
+                   seed: int, lead_ms: int | None = None) -> dict:
     totals = {"frames": 0, "contexts": 0, "stalls": 0, "stall_ms": 0.0, "ttfa": MsHistogram(), "errors": 0}
     monitor = LoopLagMonitor()
     monitor.start()
     rng = random.Random(seed)
     stop_at = time.monotonic() + run_s
-    tasks = [asyncio.create_task(_session(url, frames, stop_at, rng.uniform(0, ramp_s), totals))
+    tasks = [asyncio.create_task(_session(url, frames, stop_at, rng.uniform(0, ramp_s), totals, lead_ms))
              for _ in range(num_sessions)]
     start_s = time.monotonic()
     await asyncio.sleep(max(0.0, start_s + window[0] - time.monotonic()))
@@ -275,7 +278,8 @@ def run_point(num_sessions: int, args) -> dict:
                for i in range(args.client_procs)]
         for i, n in enumerate(per):
             p = ctx.Process(target=_client_main, args=((url, n, args.frames, args.ramp, run_s, window, args.seed + i,
-                                                        (args.client_cpus, args.nice)), queue), daemon=True)
+                                                        args.lead_ms, (args.client_cpus, args.nice)), queue),
+                            daemon=True)
             p.start()
             procs.append(p)
         t0 = time.monotonic()
@@ -360,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-cpus", default=None, help="pin the stand-in engine process (default: the client "
                    "cores, so it does not share the gateway's)")
     p.add_argument("--jitter-bound-ms", type=float, default=5.0)
+    p.add_argument("--lead-ms", type=int, default=None, help="the sessions' pacing lead_ms (default: the server's, "
+                   "300): how much audio a context's first chunk releases at once")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--nice", type=int, default=0, help="niceness increment for the gateway and the clients "
                    "(negative, as root, keeps other work on a shared machine from preempting them)")
