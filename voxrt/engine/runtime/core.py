@@ -124,9 +124,11 @@ class EngineCore:
             scheduler_type=config.scheduler_type, frame_path=self.runner.frame_path)
         self.num_steps = 0
         self.num_failed_steps = 0
-        log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens",
+        log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens, "
+                 "%s LM loop, %s policy: up to %d live requests, %d decoded a step",
                  program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
-                 num_pages, config.page_size)
+                 num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
+                 config.scheduler_type, max_live, config.max_batch_size)
 
     @staticmethod
     def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, max_live: int) -> int:
