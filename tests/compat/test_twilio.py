@@ -96,13 +96,13 @@ def control_url(live, call_id: str) -> str:
 def test_call_gets_paced_mulaw_marks_move_deadlines_clear_on_barge_in_nothing_after_stop(live):
     playback_reports = []
     engine = live.state.engine
-    original = engine.set_playback
+    original = engine.set_playback_nowait  # what a context calls for each playback report
 
-    async def spy(request_id, played_samples, *args, **kwargs):
+    def spy(request_id, played_samples, *args, **kwargs):
         playback_reports.append((request_id, played_samples))
-        return await original(request_id, played_samples, *args, **kwargs)
+        return original(request_id, played_samples, *args, **kwargs)
 
-    engine.set_playback = spy
+    engine.set_playback_nowait = spy
 
     async def scenario():
         peer = await TwilioPeer.dial(live, "call-1")
@@ -173,7 +173,7 @@ def test_call_gets_paced_mulaw_marks_move_deadlines_clear_on_barge_in_nothing_af
     try:
         run(scenario(), timeout_s=240)
     finally:
-        engine.set_playback = original
+        engine.set_playback_nowait = original
     # marks became playback reports for the engine's deadlines, played positions rising within a context
     assert len(playback_reports) >= 3
     by_request: dict = {}

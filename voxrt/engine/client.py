@@ -162,6 +162,12 @@ class EngineClient:
 
     async def set_playback(self, request_id: str, played_samples: int, anchor_ns: int | None = None,
                            is_stalled: bool = False) -> None:
+        self.set_playback_nowait(request_id, played_samples, anchor_ns, is_stalled)
+
+    def set_playback_nowait(self, request_id: str, played_samples: int, anchor_ns: int | None = None,
+                            is_stalled: bool = False) -> None:
+        """`set_playback` as a plain call (it never waits): for callers on the event loop that must not leave a
+        task behind, whose exception nobody would retrieve. Raises what `set_playback` raises."""
         self._known(request_id)
         self._send(SetPlayback(request_id, played_samples, anchor_ns or time.monotonic_ns(), is_stalled))
 

@@ -139,8 +139,13 @@ class ContextRunner:
             # next chunk, so the listener runs dry that much earlier: count it as played for the engine.
             played_ms = self.clock.played_ms(now) + self.encoder.held_ms
             played_samples = int(played_ms * self.engine.info.sample_rate / 1000)
-            asyncio.ensure_future(self.engine.set_playback(self.request_id, played_samples, time.monotonic_ns(),
-                                                           self.clock.is_stalled(now)))
+            # A plain call, not a task: a task per report whose EngineError (the engine died, the request
+            # ended) nobody retrieved was logged, or failed in its finalizer, long after.
+            try:
+                self.engine.set_playback_nowait(self.request_id, played_samples, time.monotonic_ns(),
+                                                self.clock.is_stalled(now))
+            except EngineError as exc:  # the request is gone: the pump reports it
+                log.debug("context %s: playback not delivered: %s", self.context_id, exc.code)
 
     # ---- audio out -----------------------------------------------------------------------------------------
 
