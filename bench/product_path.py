@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from voxrt.loadgen.sweep import grid_capacity  # noqa: E402
 from voxrt.timing import MsHistogram  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -153,16 +154,6 @@ PATHS = (("direct", "engine-direct, whole text", None), ("ws-whole", "WebSocket,
          ("ws-tokens", "WebSocket, tokens", "ttfa-tokens"))
 
 
-def _capacity(points: list[dict], threshold: float = 0.9) -> float | None:
-    """The grid reading (voxrt/loadgen/sweep.py): the highest rate meeting `threshold` with every lower one too."""
-    best = None
-    for point in sorted(points, key=lambda p: p["rate"]):
-        if point["attainment"] < threshold:
-            break
-        best = point["rate"]
-    return best
-
-
 def paths(runs: Path) -> None:
     """One line per path: attainment at each rate, the capacity on the grid (90% attainment), TTFA p50/p99 at
     1 req/s (the path's own 1 req/s point, else its `ttfa-*` run); then the issue's three comparisons."""
@@ -176,7 +167,7 @@ def paths(runs: Path) -> None:
         if at_one is None and ttfa_tag and (runs / ttfa_tag / "summary.json").exists():
             at_one = next(iter(json.loads((runs / ttfa_tag / "summary.json").read_text()).get("points", [])), None)
         loaded = [p for p in points if p["rate"] != 1] or points
-        rows[tag] = {"label": label, "points": loaded, "capacity": _capacity(points), "at_one": at_one}
+        rows[tag] = {"label": label, "points": loaded, "capacity": grid_capacity(points, 0.9), "at_one": at_one}
     if not rows:
         print("no path ran (no summary.json under the runs)")
         return

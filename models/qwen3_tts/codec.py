@@ -206,7 +206,7 @@ class Qwen3TTSCodec(nn.Module):
         """"triton": SnakeBeta as one kernel each (on CUDA); "torch": the reference's ops."""
         for module in self.modules():
             if isinstance(module, SnakeBeta):
-                module.impl = impl
+                module.set_impl(impl)
 
 
 def _listing(kind: str, keys: list[str], limit: int = 10) -> str:

@@ -137,7 +137,16 @@ class SnakeBeta(nn.Module):
             beta = self.beta.exp()[:, None]
             y = x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
             return y if out is None else out.copy_(y)
-        return snake_beta(x, self.alpha.float().exp(), 1.0 / (self.beta.float().exp() + 1e-9), self.impl, out)
+        return snake_beta(x, self.alpha_exp, self.inv_beta, self.impl, out)
+
+    def set_impl(self, impl: str) -> None:
+        """Picks the implementation; a kernel one gets exp(alpha) and 1 / (exp(beta) + 1e-9) computed here, once
+        (in float32, as buffers that move with the module), not in every call."""
+        self.impl = impl
+        if impl != "torch":
+            with torch.no_grad():
+                self.register_buffer("alpha_exp", self.alpha.detach().float().exp(), persistent=False)
+                self.register_buffer("inv_beta", 1.0 / (self.beta.detach().float().exp() + 1e-9), persistent=False)
 
 
 class ConvNeXtBlock(nn.Module):

@@ -35,6 +35,16 @@ CONTAINER_FORMATS = {
 MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
+def _mono_frame(pcm: np.ndarray, rate: int, pts: int):
+    """float32 mono PCM as an FFmpeg frame stamped `pts` samples into its stream."""
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm, dtype=np.float32).reshape(1, -1),
+                                       format="flt", layout="mono")
+    frame.sample_rate = rate
+    frame.pts = pts
+    frame.time_base = Fraction(1, rate)
+    return frame
+
+
 class _Sink:
     """A write-only, non-seekable file for the muxer; `take()` returns what was written since the last call."""
 
@@ -80,11 +90,7 @@ class ContainerEncoder:
         if self.is_finished:
             raise RuntimeError("push after finish")
         if len(pcm):
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm, dtype=np.float32).reshape(1, -1),
-                                               format="flt", layout="mono")
-            frame.sample_rate = self.in_rate
-            frame.pts = self._num_samples_in
-            frame.time_base = Fraction(1, self.in_rate)
+            frame = _mono_frame(pcm, self.in_rate, self._num_samples_in)
             self._num_samples_in += len(pcm)
             self._encode(self._resampler.resample(frame))
         return self._sink.take()
@@ -144,11 +150,7 @@ class TimeStretcher:
             raise RuntimeError("push after finish")
         if not len(pcm):
             return np.zeros(0, np.float32)
-        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm, dtype=np.float32).reshape(1, -1),
-                                           format="flt", layout="mono")
-        frame.sample_rate = self.sample_rate
-        frame.pts = self._pts
-        frame.time_base = Fraction(1, self.sample_rate)
+        frame = _mono_frame(pcm, self.sample_rate, self._pts)
         self._pts += len(pcm)
         self._graph.push(frame)
         return self._pull()
