@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 21, "the product path", in one GPU call: where the WebSocket path loses against engine-direct.
 # Qwen3-TTS-1.7B (full-size random checkpoint, fused frame path), deadline scheduler with lanes (codec lane
-# SPLIT SMs, as the 2026-11-29 runs), LibriTTS test-clean, Poisson arrivals, lengths pinned, the same seed and
+# SPLIT SMs when set, e.g. SPLIT=32 as the 2026-11-29 / 2026-12-01 runs; unset: the engine's default split),
+# LibriTTS test-clean, Poisson arrivals, lengths pinned, the same seed and
 # rows per rate on every path. ONE engine process serves every path: `voxrt serve --engine-socket` runs the
 # gateway (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine
 # through that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
@@ -21,7 +22,8 @@
 # lasts its arrival window plus the audio of its last requests (paced in real time: up to ~30 s for
 # LibriTTS's longest rows).
 # Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
-# LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (32), SEED (0),
+# LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (unset: the engine's
+# default lanes; a number: --sm-modes SPLIT, the codec lane's SMs), SEED (0),
 # WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
 # ENGINE_EXTRA (more `voxrt serve` engine flags), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
 # (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
@@ -51,7 +53,7 @@ LOADGEN_PROCS=${LOADGEN_PROCS:-2}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-400}
 FRAME_PATH=${FRAME_PATH:-fused}
 GW_QUICK_SESSIONS=${GW_QUICK_SESSIONS:-50,100,150}
-SPLIT=${SPLIT:-32}
+SPLIT=${SPLIT:-}
 SEED=${SEED:-0}
 MAXREQ=${MAXREQ:-600}
 GW_SESSIONS=${GW_SESSIONS:-400}
@@ -78,7 +80,8 @@ if [ "$MODEL" = qwen3-tts ]; then
     mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton
   fi
   MODEL_ARGS+=(--checkpoint $CKPT)
-  ENGINE_ARGS+=(--lanes auto --sm-modes "$SPLIT" --frame-path "$FRAME_PATH")
+  ENGINE_ARGS+=(--lanes auto --frame-path "$FRAME_PATH")
+  if [ -n "$SPLIT" ]; then ENGINE_ARGS+=(--sm-modes "$SPLIT"); fi
   # shellcheck disable=SC2206
   ENGINE_ARGS+=(${ENGINE_EXTRA:-})  # more engine flags, e.g. ENGINE_EXTRA=--async-lm
 else

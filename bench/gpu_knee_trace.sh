@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Where capacity goes at the knee, in one GPU call: engine-direct LibriTTS sweeps (1.7B random checkpoint,
+# fused frame path, deadline scheduler with lanes, asynchronous LM loop), one traced run per rate, each
+# summarised by bench/trace_summary.py (LM lane busy share and idle gaps, prefill share, decode batch,
+# waiting queue, per codec lane busy share, launch sizes and late chunks).
+#   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; RATES=32,40 OUT=$OUT bash bench/gpu_knee_trace.sh
+# Knobs: RATES (32,40), DURATION (20), EXTRA (more loadgen/engine flags), CKPT (/tmp/q17).
+set -uo pipefail
+OUT=${OUT:-out/knee}
+R=$OUT/r
+mkdir -p "$R"
+RATES=${RATES:-32,40}
+DURATION=${DURATION:-20}
+EXTRA=${EXTRA:-}
+CKPT=${CKPT:-/tmp/q17}
+if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton; fi
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
+  date -u; git log --oneline -1 2>/dev/null; } > "$R/gpu.txt" 2>&1
+cat "$R/gpu.txt"
+[ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
+  --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+for rate in ${RATES//,/ }; do
+  timeout 240 python -m voxrt.cli -v loadgen --engine-direct --model qwen3-tts --checkpoint $CKPT \
+    --scheduler-type deadline --workload bench/workloads/libritts_test_clean.jsonl \
+    --sweep "$rate" --duration "$DURATION" --seed 0 --max-requests 2000 --out "$R/rate$rate" \
+    --trace-dir "$R/trace-$rate" $EXTRA > "$R/rate$rate.log" 2>&1
+  echo "== rate $rate (rc $?)"; sed -n '/rate   reqs/,$p' "$R/rate$rate.log" | grep -v "transformers\]"
+  grep -m3 "lanes\|SM\|loop" "$R/rate$rate.log" | cut -c1-220
+  python bench/trace_summary.py "$R/trace-$rate" --json "$R/trace-$rate.json"
+  gzip -q "$R"/trace-$rate/*.jsonl
+done
+tar czf "$OUT/knee.tgz" -C "$OUT" r && rm -rf "$R"  # the device tool brings back at most 8 files
+ls -la "$OUT"

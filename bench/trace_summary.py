@@ -1,0 +1,126 @@
+"""Where an engine's time went, from its `--trace-dir` records (kinds `plan`, `lm`, `codec`, `sm_mode`:
+voxrt/engine/runtime/trace.py): the LM lane's busy share and its idle gaps, step GPU time with and without
+prefills, the decode batch, the waiting queue, and per codec lane its busy share, launch sizes and late chunks.
+Answers "what limits capacity at this rate": a LM lane near 100% busy is the frame's limit; a codec lane near
+100% or late chunks with an idle LM is the codec's; a long waiting queue with headroom on both is the
+scheduler's (admission, live cap); idle gaps are the host loop's.
+
+    python bench/trace_summary.py TRACE_DIR_OR_FILE [...] [--skip-s 3] [--json OUT]
+
+`--skip-s`: seconds dropped at the start of each trace (warm-up requests, graph capture).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+
+
+def _open(path: str):
+    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+
+
+def _files(paths: list[str]) -> list[str]:
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(glob.glob(os.path.join(p, "*.jsonl")) + glob.glob(os.path.join(p, "*.jsonl.gz")))
+        else:
+            out.append(p)
+    return out
+
+
+def _pct(values, q) -> float | None:
+    return None if len(values) == 0 else round(float(np.percentile(values, q)), 3)
+
+
+def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
+    """One trace's records -> the summary dict (times in ms, shares in %)."""
+    timed = [r for r in records if "t_ms" in r]
+    if not timed:
+        return {"records": 0}
+    t0 = min(r["t_ms"] for r in timed) + skip_s * 1e3
+    recs = [r for r in timed if r["t_ms"] >= t0]
+    if not recs:
+        return {"records": 0}
+    t1 = max(r["t_ms"] + (r.get("ms") or r.get("host_ms") or 0.0) for r in recs)
+    window_ms = max(t1 - t0, 1e-9)
+    lm = [r for r in recs if r.get("kind") == "lm"]
+    plans = [r for r in recs if r.get("kind") == "plan"]
+    codec = [r for r in recs if r.get("kind") == "codec"]
+    out: dict = {"window_s": round(window_ms / 1e3, 2), "records": len(recs)}
+    gpu = np.array([r["gpu_ms"] for r in lm if r.get("gpu_ms") is not None])
+    idle = np.array([r["gpu_idle_ms"] for r in lm if r.get("gpu_idle_ms") is not None])
+    with_prefill = np.array([r["gpu_ms"] for r in lm if r.get("gpu_ms") is not None and r.get("prefill")])
+    decode_only = np.array([r["gpu_ms"] for r in lm if r.get("gpu_ms") is not None and not r.get("prefill")])
+    batch = np.array([r.get("decode", 0) for r in lm])
+    out["lm"] = {
+        "steps": len(lm), "steps_per_s": round(len(lm) / (window_ms / 1e3), 1),
+        "busy_pct": None if len(gpu) == 0 else round(100 * gpu.sum() / window_ms, 1),
+        "idle_pct": None if len(idle) == 0 else round(100 * idle.sum() / window_ms, 1),
+        "idle_p50_ms": _pct(idle, 50), "idle_p99_ms": _pct(idle, 99),
+        "gpu_ms_decode_only_p50": _pct(decode_only, 50), "gpu_ms_with_prefill_p50": _pct(with_prefill, 50),
+        "steps_with_prefill": int(len(with_prefill)),
+        "prefill_share_pct": None if len(with_prefill) == 0 or len(decode_only) == 0 else
+        round(100 * (with_prefill.sum() - len(with_prefill) * float(np.median(decode_only))) / window_ms, 1),
+        "prefills_per_step_mean": round(float(np.mean([r.get("prefill", 0) for r in lm if r.get("prefill")] or [0])), 2),
+        "decode_batch_p50": _pct(batch, 50), "decode_batch_max": int(batch.max()) if len(batch) else None,
+    }
+    if plans:
+        waiting = np.array([r.get("waiting", 0) for r in plans])
+        out["plan"] = {"plans": len(plans), "waiting_p50": _pct(waiting, 50), "waiting_p99": _pct(waiting, 99),
+                       "waiting_max": int(waiting.max()),
+                       "deferred_p99": _pct(np.array([r.get("deferred", 0) for r in plans]), 99)}
+    lanes: dict[str, list[dict]] = defaultdict(list)
+    for r in codec:
+        lanes[r.get("lane", "?")].append(r)
+    out["codec"] = {}
+    for lane, rs in sorted(lanes.items()):
+        g = np.array([r["gpu_ms"] for r in rs if r.get("gpu_ms") is not None])
+        host = np.array([r["host_ms"] for r in rs if r.get("host_ms") is not None])
+        slack = [s for r in rs for s in (r.get("slack_ms") or []) if s is not None]
+        first_slack = [s for r in rs for s, f in zip(r.get("slack_ms") or [], r.get("first") or []) if s is not None and f]
+        frames = [f for r in rs for f in (r.get("frames") or [])]
+        out["codec"][lane] = {
+            "launches": len(rs), "jobs_per_launch": round(float(np.mean([r.get("jobs", 0) for r in rs])), 2),
+            "frames_per_job": round(float(np.mean(frames)), 2) if frames else None,
+            "busy_pct": None if len(g) == 0 else round(100 * g.sum() / window_ms, 1),
+            "gpu_ms_p50": _pct(g, 50), "host_ms_p50": _pct(host, 50), "host_ms_p99": _pct(host, 99),
+            "chunks": len(slack), "late_chunks": sum(1 for s in slack if s < 0),
+            "late_first_chunks": sum(1 for s in first_slack if s < 0),
+            "slack_p1_ms": _pct(np.array(slack), 1) if slack else None,
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--skip-s", type=float, default=3.0)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    result = {}
+    for path in _files(args.paths):
+        with _open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        s = summarize(records, args.skip_s)
+        result[path] = s
+        print(f"== {path}: {s.get('window_s')} s, {s.get('records')} records")
+        for key in ("lm", "plan"):
+            if key in s:
+                print(f"  {key}: " + ", ".join(f"{k} {v}" for k, v in s[key].items()))
+        for lane, c in s.get("codec", {}).items():
+            print(f"  codec[{lane}]: " + ", ".join(f"{k} {v}" for k, v in c.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
