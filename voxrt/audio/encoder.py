@@ -21,7 +21,7 @@ from voxrt.audio.formats import (
 )
 from voxrt.audio.framer import Framer
 from voxrt.audio.g711 import alaw_encode, mulaw_encode
-from voxrt.audio.opus import OpusEncoder
+from voxrt.audio.opus import OpusEncoder, clean_float
 from voxrt.audio.pcm import pcm16_encode
 from voxrt.audio.resample import StreamResampler
 
@@ -46,8 +46,9 @@ class StreamEncoder:
         self._opus: OpusEncoder | None = None
         if self.codec == "opus":
             self._opus = OpusEncoder(self.out_rate, self._frame_ms, signal=opus_signal)
+        # Opus frames from `split` are clean already (clipped per chunk, `_clean`): no per-frame clipping
         self._encode_frame: Callable[[np.ndarray], bytes] = {
-            "opus": lambda frame: self._opus.encode(frame),
+            "opus": None if self._opus is None else self._opus.encode_clean,
             "pcm16": pcm16_encode,
             "mulaw": mulaw_encode,
             "alaw": alaw_encode,
@@ -114,13 +115,13 @@ class StreamEncoder:
     def split(self, pcm: np.ndarray) -> list[np.ndarray]:
         """float32 mono at in_rate -> the wire-rate frames completed so far, not yet encoded."""
         self._check_open("push")
-        return self._count(self._framer.push(self._resampler.process(pcm)))
+        return self._count(self._framer.push(self._clean(self._resampler.process(pcm))))
 
     def split_finish(self) -> list[np.ndarray]:
         """`finish()` without encoding: the remaining frames, the last one padded with silence for Opus."""
         self._check_open("finish")
         self._is_finished = True
-        frames = self._count(self._framer.push(self._resampler.flush()))
+        frames = self._count(self._framer.push(self._clean(self._resampler.flush())))
         tail = self._framer.finish()
         if tail is not None:
             if self._opus is not None:
@@ -135,8 +136,17 @@ class StreamEncoder:
         return frames
 
     def encode(self, frame: np.ndarray) -> bytes:
-        """One frame from `split` / `split_finish` -> its wire bytes. Opus is stateful: encode in order."""
+        """One frame from `split` / `split_finish` -> its wire bytes. Opus is stateful: encode in order. (Only
+        such frames: for Opus they were clipped and cleaned of NaN per chunk, and are not checked again.)"""
         return self._encode_frame(frame)
+
+    def _clean(self, samples: np.ndarray) -> np.ndarray:
+        """Opus: the chunk clipped to [-1, 1], NaN made silence, once for all its frames (`clean_float`). In
+        place on the resampler's fresh output; a copy when there is no resampler (its output is the caller's
+        array). The PCM codecs clip in their own conversion (`float_to_int16`)."""
+        if self._opus is None:
+            return samples
+        return clean_float(samples, in_place=not self._resampler.is_identity)
 
     def _count(self, frames: list[np.ndarray]) -> list[np.ndarray]:
         self._num_samples_out += sum(frame.shape[0] for frame in frames)

@@ -56,12 +56,19 @@ def _check_range(name: str, value: int, maximum: int) -> None:
 def encode_audio_frame(index: int, seq: int, pts_ms: int, payload: bytes, *, is_first: bool,
                        is_last: bool) -> bytes:
     """Header + payload, ready for a binary WebSocket frame. A one-frame context is both first and last."""
+    flags = (FLAG_FIRST if is_first else 0) | (FLAG_LAST if is_last else 0)
+    # The gateway's per-frame path: plain ints and bytes in range pack at once (struct range-checks them);
+    # anything else takes the checks below, which say what is wrong.
+    if type(index) is int and type(seq) is int and type(pts_ms) is int and type(payload) is bytes:
+        try:
+            return _HEADER.pack(KIND_AUDIO, flags, index, seq, pts_ms) + payload
+        except struct.error:
+            pass
     _check_range("index", index, MAX_U16)
     _check_range("seq", seq, MAX_U32)
     _check_range("pts_ms", pts_ms, MAX_U32)
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise ValueError(f"payload must be bytes, got {type(payload).__name__}")
-    flags = (FLAG_FIRST if is_first else 0) | (FLAG_LAST if is_last else 0)
     return _HEADER.pack(KIND_AUDIO, flags, index, seq, pts_ms) + bytes(payload)
 
 
