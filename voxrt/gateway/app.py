@@ -26,6 +26,7 @@ from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
 from voxrt.gateway.stats import StatsWriter, TraceWriter
+from voxrt.gateway.wire import RawSendMiddleware
 
 log = logging.getLogger("voxrt.gateway")
 
@@ -112,6 +113,8 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
     ]
     if WEB_DIR.is_dir():  # the browser page (web/, shipped as voxrt/web)
         routes.append(Mount("/", app=StaticFiles(directory=WEB_DIR, html=True), name="web"))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(AccessLogMiddleware)])
+    # RawSendMiddleware first: the server's own `send` reaches it unwrapped (gateway/wire.py)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(RawSendMiddleware), Middleware(AccessLogMiddleware)])
     app.state.voxrt = state
     return app

@@ -8,7 +8,19 @@ flag; a last chunk without audio gets a frame of silence to carry it.
 
 Send jitter, every frame: its send time minus its due time, the pacing rule's earliest send (the listener's
 buffer down to lead_ms) or its chunk's arrival in this process, whichever is later (the `send_lateness`
-histogram; what the gateway benchmark's ceiling is judged on).
+histogram; what the gateway benchmark's ceiling is judged on). The same split in two: frames whose due time
+the pacing rule set (`send_lateness_paced`: steady frames, each released when the listener's buffer falls to
+lead_ms) and frames whose due time their chunk's arrival set (`send_lateness_ready`: a context's lead fill,
+up to lead_ms of audio released at once, whose last frame the listener needs up to lead_ms later; and the
+frames of a chunk that came late).
+
+Frames the pacing rule lets out together (a lead fill: up to lead_ms of audio when a context's first chunk
+arrives; at most `MAX_FRAMES_PER_WRITE`) are encoded, then written in one transport write (`send_now`, the
+session's `FrameWriter`, wire.py), each still its own WebSocket message; a context's first frame goes alone
+so its time to first audio does not wait for the others' encoding. The playback clock counts a frame as sent
+when it is queued for that write. Where a write cannot happen at once (a paused transport, another send of
+the session holding its lock, a server other than uvicorn's sansio protocol) the frames go one by one
+through `send_bytes`, the ordinary awaitable path.
 """
 
 from __future__ import annotations
@@ -29,19 +41,26 @@ from voxrt.protocol.config import SessionConfig
 from voxrt.protocol.frames import encode_audio_frame
 
 SendBytes = Callable[[bytes], Awaitable[None]]
+SendNow = Callable[[list], bool]  # writes these frames now, or returns False (nothing written)
+
+MAX_FRAMES_PER_WRITE = 8  # a burst-mode chunk of 100 frames is written in writes of 8, not held to its end
 
 
 class AudioOut:
     def __init__(self, index: int, config: SessionConfig, encoder: StreamEncoder, clock: PlaybackClock,
                  metrics: GatewayMetrics, send_bytes: SendBytes, opened_ms: float, *, encode_pool=None,
-                 pacer: Pacer | None = None) -> None:
+                 pacer: Pacer | None = None, send_now: SendNow | None = None) -> None:
         self.index, self.config, self.encoder, self.clock, self.metrics = index, config, encoder, clock, metrics
         self._send_bytes, self.opened_ms, self._encode_pool = send_bytes, opened_ms, encode_pool
+        self._send_now = send_now
         self._pacer = pacer or Pacer.for_running_loop()
         self._is_realtime = config.pacing.mode == "realtime"
         self._lead_ms = config.pacing.lead_ms
         self._frame_ms = config.output.frame_ms
         self._queue: deque[tuple[np.ndarray | bytes, bool, list]] = deque()  # frame, is_last, its chunk's trace
+        # encoded and counted on the clock: wire bytes, due time, whether the pacing rule set it, chunk trace
+        self._unsent: deque[tuple[bytes, float, bool, list]] = deque()
+        self._num_frames_encoded = 0  # the next frame's seq
         self._ready_ms = 0.0  # when the chunk being sent reached this process
         self._waiter: asyncio.Future | None = None  # play()'s: resolved when the queue is sent
         self._in_flight: asyncio.Future | None = None  # a send that suspended (backpressure): paused until done
@@ -75,39 +94,74 @@ class AudioOut:
     def on_due(self, now: float) -> float | None:
         """The pacer's call: send every frame the pacing rule lets out now; the next one's due time."""
         tick_ms = self._pacer.tick_ms
-        queue = self._queue
-        while queue and self._in_flight is None and not self.is_closed:
-            wait_ms = self._wait_ms(now)
-            if wait_ms > tick_ms:
-                return now + wait_ms
-            frame, is_last, trace = queue.popleft()
+        queue, unsent = self._queue, self._unsent
+        while (queue or unsent) and self._in_flight is None and not self.is_closed:
             try:
-                payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
-                data = encode_audio_frame(self.index, self.num_frames_sent, self.num_frames_sent * self._frame_ms,
-                                          payload, is_first=self.num_frames_sent == 0, is_last=is_last)
-                pending = start_eagerly(self._send_bytes(data))
+                if not unsent:
+                    wait_ms = self._wait_ms(now)
+                    if wait_ms > tick_ms:
+                        return now + wait_ms
+                    self._take_due(now, tick_ms)
+                if not self._write_unsent():
+                    return None  # a send waits for the connection: this stream is paused until it is done
             except Exception as exc:  # noqa: BLE001 (the session closed, or a bad frame: play() raises it)
                 self._fail(exc)
                 return None
-            if pending is not None:  # the connection cannot take it yet: wait for this send alone
-                self._in_flight = pending
-                pending.add_done_callback(functools.partial(self._on_send_done, trace))
-                return None
-            self._on_sent(trace)
             now = now_ms()
-        if not queue:
+        if not queue and not unsent:
             self._resolve()
         return None
 
-    def _on_send_done(self, trace: list, task: asyncio.Future) -> None:
+    def _take_due(self, now: float, tick_ms: float) -> None:
+        """Encodes the frames the pacing rule lets out now into `_unsent` (at least one), counting each on the
+        playback clock as it is queued. The context's first frame goes alone (time to first audio)."""
+        queue, unsent, clock = self._queue, self._unsent, self.clock
+        while queue and len(unsent) < MAX_FRAMES_PER_WRITE:
+            if unsent and (self._num_frames_encoded == 1 or self._wait_ms(now) > tick_ms):
+                break
+            frame, is_last, trace = queue[0]
+            seq = self._num_frames_encoded
+            payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
+            data = encode_audio_frame(self.index, seq, seq * self._frame_ms, payload, is_first=seq == 0,
+                                      is_last=is_last)
+            queue.popleft()
+            # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
+            due = self._ready_ms
+            if self._is_realtime and clock.is_started:
+                due = max(due, clock.play_time_ms(clock.sent_ms) - self._lead_ms)
+            now = now_ms()
+            clock.on_audio_sent(self._frame_ms, now)
+            self._num_frames_encoded += 1
+            unsent.append((data, due, due > self._ready_ms, trace))
+
+    def _write_unsent(self) -> bool:
+        """Writes `_unsent`: at once in one write when the session allows it, else frame by frame through
+        `send_bytes`. False when a send had to wait (it goes on in a task; the rest stays unsent)."""
+        unsent = self._unsent
+        if self._send_now is not None and self._send_now([entry[0] for entry in unsent]):
+            for _, due, is_paced, trace in unsent:
+                self._on_sent(trace, due, is_paced)
+            unsent.clear()
+            return True
+        while unsent:
+            data, due, is_paced, trace = unsent.popleft()
+            pending = start_eagerly(self._send_bytes(data))
+            if pending is not None:  # the connection cannot take it yet: wait for this send alone
+                self._in_flight = pending
+                pending.add_done_callback(functools.partial(self._on_send_done, trace, due, is_paced))
+                return False
+            self._on_sent(trace, due, is_paced)
+        return True
+
+    def _on_send_done(self, trace: list, due: float, is_paced: bool, task: asyncio.Future) -> None:
         self._in_flight = None
         if task.cancelled() or self.is_closed:
             return
         if task.exception() is not None:
             self._fail(task.exception())
             return
-        self._on_sent(trace)
-        if self._queue:
+        self._on_sent(trace, due, is_paced)
+        if self._queue or self._unsent:
             self._pacer.schedule(self, now_ms())
         else:
             self._resolve()
@@ -116,22 +170,21 @@ class AudioOut:
         """How long until the pacing rule lets the next frame out (<= 0: now)."""
         return self.clock.buffered_ms(now) - self._lead_ms if self._is_realtime else 0.0
 
-    def _on_sent(self, trace: list) -> None:
+    def _on_sent(self, trace: list, due: float, is_paced: bool) -> None:
+        """Per-frame figures: plain counters and histogram buckets (metrics.py exports them when scraped).
+        `is_paced`: the pacing rule set the frame's due time (a steady frame), else its chunk's arrival did (a
+        lead fill, or a chunk that came late)."""
         sent_ns = time.monotonic_ns()
         now = sent_ns / 1e6
-        # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
-        due = self._ready_ms
-        if self._is_realtime and self.clock.is_started:
-            due = max(due, self.clock.play_time_ms(self.clock.sent_ms) - self._lead_ms)
         metrics = self.metrics
-        metrics.send_lateness.observe(now - due)
+        lateness = now - due
+        (metrics.send_lateness_paced if is_paced else metrics.send_lateness_ready).observe(lateness)
+        metrics.send_lateness.observe(lateness)
         metrics.num_frames_sent += 1
         if self.num_frames_sent == 0:
             self.first_frame_ms = now
             metrics.ttfa.observe((now - self.opened_ms) / 1000)
         self.num_frames_sent += 1
-        self.clock.on_audio_sent(self._frame_ms, now)
-        metrics.frames_sent.inc()
         trace[7] = trace[7] or sent_ns
         trace[8] = sent_ns
 
@@ -141,6 +194,7 @@ class AudioOut:
 
     def _fail(self, exc: BaseException) -> None:
         self._queue.clear()
+        self._unsent.clear()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
 
@@ -148,6 +202,7 @@ class AudioOut:
         """No frame leaves after this returns: the queue is dropped and a send in flight is cancelled."""
         self.is_closed = True
         self._queue.clear()
+        self._unsent.clear()
         self._pacer.remove(self)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()

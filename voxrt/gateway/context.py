@@ -46,6 +46,7 @@ SendBytes = Callable[[bytes], Awaitable[None]]
 OnDone = Callable[[str, str, float, dict], Awaitable[None]]
 
 CAPPED_REASONS = ("max_frames",)  # finish reasons that mean "cut at the length cap", not "done speaking"
+PLAYBACK_TOLERANCE_MS = 5.0  # a playback report that moves the engine's deadlines less than this is not sent
 MAX_GENERATIONS = 1000  # engine requests per context (a 20,000-character turn needs a few dozen)
 
 
@@ -57,7 +58,7 @@ class ContextRunner:
     def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
                  send_text: SendText, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics,
                  num_frames: int | None = None, *, encode_pool=None, opus_signal: str = "auto",
-                 trace=None) -> None:
+                 trace=None, send_now=None) -> None:
         self.context_id = context_id
         self.num_frames = num_frames  # pinned output length (benchmark extension), None: the model decides
         self.index = index
@@ -83,8 +84,9 @@ class ContextRunner:
         self.num_generations = 0
         self.opened_ms = now_ms()
         self.audio_out = AudioOut(index, config, self.encoder, self.clock, metrics, send_bytes, self.opened_ms,
-                                  encode_pool=encode_pool)
+                                  encode_pool=encode_pool, send_now=send_now)
         self._audio_in_samples = 0  # model-rate samples received
+        self._playback_sent: tuple | None = None  # (request_id, played_ms, at ms, is_stalled) last sent to the engine
         self._flush_points: list[int] = []  # engine offsets whose audio must be sent before `flushed`
         self._span_end = 0  # highest engine offset covered by received chunks
         self._pump: asyncio.Task | None = None
@@ -138,14 +140,31 @@ class ContextRunner:
             # this side still holds (inside the resampler, a partial frame) reaches the listener only with the
             # next chunk, so the listener runs dry that much earlier: count it as played for the engine.
             played_ms = self.clock.played_ms(now) + self.encoder.held_ms
+            is_stalled = self.clock.is_stalled(now)
+            if not self._forward_playback(played_ms, now, is_stalled):
+                return
             played_samples = int(played_ms * self.engine.info.sample_rate / 1000)
             # A plain call, not a task: a task per report whose EngineError (the engine died, the request
             # ended) nobody retrieved was logged, or failed in its finalizer, long after.
             try:
-                self.engine.set_playback_nowait(self.request_id, played_samples, time.monotonic_ns(),
-                                                self.clock.is_stalled(now))
+                self.engine.set_playback_nowait(self.request_id, played_samples, round(now * 1e6), is_stalled)
             except EngineError as exc:  # the request is gone: the pump reports it
                 log.debug("context %s: playback not delivered: %s", self.context_id, exc.code)
+
+    def _forward_playback(self, played_ms: float, now: float, is_stalled: bool) -> bool:
+        """Whether this playback position tells the engine something new. The engine extrapolates the last
+        anchor it got in real time (sched/deadlines.py: frame f is heard at anchor + (f - played) frames), so a
+        report that agrees with that extrapolation within `PLAYBACK_TOLERANCE_MS` moves no deadline by more than
+        that, and is not sent: a pickled message and a pipe write to the engine per report were ~25 us a frame
+        of the gateway's CPU at 10 reports a second (bench/results/2026-12-02-gateway/). Sent: the first report
+        of each engine request, any change of the stall state, and any drift past the tolerance (measured
+        from the last anchor sent, so drift never accumulates)."""
+        last = self._playback_sent
+        if last is not None and last[0] == self.request_id and last[3] == is_stalled and \
+                abs((now - last[2]) - (played_ms - last[1])) < PLAYBACK_TOLERANCE_MS:
+            return False
+        self._playback_sent = (self.request_id, played_ms, now, is_stalled)
+        return True
 
     # ---- audio out -----------------------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ class GatewayMetrics:
         self.contexts = Gauge("voxrt_contexts", "open contexts (agent turns being spoken)", registry=r)
         self.ttfa = Histogram("voxrt_ttfa_seconds", "time from a context's first text to its first audio frame sent",
                               buckets=TTFA_BUCKETS_S, registry=r)
-        self.frames_sent = Counter("voxrt_frames_sent", "binary audio frames sent", registry=r)
         self.errors = Counter("voxrt_errors", "errors sent to clients, by code", ["code"], registry=r)
         self.http_requests = Counter("voxrt_http_speech_requests", "HTTP synthesis requests", ["endpoint"], registry=r)
         self.engine_waiting = Gauge("voxrt_engine_queue_depth", "engine requests waiting for admission", registry=r)
@@ -44,11 +43,23 @@ class GatewayMetrics:
         # send time against its due time (the pacing rule's earliest send, or its chunk's arrival when later),
         # and the event loop's lag (started by the app's lifespan).
         self.send_lateness = MsHistogram()
-        self.num_frames_sent = 0  # as voxrt_frames_sent, readable without the registry
+        self.send_lateness_paced = MsHistogram()  # the frames whose due time the pacing rule set (audio_out.py)
+        self.send_lateness_ready = MsHistogram()  # the frames whose due time their chunk's arrival set
+        # voxrt_frames_sent: a plain int on the per-frame path, exported when scraped (a Prometheus Counter takes
+        # a lock on every increment)
+        self.num_frames_sent = 0
         self.loop_lag = LoopLagMonitor()
         ProcessCollector(registry=r)  # process_cpu_seconds_total etc.: CPU per gateway process
+        r.register(_FrameCounter(self))
         r.register(_MsHistograms({"voxrt_frame_send_lateness_seconds": ("audio frame send time minus its due "
                                                                         "time", self.send_lateness),
+                                  "voxrt_frame_send_lateness_paced_seconds": ("send lateness of the frames whose "
+                                                                              "due time the pacing rule set",
+                                                                              self.send_lateness_paced),
+                                  "voxrt_frame_send_lateness_ready_seconds": ("send lateness of the frames whose "
+                                                                              "due time their chunk's arrival "
+                                                                              "set (lead fills)",
+                                                                              self.send_lateness_ready),
                                   "voxrt_event_loop_lag_seconds": ("how late a 10 ms timer of the gateway's "
                                                                    "event loop fired", self.loop_lag.lag)}))
 
@@ -82,6 +93,16 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _FrameCounter:
+    """`voxrt_frames_sent_total`, read from `GatewayMetrics.num_frames_sent` at scrape time."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self):
+        yield CounterMetricFamily("voxrt_frames_sent", "binary audio frames sent", value=self._metrics.num_frames_sent)
 
 
 class _MsHistograms:

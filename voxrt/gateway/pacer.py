@@ -3,9 +3,9 @@
 A realtime session sends a frame every 20 ms; with one task and one `asyncio.sleep` per frame per session,
 the event loop ran a timer, a future and a task step for each of them. Here every stream (an `AudioOut`,
 audio_out.py) says when its next frame is due, and one timer callback sends every frame that is due within
-`TICK_MS` of now, of every stream, then re-arms itself for the earliest next due time: at most ~1000 wake-ups
-a second whatever the number of sessions (frames sent up to TICK_MS early: the listener's buffer is lead_ms,
-300 ms by default, ahead anyway).
+`TICK_MS` of now, of every stream, then re-arms itself for TICK_MS before the earliest next due time: at most
+~1000 wake-ups a second whatever the number of sessions (frames sent up to TICK_MS early: the listener's
+buffer is lead_ms, 300 ms by default, ahead anyway; never knowingly late).
 
 The timer callback never waits. A send is started eagerly (`start_eagerly`): run until it first suspends,
 which a WebSocket send does only when the connection cannot take more (uvicorn pauses writing when its
@@ -90,8 +90,13 @@ class Pacer:
         now = now_ms()
         if due_ms - now <= self.tick_ms:
             self._handle = self._loop.call_soon(self._tick)
-        else:  # loop.time() is time.monotonic() in asyncio's default loops
-            self._handle = self._loop.call_at(self._loop.time() + (due_ms - now) / 1000, self._tick)
+        else:
+            # A wake-up serves what is due within tick_ms of it, so it is asked for tick_ms before the due time:
+            # the selector rounds its timeout up to whole milliseconds (epoll), so a timer fires up to ~1 ms
+            # after its time, and asking for the due time itself made every frame ~0.5-1 ms late (the p50 of
+            # the send jitter, bench/results/2026-12-01-gateway-3/). loop.time() is time.monotonic() in
+            # asyncio's default loops.
+            self._handle = self._loop.call_at(self._loop.time() + (due_ms - self.tick_ms - now) / 1000, self._tick)
 
     def _tick(self) -> None:
         self._handle, self._armed_ms = None, None

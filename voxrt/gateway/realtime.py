@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxrt.engine.errors import EngineError
 from voxrt.gateway.admission import Busy, TokenBucket
 from voxrt.gateway.context import ContextRunner, now_ms
+from voxrt.gateway.wire import RAW_SEND_KEY, FrameWriter
 from voxrt.logs import access
 from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
                                     OpenContext, ReportPlayback, SendText, StartSession)
@@ -117,6 +118,7 @@ class RealtimeSession:
                                engine.info.default_voice, [engine.info.name], engine.info.name, now_ms())
         self.runners: dict[str, ContextRunner] = {}
         self._send_lock = asyncio.Lock()
+        self._writer = FrameWriter(ws.scope.get(RAW_SEND_KEY))  # frames written at once where it can (wire.py)
         self._exec_lock = asyncio.Lock()  # actions of one input are executed in order, one input at a time
         self.is_closed = False
         self.config = None
@@ -191,7 +193,7 @@ class RealtimeSession:
             runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_text,
                                    self.send_bytes, self._on_context_done, self.state.metrics, num_frames=num_frames,
                                    encode_pool=self.state.encode_pool, opus_signal=self.state.config.opus_signal,
-                                   trace=self.state.trace)
+                                   trace=self.state.trace, send_now=self.send_bytes_now)
             self.runners[action.context_id] = runner
             self.num_contexts += 1
             self.state.metrics.contexts.inc()
@@ -292,6 +294,23 @@ class RealtimeSession:
                 await self.ws.send_text(data)
             except Exception:  # noqa: BLE001 (the client is gone; the receive loop ends the session)
                 pass
+
+    def send_bytes_now(self, frames: list[bytes]) -> bool:
+        """Writes these binary frames now, in one write, if nothing would wait: no other send of this session
+        holds the lock (so nothing overtakes a message already on its way) and the connection takes them
+        (wire.py). False: nothing was sent, use `send_bytes`. ConnectionError when the session is closed."""
+        if self.is_closed:
+            raise ConnectionError("session closed")
+        if self._send_lock.locked():
+            return False
+        try:
+            if not self._writer.write_now(frames):
+                return False
+        except ConnectionError as exc:  # gone mid-send: the context ends quietly, the reader ends the session
+            raise ConnectionError(f"the client went away: {exc}") from None
+        self._num_frames_sent += len(frames)
+        self.num_frames += len(frames)
+        return True
 
     async def send_bytes(self, data: bytes) -> None:
         async with self._send_lock:

@@ -1,7 +1,8 @@
 """Measurement files of one gateway process (`voxrt serve --stats-file PREFIX --trace-file PREFIX`).
 
 - Stats: every `STATS_EVERY_S` the process replaces `<prefix>.<pid>.json` with its cumulative figures: the
-  frame send-lateness and event-loop-lag histograms (voxrt/timing.py), frames sent, open sessions, and its
+  frame send-lateness histograms (all frames, and split into paced and arrival-bound frames, audio_out.py)
+  and the event-loop-lag histogram (voxrt/timing.py), frames sent, open sessions, and its
   CPU seconds. A benchmark reads the files of every gateway process before and after a window and subtracts
   (voxrt/loadgen/gateway_bench.py), which also works with several processes behind one port, where a
   /metrics scrape reaches one of them at random.
@@ -48,7 +49,8 @@ class StatsWriter:
         m = self.state.metrics
         data = {"pid": os.getpid(), "monotonic_s": time.monotonic(), "cpu_s": time.process_time(),
                 "sessions": self.state.num_sessions, "frames_sent": m.num_frames_sent,
-                "send_lateness": m.send_lateness.to_dict(), "loop_lag": m.loop_lag.lag.to_dict()}
+                "send_lateness": m.send_lateness.to_dict(), "send_lateness_paced": m.send_lateness_paced.to_dict(),
+                "send_lateness_ready": m.send_lateness_ready.to_dict(), "loop_lag": m.loop_lag.lag.to_dict()}
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f)

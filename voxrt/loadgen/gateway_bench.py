@@ -11,7 +11,10 @@ files every gateway process writes (`--stats-file`, voxrt/gateway/stats.py):
 - send jitter: each frame's send time minus its due time. Due is when the pacing rule first allows the
   frame out (the instant the listener's buffer, by the session's playback clock, falls to lead_ms), or when
   its chunk reached the gateway process, whichever is later. 0 means the frame left the instant it could;
-  what makes it late is the gateway itself: its event loop busy elsewhere, encoding, sending.
+  what makes it late is the gateway itself: its event loop busy elsewhere, encoding, sending. The ceiling is
+  judged on all frames; the table also splits them: "paced", the frames whose due time the pacing rule set
+  (steady frames), and "ready", those whose due time their chunk's arrival set (a context's lead fill, up to
+  lead_ms of audio released at once, and its share of the frames).
 - CPU: the gateway processes' CPU seconds per second (cores), per session, and sessions per core.
 - the gateway's event-loop lag, and the clients' (a client that lags is not measuring the gateway).
 The ceiling is the highest session count whose send-jitter p99 stays within `--jitter-bound-ms` (5 ms).
@@ -247,6 +250,7 @@ def us_per_frame(row: dict) -> float | None:
 def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
     """Lateness, loop lag and CPU of every gateway process between two reads of the stats files."""
     lateness, lag = MsHistogram(), MsHistogram()
+    split = {"send_lateness_paced": MsHistogram(), "send_lateness_ready": MsHistogram()}
     cpu_s = wall_s = 0.0
     frames = 0
     for pid, end in after.items():
@@ -254,11 +258,15 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
         if start is None:
             continue
         lateness.merge(MsHistogram.from_dict(end["send_lateness"]).minus(MsHistogram.from_dict(start["send_lateness"])))
+        for key, hist in split.items():  # gateways before 2026-12-02 write no split
+            if key in end and key in start:
+                hist.merge(MsHistogram.from_dict(end[key]).minus(MsHistogram.from_dict(start[key])))
         lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
         cpu_s += end["cpu_s"] - start["cpu_s"]
         wall_s = max(wall_s, end["monotonic_s"] - start["monotonic_s"])
         frames += end["frames_sent"] - start["frames_sent"]
-    return {"jitter": lateness.summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
+    return {"jitter": lateness.summary(), "jitter_paced": split["send_lateness_paced"].summary(),
+            "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
             "frames_per_s": frames / wall_s if wall_s else None, "processes": len(after)}
 
 
@@ -318,23 +326,28 @@ def run_point(num_sessions: int, args) -> dict:
 
 
 def format_table(rows: list[dict], bound_ms: float) -> str:
-    lines = ["sessions  jitter p50  p99 ms  max ms  gw loop lag p99  gw CPU cores  CPU/session %  sessions/core  "
-             "frames/s  us/frame  client stalls  client lag p99"]
+    lines = ["sessions  jitter p50  p99 ms  max ms  paced p99  ready p99 (share)  gw loop lag p99  gw CPU cores  "
+             "CPU/session %  sessions/core  frames/s  us/frame  client stalls  client lag p99"]
     for r in rows:
         j = r["jitter"]
         ok = "ok" if (j["p99_ms"] is not None and j["p99_ms"] <= bound_ms) else "OVER"
+        paced, ready = r.get("jitter_paced") or {}, r.get("jitter_ready") or {}
+        share = 100 * (ready.get("count") or 0) / j["count"] if j.get("count") else 0
         lines.append(f"{r['sessions']:8d}  {j['p50_ms'] or 0:10.2f}  {j['p99_ms'] or 0:6.2f}  {j['max_ms']:6.1f}  "
+                     f"{paced.get('p99_ms') or 0:9.2f}  {ready.get('p99_ms') or 0:9.2f} ({share:4.1f}%)  "
                      f"{r['loop_lag']['p99_ms'] or 0:15.2f}  {r['cpu_cores'] or 0:12.2f}  "
                      f"{r['cpu_per_session_pct'] or 0:13.3f}  {r['sessions_per_core'] or 0:13.0f}  "
                      f"{r['frames_per_s'] or 0:8.0f}  {us_per_frame(r) or 0:8.0f}  {r['client_stalls']:13d}  {r['client_loop_lag_p99_ms']:14.1f}  {ok}")
     return "\n".join(lines)
 
 
-def ceiling(rows: list[dict], bound_ms: float) -> dict | None:
-    """The highest session count at which every point up to it kept send-jitter p99 within the bound."""
+def ceiling(rows: list[dict], bound_ms: float, key: str = "jitter") -> dict | None:
+    """The highest session count at which every point up to it kept send-jitter p99 within the bound (`key`
+    "jitter_paced": the paced frames' alone, a figure beside the ceiling, not the ceiling)."""
     best = None
     for r in sorted(rows, key=lambda r: r["sessions"]):
-        if r["jitter"]["p99_ms"] is None or r["jitter"]["p99_ms"] > bound_ms or r["client_errors"]:
+        p99 = (r.get(key) or {}).get("p99_ms")
+        if p99 is None or p99 > bound_ms or r["client_errors"]:
             break
         best = r
     return best
@@ -404,7 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table([row], args.jitter_bound_ms).splitlines()[-1], flush=True)
         if args.out:  # after every point, so a run stopped part-way keeps what it measured
             Path(args.out).write_text(json.dumps({"args": vars(args), "opus_floor": floor, "rows": rows,
-                                                  "ceiling": ceiling(rows, args.jitter_bound_ms)}, indent=2) + "\n")
+                                                  "ceiling": ceiling(rows, args.jitter_bound_ms),
+                                                  "ceiling_paced_frames": ceiling(rows, args.jitter_bound_ms,
+                                                                                  "jitter_paced")},
+                                                 indent=2) + "\n")
     best = ceiling(rows, args.jitter_bound_ms)
     print(format_table(rows, args.jitter_bound_ms))
     if best is None:

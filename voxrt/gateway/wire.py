@@ -1,0 +1,83 @@
+"""Audio frames straight onto a session's connection: the gateway's per-frame send path.
+
+A binary frame sent through Starlette's `WebSocket.send_bytes` went through Starlette's state checks, its
+exception-handling wrapper, the ASGI `send` of uvicorn's WebSocket protocol, websockets' framing and one
+`transport.write` (one `send()` system call, which on this machine's loopback also pays for waking the
+client): ~80 us a frame beside libopus's ~150 (py-spy, bench/results/2026-12-02-gateway/). Here:
+
+- `RawSendMiddleware` keeps the server's own ASGI `send` in the WebSocket scope (`RAW_SEND_KEY`), below
+  Starlette's wrappers;
+- `FrameWriter.write_now` writes binary messages synchronously, several of a session's frames in one
+  `transport.write` when they are due together (a lead fill), through the same websockets `ServerProtocol`
+  that uvicorn's `websockets-sansio` implementation uses, so each is still one WebSocket message with its own
+  frame header: the wire does not change (protocol.md, "Binary audio frames"). It does so only when nothing
+  would wait: the connection open, its transport not paused (uvicorn pauses writing when the transport's
+  buffer is over its high-water mark). Otherwise it returns False and the caller takes the ordinary
+  awaitable path (`RealtimeSession.send_bytes`), which waits for the transport.
+
+Any other server (Starlette's TestClient, another ASGI server or uvicorn implementation) has no such protocol
+object: `write_now` is then always False and every frame takes the ordinary path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+RAW_SEND_KEY = "voxrt.asgi_send"
+
+# the attributes of uvicorn's WebSocketsSansIOProtocol (uvicorn >= 0.30) that a direct write reads
+_PROTOCOL_ATTRIBUTES = ("conn", "transport", "writable", "disconnected", "close_sent", "handshake_complete",
+                        "initial_response")
+
+
+class RawSendMiddleware:
+    """Pure ASGI: puts the server's `send` of a WebSocket connection into its scope, untouched."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            scope[RAW_SEND_KEY] = send
+        await self.app(scope, receive, send)
+
+
+def _direct_protocol(send: Callable | None) -> Any | None:
+    """uvicorn's sansio WebSocket protocol behind `send` (its bound `send` method), or None."""
+    protocol = getattr(send, "__self__", None)
+    if protocol is None or type(protocol).__name__ != "WebSocketsSansIOProtocol" or \
+            not type(protocol).__module__.startswith("uvicorn."):
+        return None
+    if not all(hasattr(protocol, name) for name in _PROTOCOL_ATTRIBUTES):
+        return None
+    return protocol
+
+
+class FrameWriter:
+    """Synchronous binary writes on one WebSocket, where the server allows them (see the module docstring)."""
+
+    def __init__(self, raw_send: Callable | None) -> None:
+        self._protocol = _direct_protocol(raw_send)
+
+    @property
+    def is_direct(self) -> bool:
+        return self._protocol is not None
+
+    def write_now(self, messages: list[bytes]) -> bool:
+        """Sends each of `messages` as one binary WebSocket message, all in one transport write, now; False
+        (nothing sent) when that is not possible without waiting. ConnectionError when the connection is
+        closed or closing."""
+        protocol = self._protocol
+        if protocol is None or not protocol.writable.is_set():
+            return False
+        if protocol.disconnected or protocol.close_sent or not protocol.handshake_complete or \
+                protocol.initial_response is not None:
+            raise ConnectionError("the connection is closed")
+        conn = protocol.conn
+        try:
+            for message in messages:
+                conn.send_binary(message)
+        except Exception as exc:  # noqa: BLE001 (websockets' InvalidState: closing; it fails at the first)
+            raise ConnectionError(f"the connection is closed: {type(exc).__name__}") from None
+        protocol.transport.write(b"".join(conn.data_to_send()))
+        return True
