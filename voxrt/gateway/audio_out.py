@@ -139,8 +139,9 @@ class AudioOut:
         `send_bytes`. False when a send had to wait (it goes on in a task; the rest stays unsent)."""
         unsent = self._unsent
         if self._send_now is not None and self._send_now([entry[0] for entry in unsent]):
+            sent_ns = time.monotonic_ns()  # one write: one send time
             for _, due, is_paced, trace in unsent:
-                self._on_sent(trace, due, is_paced)
+                self._on_sent(trace, due, is_paced, sent_ns)
             unsent.clear()
             return True
         while unsent:
@@ -150,7 +151,7 @@ class AudioOut:
                 self._in_flight = pending
                 pending.add_done_callback(functools.partial(self._on_send_done, trace, due, is_paced))
                 return False
-            self._on_sent(trace, due, is_paced)
+            self._on_sent(trace, due, is_paced, time.monotonic_ns())
         return True
 
     def _on_send_done(self, trace: list, due: float, is_paced: bool, task: asyncio.Future) -> None:
@@ -160,7 +161,7 @@ class AudioOut:
         if task.exception() is not None:
             self._fail(task.exception())
             return
-        self._on_sent(trace, due, is_paced)
+        self._on_sent(trace, due, is_paced, time.monotonic_ns())
         if self._queue or self._unsent:
             self._pacer.schedule(self, now_ms())
         else:
@@ -170,11 +171,10 @@ class AudioOut:
         """How long until the pacing rule lets the next frame out (<= 0: now)."""
         return self.clock.buffered_ms(now) - self._lead_ms if self._is_realtime else 0.0
 
-    def _on_sent(self, trace: list, due: float, is_paced: bool) -> None:
+    def _on_sent(self, trace: list, due: float, is_paced: bool, sent_ns: int) -> None:
         """Per-frame figures: plain counters and histogram buckets (metrics.py exports them when scraped).
         `is_paced`: the pacing rule set the frame's due time (a steady frame), else its chunk's arrival did (a
         lead fill, or a chunk that came late)."""
-        sent_ns = time.monotonic_ns()
         now = sent_ns / 1e6
         metrics = self.metrics
         lateness = now - due

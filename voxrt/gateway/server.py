@@ -3,7 +3,8 @@
 Connection hygiene beyond uvicorn's defaults: a connection that has not completed its request headers
 `HEADER_TIMEOUT_S` after it opened is closed (uvicorn times out idle keep-alive connections, but not a fresh
 or half-sent one), and uvicorn's traceback for a WebSocket text frame that is not UTF-8 (a client's fault,
-answered with close 1007) becomes one info line.
+answered with close 1007) becomes one info line. WebSocket reads pause only when a session has a backlog of
+received messages (`_WebSocketProtocol`), not after each message.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from voxrt.engine.messages import EngineConfig
 from voxrt.gateway.app import build_app
@@ -24,6 +26,26 @@ log = logging.getLogger("voxrt.gateway.server")
 
 
 HEADER_TIMEOUT_S = 10.0
+MAX_QUEUED_MESSAGES = 16  # received WebSocket messages a session may have waiting before reads pause
+
+
+class _WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sansio WebSocket protocol, pausing reads only once `MAX_QUEUED_MESSAGES` received messages
+    wait for the app, instead of after every message: uvicorn paused the transport at each message and resumed
+    it when the app had read it, two selector changes (`epoll_ctl`) and their Python bookkeeping per playback
+    report, ~15 us a frame at 10 reports a second (bench/results/2026-12-02-gateway/). A client that sends
+    faster than its session reads still meets TCP backpressure, a few messages later; the session's own rate
+    limit is unchanged."""
+
+    def send_receive_event_to_app(self) -> None:
+        was_paused, self.read_paused = self.read_paused, True  # the parent pauses when this is False
+        try:
+            super().send_receive_event_to_app()
+        finally:
+            self.read_paused = was_paused
+        if not self.read_paused and self.queue.qsize() >= MAX_QUEUED_MESSAGES:
+            self.read_paused = True
+            self.transport.pause_reading()  # resumed by the parent's receive() once the queue is empty
 
 
 class _HeaderTimeoutH11(H11Protocol):
@@ -108,7 +130,7 @@ def make_server(gateway: GatewayConfig, engine: EngineConfig | None, host: str, 
     # PCM frame costs CPU per frame for audio that does not compress; the JSON messages are small.
     # log_config=None: uvicorn's loggers go through voxrt/logs.py's handler; access_log=False: the gateway
     # writes its own access lines (gateway/access.py, with ids and durations).
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws="websockets-sansio",
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws=_WebSocketProtocol,
                             http=_HeaderTimeoutH11, ws_max_size=ws_max, ws_per_message_deflate=per_message_deflate,
                             lifespan="on", timeout_graceful_shutdown=5, log_config=None, access_log=False)
     logging.getLogger("uvicorn.error").addFilter(_CLIENT_FAULT_FILTER)

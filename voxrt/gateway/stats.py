@@ -19,6 +19,8 @@ import json
 import os
 import time
 
+from voxrt.gateway.pacer import _PACERS
+
 STATS_EVERY_S = 1.0
 
 
@@ -47,7 +49,12 @@ class StatsWriter:
 
     def write(self) -> None:
         m = self.state.metrics
+        try:
+            pacer = _PACERS.get(asyncio.get_running_loop())
+        except RuntimeError:  # not on the loop (no pacer figures then)
+            pacer = None
         data = {"pid": os.getpid(), "monotonic_s": time.monotonic(), "cpu_s": time.process_time(),
+                "pacer_wakeups": pacer.num_wakeups if pacer is not None else 0,
                 "sessions": self.state.num_sessions, "frames_sent": m.num_frames_sent,
                 "send_lateness": m.send_lateness.to_dict(), "send_lateness_paced": m.send_lateness_paced.to_dict(),
                 "send_lateness_ready": m.send_lateness_ready.to_dict(), "loop_lag": m.loop_lag.lag.to_dict()}

@@ -45,8 +45,8 @@ class RawSendMiddleware:
 def _direct_protocol(send: Callable | None) -> Any | None:
     """uvicorn's sansio WebSocket protocol behind `send` (its bound `send` method), or None."""
     protocol = getattr(send, "__self__", None)
-    if protocol is None or type(protocol).__name__ != "WebSocketsSansIOProtocol" or \
-            not type(protocol).__module__.startswith("uvicorn."):
+    if protocol is None or not any(cls.__name__ == "WebSocketsSansIOProtocol" and cls.__module__.startswith("uvicorn.")
+                                   for cls in type(protocol).__mro__):  # it, or a subclass (gateway/server.py's)
         return None
     if not all(hasattr(protocol, name) for name in _PROTOCOL_ATTRIBUTES):
         return None

@@ -252,7 +252,7 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
     lateness, lag = MsHistogram(), MsHistogram()
     split = {"send_lateness_paced": MsHistogram(), "send_lateness_ready": MsHistogram()}
     cpu_s = wall_s = 0.0
-    frames = 0
+    frames = wakeups = 0
     for pid, end in after.items():
         start = before.get(pid)
         if start is None:
@@ -265,9 +265,11 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
         cpu_s += end["cpu_s"] - start["cpu_s"]
         wall_s = max(wall_s, end["monotonic_s"] - start["monotonic_s"])
         frames += end["frames_sent"] - start["frames_sent"]
+        wakeups += end.get("pacer_wakeups", 0) - start.get("pacer_wakeups", 0)
     return {"jitter": lateness.summary(), "jitter_paced": split["send_lateness_paced"].summary(),
             "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
-            "frames_per_s": frames / wall_s if wall_s else None, "processes": len(after)}
+            "frames_per_s": frames / wall_s if wall_s else None,
+            "pacer_wakeups_per_s": wakeups / wall_s if wall_s else None, "processes": len(after)}
 
 
 def run_point(num_sessions: int, args) -> dict:
