@@ -36,6 +36,7 @@ from safetensors import safe_open
 from torch import nn
 
 from voxrt.engine.errors import CheckpointError
+from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
 from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, DecoderBlock, SnakeBeta, StatefulLayer,
                                                  UpsampleStage)
 from voxrt.models.qwen3_tts.codec_quantizer import SplitResidualVectorQuantizer
@@ -199,14 +200,28 @@ class Qwen3TTSCodec(nn.Module):
         *blocks, act, conv = self.decoder
         for layer in blocks:
             x = layer(x, carry)
-        x = conv(x, carry, act=act)  # the last SnakeBeta into the last conv's padded input: [B, 1, T * spf]
-        return x.squeeze(1).clamp(min=-1, max=1).float()
+        # the last SnakeBeta into the last conv's padded input, then the conv to one channel, clamp, float32
+        padded = conv.padded_input(x, carry, act=act)  # [B, C, context + T * spf]
+        if self._out_impl == "torch":
+            return mono_conv_clamp(padded, conv.conv.weight, conv.conv.bias)
+        return mono_conv_clamp(padded, conv.conv.weight, conv.conv.bias, self._out_impl, self.out_weight_f32,
+                               self.out_bias_f32)
+
+    _out_impl = "torch"
 
     def set_kernel_impl(self, impl: str) -> None:
-        """"triton": SnakeBeta as one kernel each (on CUDA); "torch": the reference's ops."""
+        """"triton": SnakeBeta and the output conv (one channel, clamp, float32) as one kernel each (on CUDA;
+        voxrt/engine/runtime/kernels/snake.py, conv_out.py); "torch": the reference's ops."""
         for module in self.modules():
             if isinstance(module, SnakeBeta):
                 module.set_impl(impl)
+        self._out_impl = impl
+        out_conv = self.decoder[-1].conv
+        if impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move with .to())
+            with torch.no_grad():
+                self.register_buffer("out_weight_f32", out_conv.weight.detach().float().reshape(
+                    out_conv.in_channels, -1).contiguous(), persistent=False)
+                self.register_buffer("out_bias_f32", out_conv.bias.detach().float().contiguous(), persistent=False)
 
 
 def _listing(kind: str, keys: list[str], limit: int = 10) -> str:

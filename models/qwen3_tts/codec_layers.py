@@ -75,8 +75,13 @@ class CausalConv(StatefulLayer):
         input, behind the carried context, instead of into a tensor of its own that is then concatenated."""
         if self.context == 0:
             return self.conv(x if act is None else act(x))
+        return self.conv(self.padded_input(x, carry, act))
+
+    def padded_input(self, x: torch.Tensor, carry: Carry | None = None, act: SnakeBeta | None = None
+                     ) -> torch.Tensor:  # [B, C, T] -> [B, C, context + T]
+        """What the conv reads: the carried context (zeros offline) then act(x); hands the next context on."""
         if carry is None and act is None:
-            return self.conv(F.pad(x, (self.context, 0)))
+            return F.pad(x, (self.context, 0))
         batch, channels, time = x.shape
         padded = x.new_empty(batch, channels, self.context + time)  # [B, C, context + T]
         if carry is None:
@@ -89,7 +94,7 @@ class CausalConv(StatefulLayer):
             act(x, out=padded[..., self.context :])
         if carry is not None:
             carry.give(self.state_key, last_entries(padded, self.context))
-        return self.conv(padded)
+        return padded
 
 
 class CausalTransConv(StatefulLayer):
