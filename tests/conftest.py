@@ -18,17 +18,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # scripts/test.sh: two workers on two
     torch.set_num_threads(1)
 
 
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist with `--dist loadgroup` (scripts/test.sh): the tests of a module that share a
     module-scoped fixture (a live server, an engine core) run on one worker, so that fixture starts once;
-    every other test goes to whichever worker is free."""
-    if config.getoption("dist", "no") != "loadgroup":
-        return
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d[-1].scope in ("module", "package", "class") for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    every other test goes to whichever worker is free.
+
+    xdist's own hook turns the `xdist_group` marker into a `@group` suffix of the node id, which is all its
+    scheduler sees; pytest 9.2 keeps node ids structured and ignores that write (pytest-xdist#1386), so every
+    test was scheduled alone and each worker started its own copy of a module's server. The marker goes on
+    before xdist's hook; after it, a suffix that did not take is written the way pytest 9.2 reads it. On a
+    worker `--dist` reads "no": xdist's `loadgroup` flag says the mode."""
+    grouped = []
+    if getattr(config.option, "loadgroup", False):
+        for item in items:
+            info = getattr(item, "_fixtureinfo", None)
+            defs = info.name2fixturedefs.values() if info is not None else ()
+            if any(d[-1].scope in ("module", "package", "class") for d in defs if d):
+                group = item.nodeid.split("::")[0]
+                item.add_marker(pytest.mark.xdist_group(group))
+                grouped.append((item, group))
+    result = yield
+    for item, group in grouped:
+        if not item.nodeid.endswith("@" + group):
+            item._id = type(item._id).parse(f"{item.nodeid}@{group}")
+    return result
 
 
 @pytest.fixture(autouse=True)
