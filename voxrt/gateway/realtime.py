@@ -118,7 +118,8 @@ class RealtimeSession:
                                engine.info.default_voice, [engine.info.name], engine.info.name, now_ms())
         self.runners: dict[str, ContextRunner] = {}
         self._send_lock = asyncio.Lock()
-        self._writer = FrameWriter(ws.scope.get(RAW_SEND_KEY))  # frames written at once where it can (wire.py)
+        # frames written at once where the server allows it (wire.py); a compat bridge's link has no scope
+        self._writer = FrameWriter(getattr(ws, "scope", {}).get(RAW_SEND_KEY))
         self._exec_lock = asyncio.Lock()  # actions of one input are executed in order, one input at a time
         self.is_closed = False
         self.config = None
