@@ -28,10 +28,16 @@ start=$(date +%s)
 # The suites that push audio through a live server's engine again, with the deadline policy on inline lanes
 # (the lane bookkeeping without a GPU): `voxrt serve --scheduler-type deadline` must pass what the gateway
 # passes. VOXRT_TEST_SCHEDULER / VOXRT_TEST_LANES reach only live servers (tests/support/voxrt_live.py), so
-# the modules without one (pure parsing, fakes, the stand-in engine of test_workers) would rerun unchanged,
-# and test_auth.py / test_drain.py check refusals and the drain, which happen before or around the engine.
+# the modules without one (pure parsing, fakes, the stand-in engine of test_workers) would rerun unchanged.
+# Left out as well, since what they check happens before or around the engine, whichever policy it runs:
+# test_auth.py / test_drain.py (refusals, the drain), test_bad_input.py (the protocol's errors and limits;
+# its background speaker is one plain session), test_client_errors.py (the client's error mapping: unknown
+# voice, gateway limits, auth, refused connections, close codes) and test_client_examples.py (the example
+# scripts' files and output). Kept: test_realtime.py, test_word_forwarding.py, test_http.py and
+# test_client_session.py, which schedule audio through the engine (pacing, cancel, many sessions and contexts
+# at once, flush order, first audio while text streams in, whole-text requests).
 SECOND=$(grep -lE "live_server\(|^def test_[a-z0-9_]+\([^)]*\blive\b" tests/gateway/test_*.py tests/client/test_*.py \
-         | grep -vE "test_auth\.py|test_drain\.py")
+         | grep -vE "test_(auth|drain|bad_input|client_errors|client_examples)\.py")
 echo "== $(echo "$SECOND" | wc -w) gateway and client modules again with --scheduler-type deadline --lanes inline"
 VOXRT_TEST_SCHEDULER=deadline VOXRT_TEST_LANES=inline .venv/bin/python -m pytest -q "${PARALLEL[@]}" $SECOND
 echo "test: all passes done in $(( $(date +%s) - start )) s"
