@@ -6,7 +6,8 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
   torch-fp32      the reference's ops in float32 (the accuracy reference)
   torch-bf16      the reference's ops in bfloat16 (what the engine ran before SnakeBeta was fused)
   triton-bf16     SnakeBeta as one Triton kernel each, written into the next conv's padded input; bfloat16
-  triton-bf16-cudnn  the same with cudnn.benchmark (cuDNN picks its conv algorithms by timing them)
+  triton-bf16-outconv  the same with the output conv (one channel, clamp, float32) as one kernel too
+  triton-bf16-cudnn  triton-bf16 with cudnn.benchmark (cuDNN picks its conv algorithms by timing them)
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
 streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
 a CUDA graph per (frames, batch), median of 20 replays, the whole GPU.
@@ -27,8 +28,10 @@ from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.loader import codec_dir
 
 SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16)]
-VARIANTS = [("torch-fp32", "torch", torch.float32, False), ("torch-bf16", "torch", torch.bfloat16, False),
-            ("triton-bf16", "triton", torch.bfloat16, False), ("triton-bf16-cudnn", "triton", torch.bfloat16, True)]
+VARIANTS = [("torch-fp32", "torch", torch.float32, False, False), ("torch-bf16", "torch", torch.bfloat16, False, False),
+            ("triton-bf16", "triton", torch.bfloat16, False, False),
+            ("triton-bf16-outconv", "triton", torch.bfloat16, False, True),
+            ("triton-bf16-cudnn", "triton", torch.bfloat16, True, False)]
 
 
 def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
@@ -82,10 +85,10 @@ def main() -> int:
                "accuracy": [], "time": []}
     reference = None
     ok = True
-    for name, impl, dtype, cudnn_bench in VARIANTS:
+    for name, impl, dtype, cudnn_bench, output_kernel in VARIANTS:
         torch.backends.cudnn.benchmark = cudnn_bench
         codec = load_codec(directory, dev).to(dtype).eval()
-        codec.set_kernel_impl(impl)
+        codec.set_kernel_impl(impl, output_kernel=output_kernel)
         with torch.inference_mode():
             offline = codec.decode_offline(codes)
             if reference is None:

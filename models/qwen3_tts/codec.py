@@ -209,15 +209,17 @@ class Qwen3TTSCodec(nn.Module):
 
     _out_impl = "torch"
 
-    def set_kernel_impl(self, impl: str) -> None:
-        """"triton": SnakeBeta and the output conv (one channel, clamp, float32) as one kernel each (on CUDA;
-        voxrt/engine/runtime/kernels/snake.py, conv_out.py); "torch": the reference's ops."""
+    def set_kernel_impl(self, impl: str, output_kernel: bool = False) -> None:
+        """"triton": SnakeBeta as one kernel each (on CUDA; voxrt/engine/runtime/kernels/snake.py); "torch": the
+        reference's ops. `output_kernel` (with "triton"): the output conv (one channel, clamp, float32) as one
+        kernel too (kernels/conv_out.py). Off by default until a GPU run has timed it and checked it against
+        float32 (`bench/gpu_codec.py`, variant triton-bf16-outconv); the CPU tests run it in the interpreter."""
         for module in self.modules():
             if isinstance(module, SnakeBeta):
                 module.set_impl(impl)
-        self._out_impl = impl
-        out_conv = self.decoder[-1].conv
-        if impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move with .to())
+        self._out_impl = impl if output_kernel else "torch"
+        if self._out_impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move)
+            out_conv = self.decoder[-1].conv
             with torch.no_grad():
                 self.register_buffer("out_weight_f32", out_conv.weight.detach().float().reshape(
                     out_conv.in_channels, -1).contiguous(), persistent=False)

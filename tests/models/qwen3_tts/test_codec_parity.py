@@ -227,8 +227,8 @@ def test_released_config_streams_without_host_syncs():
 
 @pytest.fixture
 def triton_codec(codec):
-    """The same codec with its SnakeBeta as Triton kernels (Triton's interpreter on the CPU)."""
-    codec.set_kernel_impl("triton")
+    """The same codec with its SnakeBeta and output conv as Triton kernels (Triton's interpreter on the CPU)."""
+    codec.set_kernel_impl("triton", output_kernel=True)
     try:
         yield codec
     finally:
@@ -238,6 +238,7 @@ def triton_codec(codec):
 def test_triton_snake_codec_offline_equals_reference_forward(ref, triton_codec):
     codes = _codes(2, 12, seed=5)
     assert all(m.impl == "triton" for m in triton_codec.modules() if type(m).__name__ == "SnakeBeta")
+    assert triton_codec._out_impl == "triton"  # the output conv through kernels/conv_out.py too
     torch.testing.assert_close(triton_codec.decode_offline(codes), _ref_decode(ref, codes), atol=ATOL, rtol=0)
 
 
