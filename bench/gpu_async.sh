@@ -17,13 +17,7 @@ DURATION=${DURATION:-30}
 SWEEPS=${SWEEPS:-"async async-traced sync-traced ttfa-1rps"}  # which of the runs below
 CHECK=${CHECK:-1}  # 0 skips gpu_async_check.py
 CKPT=/tmp/q17
-if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton; fi
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
-  date -u; git log --oneline -1 2>/dev/null; } > "$R/gpu.txt" 2>&1
-cat "$R/gpu.txt"
-[ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
-  --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+source bench/gpu_setup.sh  # Triton cache, $R/gpu.txt, the checkpoint
 [ "$CHECK" = 1 ] && (cd bench && timeout 240 python -u gpu_async_check.py --checkpoint $CKPT --out "$R") > "$R/check.log" 2>&1
 echo "== async check (rc $?)"; grep -v " INFO \|^ *warn\|transformers\]" "$R/check.log" | tail -4
 idle() {  # median / p99 GPU idle between LM launches, per trace file

@@ -13,13 +13,7 @@ RATES=${RATES:-32,40}
 DURATION=${DURATION:-20}
 EXTRA=${EXTRA:-}
 CKPT=${CKPT:-/tmp/q17}
-if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton; fi
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
-  date -u; git log --oneline -1 2>/dev/null; } > "$R/gpu.txt" 2>&1
-cat "$R/gpu.txt"
-[ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
-  --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+source bench/gpu_setup.sh  # Triton cache, $R/gpu.txt, the checkpoint
 for rate in ${RATES//,/ }; do
   timeout 240 python -m voxrt.cli -v loadgen --engine-direct --model qwen3-tts --checkpoint $CKPT \
     --scheduler-type deadline --workload bench/workloads/libritts_test_clean.jsonl \
