@@ -24,9 +24,10 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=25)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--impl", default="triton")
+    ap.add_argument("--output-kernel", action="store_true", help="the output conv as one kernel (kernels/conv_out.py)")
     args = ap.parse_args()
     codec = load_codec(codec_dir(Path(args.checkpoint)), "cuda").to(torch.bfloat16).eval()
-    codec.set_kernel_impl(args.impl)
+    codec.set_kernel_impl(args.impl, output_kernel=args.output_kernel)
     state = codec.new_state(args.batch, "cuda", torch.bfloat16)
     codes = torch.randint(0, codec.cfg.codebook_size, (args.batch, args.frames, codec.num_quantizers), device="cuda")
     slots = torch.arange(args.batch, device="cuda")
@@ -34,7 +35,7 @@ def main() -> int:
         for _ in range(3):
             codec.decode_stream(codes, slots, state)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
             for _ in range(5):
                 codec.decode_stream(codes, slots, state)
             torch.cuda.synchronize()
@@ -45,6 +46,14 @@ def main() -> int:
                 break
             except Exception as exc:  # noqa: BLE001
                 print(f"(sort by {key}: {exc})")
+        # the same by operator and input shapes: which conv shape a slow kernel belongs to
+        by_shape = prof.key_averages(group_by_input_shape=True)
+        for key in ("device_time_total", "cuda_time_total"):
+            try:
+                print(by_shape.table(sort_by=key, row_limit=30, max_name_column_width=40, max_shapes_column_width=90))
+                break
+            except Exception as exc:  # noqa: BLE001
+                print(f"(by shape, sort by {key}: {exc})")
         # per stage: the same steps as Qwen3TTSCodec._decode, timed with events (eager, 5 calls)
         stages: dict[str, float] = {}
         for _ in range(5):

@@ -1,0 +1,193 @@
+"""Each conv of the Qwen3-TTS codec decoder alone (issue 14): which formulation is fastest per shape.
+
+    python bench/gpu_codec_convs.py --checkpoint /tmp/q17 [--frames 25 --batch 16] --out DIR
+
+The shapes come from one `decode_stream` call (forward hooks on every CausalConv and CausalTransConv). Per
+distinct shape, each formulation is captured in a CUDA graph and timed (median of 20 replays):
+  ncl       what the codec runs: F.conv1d / F.conv_transpose1d on [B, C, T] (cuDNN, with its layout changes)
+  nhwc      the same conv on channels-last data (conv2d over [B, C, 1, T] in channels_last: cuDNN's native
+            layout for bf16 tensor cores, no conversions)
+  gemm      channels-last [B, T, C] data, the conv as cuBLAS products: a k-tap conv is k accumulated products
+            over row-shifted views of the padded input (batch rows flattened: the ctx rows between batch
+            entries are computed and dropped); a 1x1 conv one product with the residual added (addmm beta=1);
+            a transposed conv (k = 2r, stride r) one product to [B*T, k*Cout] plus the overlap-add
+Each row also checks that the formulation's output equals ncl's (max abs error, bf16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from voxrt.models.qwen3_tts.codec import load_codec
+from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv
+from voxrt.models.qwen3_tts.loader import codec_dir
+
+
+def graph_ms(fn, iters: int = 20) -> float:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:
+    """x: [B, C, T] (the conv's input before padding)."""
+    batch, cin, time = x.shape
+    w, b, d, k = conv.weight, conv.bias, conv.dilation[0], conv.kernel_size[0]
+    cout = w.shape[0]
+    xpad = F.pad(x, (context, 0)).contiguous()  # [B, C, ctx + T]
+    ref = F.conv1d(xpad, w, b, dilation=d)
+    out = {}
+    out["ncl"] = (graph_ms(lambda: F.conv1d(xpad, w, b, dilation=d)), 0.0)
+    x4 = xpad.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    w4 = w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    y4 = F.conv2d(x4, w4, b, dilation=(1, d))
+    out["nhwc"] = (graph_ms(lambda: F.conv2d(x4, w4, b, dilation=(1, d))),
+                   (y4.squeeze(2) - ref).abs().max().item())
+    xcl = xpad.transpose(1, 2).contiguous()  # [B, ctx + T, C]
+    rows = batch * (context + time) - context
+    flat = xcl.view(-1, cin)
+    wt = w.permute(2, 1, 0).contiguous()  # [k, Cin, Cout]
+    res = torch.randn(batch, time, cout, device=x.device, dtype=x.dtype) if k == 1 else None
+    full = torch.empty(rows, cout, device=x.device, dtype=x.dtype)
+
+    def gemm():
+        if k == 1:  # 1x1: the residual stream += x @ w^T + b
+            res.view(-1, cout).addmm_(flat, wt[0])
+            return res
+        torch.mm(flat[0:rows], wt[0], out=full)
+        for j in range(1, k):
+            full.addmm_(flat[j * d: j * d + rows], wt[j])
+        view = full.as_strided((batch, time, cout), ((context + time) * cout, cout, 1))
+        view.add_(b)
+        return view
+
+    if k == 1:
+        res0 = res.clone()
+        got = gemm() - res0 + b
+        res.copy_(res0)
+    else:
+        got = gemm()
+    err = (got.transpose(1, 2) - ref).abs().max().item()
+    out["gemm"] = (graph_ms(gemm), err)
+    return out
+
+
+def trans_rows(mod: CausalTransConv, x: torch.Tensor) -> dict:
+    conv = mod.conv
+    batch, cin, time = x.shape
+    w, b, r = conv.weight, conv.bias, mod.stride  # w [Cin, Cout, k]
+    cout, k = w.shape[1], w.shape[2]
+    ref = F.conv_transpose1d(x, w, None, stride=r)  # [B, Cout, T*r + overlap]
+    out = {"ncl": (graph_ms(lambda: F.conv_transpose1d(x, w, None, stride=r)), 0.0)}
+    x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    w4 = w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    y4 = F.conv_transpose2d(x4, w4, None, stride=(1, r))
+    out["nhwc"] = (graph_ms(lambda: F.conv_transpose2d(x4, w4, None, stride=(1, r))),
+                   (y4.squeeze(2) - ref).abs().max().item())
+    xcl = x.transpose(1, 2).contiguous().view(-1, cin)  # [B*T, Cin]
+    wt = w.permute(0, 2, 1).contiguous().view(cin, k * cout)  # [Cin, k*Cout]
+    prod = torch.empty(batch * time, k * cout, device=x.device, dtype=x.dtype)
+    full = torch.zeros(batch, time * r + (k - r), cout, device=x.device, dtype=x.dtype)
+
+    def gemm():
+        torch.mm(xcl, wt, out=prod)
+        p = prod.view(batch, time, k // r, r, cout)
+        full.zero_()
+        for part in range(k // r):  # tap block `part` lands `part` input steps later
+            dst = full.narrow(1, part * r, time * r).view(batch, time, r, cout)
+            dst.add_(p[:, :, part])
+        return full
+
+    got = gemm()
+    err = (got.transpose(1, 2) - ref).abs().max().item() if k % r == 0 else float("nan")
+    out["gemm"] = (graph_ms(gemm), err)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--frames", type=int, default=25)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    codec = load_codec(codec_dir(Path(args.checkpoint)), "cuda").to(torch.bfloat16).eval()
+    codec.set_kernel_impl("triton")
+    seen: dict[tuple, tuple] = {}
+    hooks = []
+    for name, mod in codec.named_modules():
+        if isinstance(mod, (CausalConv, CausalTransConv)):
+            def hook(m, inputs, _out, name=name):
+                x = inputs[0]
+                conv = m.conv
+                key = (type(m).__name__, tuple(x.shape), tuple(conv.weight.shape), conv.dilation[0], conv.groups)
+                if key not in seen:
+                    seen[key] = (name, m, x.detach().clone())
+                else:
+                    seen[key] = (seen[key][0] + "," + name, m, seen[key][2])
+            hooks.append(mod.register_forward_hook(hook))
+    state = codec.new_state(args.batch, "cuda", torch.bfloat16)
+    codes = torch.randint(0, codec.cfg.codebook_size, (args.batch, args.frames, codec.num_quantizers), device="cuda")
+    with torch.inference_mode():
+        codec.decode_stream(codes, torch.arange(args.batch, device="cuda"), state)
+    for h in hooks:
+        h.remove()
+    results = []
+    print(f"== codec convs, frames {args.frames} batch {args.batch}, bf16, CUDA graphs, ms (max abs err vs ncl)")
+    print(f"{'kind':<16} {'input':<18} {'weight':<18} {'d':>2} {'g':>4} {'ncl':>8} {'nhwc':>16} {'gemm':>16}  layers")
+    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0}
+    with torch.inference_mode():
+        for key, (names, mod, x) in seen.items():
+            kind, xshape, wshape, d, groups = key
+            count = names.count(",") + 1
+            if groups != 1:
+                row = {"ncl": (graph_ms(lambda: mod(x)), 0.0)}  # depthwise: only what runs today
+            elif kind == "CausalConv":
+                row = conv_rows(mod.conv, mod.context, x)
+            else:
+                row = trans_rows(mod, x)
+            for m, (ms, _) in row.items():
+                totals[m] += ms * count
+            for m in totals:
+                if m not in row:
+                    totals[m] += row["ncl"][0] * count
+            cells = {m: f"{row[m][0]:.3f} ({row[m][1]:.0e})" if m in row else "-" for m in ("nhwc", "gemm")}
+            print(f"{kind:<16} {str(xshape):<18} {str(wshape):<18} {d:>2} {groups:>4} {row['ncl'][0]:>8.3f} "
+                  f"{cells['nhwc']:>16} {cells['gemm']:>16}  x{count} {names[:60]}", flush=True)
+            results.append(dict(kind=kind, input=xshape, weight=wshape, dilation=d, groups=groups, count=count,
+                                layers=names, **{m: dict(ms=v[0], max_abs=v[1]) for m, v in row.items()}))
+    print("sum over the decoder's convs (x count; depthwise at ncl in every column): " +
+          ", ".join(f"{m} {v:.2f} ms" for m, v in totals.items()))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"convs-{args.frames}x{args.batch}.json"), "w") as f:
+        json.dump(dict(frames=args.frames, batch=args.batch, rows=results, totals=totals,
+                       device=torch.cuda.get_device_name()), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
