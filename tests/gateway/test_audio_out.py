@@ -204,3 +204,41 @@ def test_a_frame_that_fails_to_encode_ends_play_with_its_error():
         with pytest.raises(ValueError, match="960 samples"):  # a frame of the wrong size: an error, not a hang
             await out.play([np.zeros(100, dtype=np.float32)], False, 0.0, trace())
     run(main())
+
+
+def test_frames_encoded_ahead_are_the_same_packets_in_the_same_order():
+    """Encoding ahead (runs of ENCODE_AHEAD_FRAMES after a tick, a chunk that came early at once) changes when
+    libopus runs, never what it is given: the packets equal one encoder's, frame by frame in order."""
+    async def main():
+        sent = []
+
+        async def send(data: bytes) -> None:
+            sent.append(data)
+        out, encoder = audio_out(send, config("realtime", lead_ms=20))
+        chunks = [encoder.split(speech(0.25)) for _ in range(3)]
+        for chunk in chunks:
+            await out.play(chunk, False, time.monotonic_ns() / 1e6, trace())
+        reference = StreamEncoder("opus", 24000, 48000, 20)
+        expected = [p for _ in range(3) for p in reference.push(speech(0.25))]
+        assert [decode_audio_frame(d)[1] for d in sent] == expected
+        assert [decode_audio_frame(d)[0].seq for d in sent] == list(range(len(expected)))
+    run(main())
+
+
+def test_prepare_encodes_a_bounded_run_only_once_the_encoded_frames_are_used_up():
+    async def main():
+        from voxrt.gateway.audio_out import ENCODE_AHEAD_FRAMES
+
+        async def send(data: bytes) -> None:
+            pass
+        out, encoder = audio_out(send, config("realtime"))
+        frames = encoder.split(speech(1.0))  # ~45 frames
+        out._queue.extend((f, False, trace()) for f in frames)  # queued, as play() does, without sending
+        out.prepare()
+        encoded = [isinstance(f, bytes) for f, _, _ in out._queue]
+        assert encoded == [True] * ENCODE_AHEAD_FRAMES + [False] * (len(frames) - ENCODE_AHEAD_FRAMES)
+        out.prepare()  # frames still encoded: nothing more
+        assert sum(isinstance(f, bytes) for f, _, _ in out._queue) == ENCODE_AHEAD_FRAMES
+        await out.aclose()
+        assert not out._queue and out._num_ready == 0
+    run(main())

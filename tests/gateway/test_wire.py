@@ -220,3 +220,21 @@ def test_frames_reach_the_client_through_direct_writes(live, monkeypatch):
     direct = sum(n for ok, n in writes if ok)
     assert direct > 0 and direct <= len(frames)  # uvicorn's protocol was found and written to directly
     assert any(ok and n > 1 for ok, n in writes)  # the lead fill went out in shared writes
+
+
+@pytest.mark.parametrize("length", [0, 125, 126, 65535, 65536])
+def test_binary_frame_is_what_websockets_frames_for_a_server(length):
+    """The hand-written frame header (RFC 6455 §5.2) is byte for byte websockets' own for a server's binary
+    message: FIN, opcode 2, no RSV bits, no mask, 7/16/64-bit length."""
+    data = bytes(range(256)) * (length // 256) + bytes(length % 256)
+    conn = ServerProtocol()
+    conn.state = State.OPEN
+    conn.send_binary(data)
+    assert wire.binary_frame(data) == b"".join(conn.data_to_send())
+
+
+def test_write_now_leaves_a_fragmented_message_of_websockets_alone():
+    protocol = _fake_protocol()
+    writer = wire.FrameWriter(protocol.send)
+    protocol.conn.send_binary(b"part", fin=False)  # never done by uvicorn; websockets then wants a continuation
+    assert writer.write_now([b"frame"]) is False and protocol.transport.writes == []

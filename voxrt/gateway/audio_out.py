@@ -1,5 +1,5 @@
-"""One context's frames on their way out: queued as the engine's chunks arrive, each encoded just before it
-leaves, sent when the pacing rule lets it out, from the process's one timer (pacer.py).
+"""One context's frames on their way out: queued as the engine's chunks arrive, encoded a few at a time ahead
+of their sending, sent when the pacing rule lets it out, from the process's one timer (pacer.py).
 
 Pacing `realtime`: a frame leaves once the listener's buffer, by the context's playback clock, is down to
 lead_ms; `burst`: at once. `play(frames)` returns when the chunk's last frame is sent, so what follows the
@@ -21,6 +21,17 @@ so its time to first audio does not wait for the others' encoding. The playback 
 when it is queued for that write. Where a write cannot happen at once (a paused transport, another send of
 the session holding its lock, a server other than uvicorn's sansio protocol) the frames go one by one
 through `send_bytes`, the ordinary awaitable path.
+
+Encoding ahead: after a tick has sent every due frame, each stream it served encodes its next
+`ENCODE_AHEAD_FRAMES` frames in one run of libopus calls (`prepare`, called by the pacer), and a chunk that
+arrives while its stream is already playing is encoded that far at once, so a frame is ready when it is due
+and the pacer only frames and writes it. The same libopus call costs ~125 us a frame in such a run and up to
+~200 us when each stream's encoder state has gone cold in the caches between its frames, as when every frame
+was encoded just before it left (bench/results/2026-12-02-gateway-5/). Not a whole chunk at once: a 25-frame
+chunk is 100 Opus frames, ~13 ms of libopus that would hold up every other stream's frames; a run of 8 is
+~1 ms. A context's first frame is still encoded and sent alone the moment it is due (time to first audio).
+Encoded frames are only bytes (~150 of them a frame, against 3.8 kB of float32 samples), and only the queued
+chunk's: memory per context is bounded as before.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ SendBytes = Callable[[bytes], Awaitable[None]]
 SendNow = Callable[[list], bool]  # writes these frames now, or returns False (nothing written)
 
 MAX_FRAMES_PER_WRITE = 8  # a burst-mode chunk of 100 frames is written in writes of 8, not held to its end
+ENCODE_AHEAD_FRAMES = 8  # frames encoded in one run ahead of their sending (~1 ms of libopus)
 
 
 class AudioOut:
@@ -58,6 +70,7 @@ class AudioOut:
         self._lead_ms = config.pacing.lead_ms
         self._frame_ms = config.output.frame_ms
         self._queue: deque[tuple[np.ndarray | bytes, bool, list]] = deque()  # frame, is_last, its chunk's trace
+        self._num_ready = 0  # the queue's first frames that are encoded already (bytes)
         # encoded and counted on the clock: wire bytes, due time, whether the pacing rule set it, chunk trace
         self._unsent: deque[tuple[bytes, float, bool, list]] = deque()
         self._num_frames_encoded = 0  # the next frame's seq
@@ -84,8 +97,11 @@ class AudioOut:
         last = len(frames) - 1
         self._queue.extend((frame, is_last_chunk and i == last, trace) for i, frame in enumerate(frames))
         self._waiter = asyncio.get_running_loop().create_future()
+        wait_ms = max(0.0, self._wait_ms(now_ms()))
+        if wait_ms > self._pacer.tick_ms:  # not due at once (a chunk that came ahead of its time): encode now
+            self._encode_ahead()
         if self._in_flight is None:
-            self._pacer.schedule(self, now_ms() + max(0.0, self._wait_ms(now_ms())))
+            self._pacer.schedule(self, now_ms() + wait_ms)
         try:
             await self._waiter
         finally:
@@ -112,6 +128,25 @@ class AudioOut:
             self._resolve()
         return None
 
+    def prepare(self) -> None:
+        """The pacer's call once its tick has sent every due frame: the next frames encoded, in one run, when
+        the encoded ones are used up (see the module docstring)."""
+        if self._num_ready == 0 and self._queue and not self.is_closed:
+            try:
+                self._encode_ahead()
+            except Exception as exc:  # noqa: BLE001 (a bad frame: play() raises it)
+                self._fail(exc)
+
+    def _encode_ahead(self) -> None:
+        """Encodes the queue's first `ENCODE_AHEAD_FRAMES` frames (in order: Opus is stateful)."""
+        queue, encode = self._queue, self.encoder.encode
+        num = min(len(queue), ENCODE_AHEAD_FRAMES)
+        for i in range(self._num_ready, num):
+            frame, is_last, trace = queue[i]
+            if not isinstance(frame, bytes):
+                queue[i] = (encode(frame), is_last, trace)
+        self._num_ready = max(self._num_ready, num)
+
     def _take_due(self, now: float, tick_ms: float) -> None:
         """Encodes the frames the pacing rule lets out now into `_unsent` (at least one), counting each on the
         playback clock as it is queued. The context's first frame goes alone (time to first audio)."""
@@ -125,6 +160,8 @@ class AudioOut:
             data = encode_audio_frame(self.index, seq, seq * self._frame_ms, payload, is_first=seq == 0,
                                       is_last=is_last)
             queue.popleft()
+            if self._num_ready:
+                self._num_ready -= 1
             # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
             due = self._ready_ms
             if self._is_realtime and clock.is_started:
@@ -194,6 +231,7 @@ class AudioOut:
 
     def _fail(self, exc: BaseException) -> None:
         self._queue.clear()
+        self._num_ready = 0
         self._unsent.clear()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
@@ -202,6 +240,7 @@ class AudioOut:
         """No frame leaves after this returns: the queue is dropped and a send in flight is cancelled."""
         self.is_closed = True
         self._queue.clear()
+        self._num_ready = 0
         self._unsent.clear()
         self._pacer.remove(self)
         if self._waiter is not None and not self._waiter.done():

@@ -39,6 +39,10 @@ class PacedStream(Protocol):
         """Send what is due now; return when the next frame is due (monotonic ms), or None when nothing is
         queued or the stream is paused (whoever queues frames or unpauses it schedules it again)."""
 
+    def prepare(self) -> None:
+        """Work for the stream's next frames that can wait until every frame due in this tick is out (AudioOut:
+        encoding ahead); called once a tick for each stream the tick served."""
+
 
 class Pacer:
     """A heap of (due time, stream) served by one `loop.call_at` callback. One per event loop
@@ -103,6 +107,7 @@ class Pacer:
         self._is_ticking = True
         self.num_wakeups += 1
         heap, due = self._heap, self._due
+        served: list[PacedStream] = []
         try:
             while heap:
                 now = now_ms()
@@ -119,8 +124,14 @@ class Pacer:
                 except Exception:  # noqa: BLE001 (a broken stream must not stop the others)
                     log.exception("a paced stream failed; it is dropped")
                     continue
+                served.append(stream)
                 if next_ms is not None:
                     self.schedule(stream, next_ms)
+            for stream in served:  # after every due frame of the tick is out
+                try:
+                    stream.prepare()
+                except Exception:  # noqa: BLE001
+                    log.exception("a paced stream failed to prepare")
         finally:
             self._is_ticking = False
             while heap and due.get(id(heap[0][2])) != heap[0][0]:

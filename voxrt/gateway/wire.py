@@ -8,12 +8,18 @@ client): ~80 us a frame beside libopus's ~150 (py-spy, bench/results/2026-12-02-
 - `RawSendMiddleware` keeps the server's own ASGI `send` in the WebSocket scope (`RAW_SEND_KEY`), below
   Starlette's wrappers;
 - `FrameWriter.write_now` writes binary messages synchronously, several of a session's frames in one
-  `transport.write` when they are due together (a lead fill), through the same websockets `ServerProtocol`
-  that uvicorn's `websockets-sansio` implementation uses, so each is still one WebSocket message with its own
-  frame header: the wire does not change (protocol.md, "Binary audio frames"). It does so only when nothing
-  would wait: the connection open, its transport not paused (uvicorn pauses writing when the transport's
-  buffer is over its high-water mark). Otherwise it returns False and the caller takes the ordinary
-  awaitable path (`RealtimeSession.send_bytes`), which waits for the transport.
+  `transport.write` when they are due together (a lead fill), on the connection of uvicorn's
+  `websockets-sansio` implementation. Each is still one WebSocket message with its own frame header: the wire
+  does not change (protocol.md, "Binary audio frames"). The frame header is written here (`binary_frame`,
+  RFC 6455 §5.2: FIN, opcode 2, unmasked from a server), not by websockets' `send_binary`, whose `Frame`
+  object, checks, extension pass and BytesIO cost ~5 us a frame; the state websockets keeps for sending is
+  read, not bypassed: a write happens only while its connection is OPEN and no fragmented message of its own
+  is under way, and uvicorn writes every message websockets frames at once (whole frames interleave safely).
+  The RSV1 bit stays clear, so where permessage-deflate was negotiated (`--per-message-deflate`) the frame is
+  an uncompressed message, which RFC 7692 §6 allows beside compressed ones (and audio does not compress).
+  It does so only when nothing would wait: the connection open, its transport not paused (uvicorn pauses
+  writing when the transport's buffer is over its high-water mark). Otherwise it returns False and the caller
+  takes the ordinary awaitable path (`RealtimeSession.send_bytes`), which waits for the transport.
 
 Any other server (Starlette's TestClient, another ASGI server or uvicorn implementation) has no such protocol
 object: `write_now` is then always False and every frame takes the ordinary path.
@@ -21,13 +27,32 @@ object: `write_now` is then always False and every frame takes the ordinary path
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable
+
+from websockets.protocol import State
 
 RAW_SEND_KEY = "voxrt.asgi_send"
 
 # the attributes of uvicorn's WebSocketsSansIOProtocol (uvicorn >= 0.30) that a direct write reads
 _PROTOCOL_ATTRIBUTES = ("conn", "transport", "writable", "disconnected", "close_sent", "handshake_complete",
                         "initial_response")
+
+
+_HEAD_SHORT = struct.Struct("!BB")  # RFC 6455 §5.2: FIN | opcode, then the 7-bit length (MASK clear)
+_HEAD_16 = struct.Struct("!BBH")  # length 126..65535: 126, then 16 bits
+_HEAD_64 = struct.Struct("!BBQ")  # longer: 127, then 64 bits
+_FIN_BINARY = 0x82
+
+
+def binary_frame(data: bytes) -> bytes:
+    """One unmasked, unfragmented binary WebSocket frame (a whole message) carrying `data`."""
+    length = len(data)
+    if length < 126:
+        return _HEAD_SHORT.pack(_FIN_BINARY, length) + data
+    if length < 65536:
+        return _HEAD_16.pack(_FIN_BINARY, 126, length) + data
+    return _HEAD_64.pack(_FIN_BINARY, 127, length) + data
 
 
 class RawSendMiddleware:
@@ -74,10 +99,12 @@ class FrameWriter:
                 protocol.initial_response is not None:
             raise ConnectionError("the connection is closed")
         conn = protocol.conn
-        try:
-            for message in messages:
-                conn.send_binary(message)
-        except Exception as exc:  # noqa: BLE001 (websockets' InvalidState: closing; it fails at the first)
-            raise ConnectionError(f"the connection is closed: {type(exc).__name__}") from None
-        protocol.transport.write(b"".join(conn.data_to_send()))
+        if conn.state is not State.OPEN:  # the client started closing (websockets' send_binary would refuse)
+            raise ConnectionError(f"the connection is {conn.state.name.lower()}")
+        if conn.expect_continuation_frame:  # never in uvicorn (it sends whole messages); websockets' rule
+            return False
+        if len(messages) == 1:
+            protocol.transport.write(binary_frame(messages[0]))
+        else:
+            protocol.transport.write(b"".join([binary_frame(message) for message in messages]))
         return True
