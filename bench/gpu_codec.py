@@ -5,9 +5,13 @@
 Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-checkpoint`). Variants:
   torch-fp32      the reference's ops in float32 (the accuracy reference)
   torch-bf16      the reference's ops in bfloat16 (what the engine ran before SnakeBeta was fused)
-  triton-bf16     SnakeBeta as one Triton kernel each, written into the next conv's padded input; bfloat16
-  triton-bf16-outconv  the same with the output conv (one channel, clamp, float32) as one kernel too
-  triton-bf16-cudnn  triton-bf16 with cudnn.benchmark (cuDNN picks its conv algorithms by timing them)
+  triton-bf16-cudnn-only  SnakeBeta as one Triton kernel each, written into the next conv's padded input,
+                  every conv on cuDNN, biases as their own passes (the default until 2026-12-02); bfloat16
+  triton-bf16     the default on CUDA now: the same kernels, the decoder blocks' biases folded into the
+                  activations, each residual unit's 1x1 conv + bias + residual add as one product, and the
+                  convs with >= 384 input channels as cuBLAS products (codec.set_kernel_impl)
+  triton-bf16-products-all  triton-bf16 with every conv with taps as products
+  triton-bf16-outconv  triton-bf16 with the output conv (one channel, clamp, float32) as one kernel too
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
 streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
 a CUDA graph per (frames, batch), median of 20 replays, the whole GPU.
@@ -28,10 +32,11 @@ from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.loader import codec_dir
 
 SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16)]
-VARIANTS = [("torch-fp32", "torch", torch.float32, False, False), ("torch-bf16", "torch", torch.bfloat16, False, False),
-            ("triton-bf16", "triton", torch.bfloat16, False, False),
-            ("triton-bf16-outconv", "triton", torch.bfloat16, False, True),
-            ("triton-bf16-cudnn", "triton", torch.bfloat16, True, False)]
+VARIANTS = [("torch-fp32", "torch", torch.float32, {}), ("torch-bf16", "torch", torch.bfloat16, {}),
+            ("triton-bf16-cudnn-only", "triton", torch.bfloat16, dict(fold=False, conv_products="off")),
+            ("triton-bf16", "triton", torch.bfloat16, {}),
+            ("triton-bf16-products-all", "triton", torch.bfloat16, dict(conv_products="all")),
+            ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True))]
 
 
 def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
@@ -85,10 +90,9 @@ def main() -> int:
                "accuracy": [], "time": []}
     reference = None
     ok = True
-    for name, impl, dtype, cudnn_bench, output_kernel in VARIANTS:
-        torch.backends.cudnn.benchmark = cudnn_bench
+    for name, impl, dtype, options in VARIANTS:
         codec = load_codec(directory, dev).to(dtype).eval()
-        codec.set_kernel_impl(impl, output_kernel=output_kernel)
+        codec.set_kernel_impl(impl, **options)
         with torch.inference_mode():
             offline = codec.decode_offline(codes)
             if reference is None:
@@ -113,16 +117,15 @@ def main() -> int:
         del codec
         if dev == "cuda":
             torch.cuda.empty_cache()
-    torch.backends.cudnn.benchmark = False
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "codec.json"), "w") as f:
         json.dump(results, f, indent=2)
     print("\n== codec chunk ms (CUDA graph, whole GPU)")
     names = [v[0] for v in VARIANTS]
-    print(f"{'frames':>6} {'batch':>5} " + " ".join(f"{n:>18}" for n in names))
+    print(f"{'frames':>6} {'batch':>5} " + " ".join(f"{n:>24}" for n in names))
     for frames, batch in SHAPES:
         cells = {r["variant"]: r["chunk_ms"] for r in results["time"] if (r["frames"], r["batch"]) == (frames, batch)}
-        print(f"{frames:>6} {batch:>5} " + " ".join(f"{cells[n]:>18.3f}" for n in names))
+        print(f"{frames:>6} {batch:>5} " + " ".join(f"{cells[n]:>24.3f}" for n in names))
     print("targets (issue 14): 25 frames x 16 <= 15 ms, 2 frames x 1 <= 1.5 ms")
     print(f"accuracy {'OK' if ok else 'LOW'} (every variant above 20 dB SNR against float32)")
     return 0 if ok else 1

@@ -11,7 +11,11 @@ distinct shape, each formulation is captured in a CUDA graph and timed (median o
             over row-shifted views of the padded input (batch rows flattened: the ctx rows between batch
             entries are computed and dropped); a 1x1 conv one product with the residual added (addmm beta=1);
             a transposed conv (k = 2r, stride r) one product to [B*T, k*Cout] plus the overlap-add
-Each row also checks that the formulation's output equals ncl's (max abs error, bf16).
+  module    CausalConv.forward with set_products(True): the codec's own products path (NCL in and out:
+            a channels-last copy of the padded input, then k batched products)
+Each row also checks that the formulation's output equals ncl's (max abs error, bf16). Then each residual
+unit shape alone: as the reference composes it (cuDNN convs, bias and residual passes) against the folded
+path (codec_layers.ResidualUnit.set_folded, with conv1 as products when products_rule says so).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from voxrt.models.qwen3_tts.codec import load_codec
-from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv
+from voxrt.models.qwen3_tts.codec import PRODUCTS_MIN_CHANNELS, load_codec
+from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv, ResidualUnit
 from voxrt.models.qwen3_tts.loader import codec_dir
 
 
@@ -93,6 +97,12 @@ def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:
         got = gemm()
     err = (got.transpose(1, 2) - ref).abs().max().item()
     out["gemm"] = (graph_ms(gemm), err)
+    if k > 1:
+        mod = CausalConv(cin, cout, k, dilation=d).to(x.device, x.dtype)
+        mod.conv.load_state_dict(conv.state_dict())
+        mod.set_products(True)
+        y = mod(x)
+        out["module"] = (graph_ms(lambda: mod(x)), (y - ref).abs().max().item())
     return out
 
 
@@ -136,7 +146,7 @@ def main() -> int:
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     codec = load_codec(codec_dir(Path(args.checkpoint)), "cuda").to(torch.bfloat16).eval()
-    codec.set_kernel_impl("triton")
+    codec.set_kernel_impl("triton", fold=False, conv_products="off")  # the shapes; each path is set per row
     seen: dict[tuple, tuple] = {}
     hooks = []
     for name, mod in codec.named_modules():
@@ -158,8 +168,9 @@ def main() -> int:
         h.remove()
     results = []
     print(f"== codec convs, frames {args.frames} batch {args.batch}, bf16, CUDA graphs, ms (max abs err vs ncl)")
-    print(f"{'kind':<16} {'input':<18} {'weight':<18} {'d':>2} {'g':>4} {'ncl':>8} {'nhwc':>16} {'gemm':>16}  layers")
-    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0}
+    print(f"{'kind':<16} {'input':<18} {'weight':<18} {'d':>2} {'g':>4} {'ncl':>8} {'nhwc':>16} {'gemm':>16} "
+          f"{'module':>16}  layers")
+    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0, "module": 0.0}
     with torch.inference_mode():
         for key, (names, mod, x) in seen.items():
             kind, xshape, wshape, d, groups = key
@@ -175,16 +186,40 @@ def main() -> int:
             for m in totals:
                 if m not in row:
                     totals[m] += row["ncl"][0] * count
-            cells = {m: f"{row[m][0]:.3f} ({row[m][1]:.0e})" if m in row else "-" for m in ("nhwc", "gemm")}
+            cells = {m: f"{row[m][0]:.3f} ({row[m][1]:.0e})" if m in row else "-" for m in ("nhwc", "gemm", "module")}
             print(f"{kind:<16} {str(xshape):<18} {str(wshape):<18} {d:>2} {groups:>4} {row['ncl'][0]:>8.3f} "
-                  f"{cells['nhwc']:>16} {cells['gemm']:>16}  x{count} {names[:60]}", flush=True)
+                  f"{cells['nhwc']:>16} {cells['gemm']:>16} {cells['module']:>16}  x{count} {names[:60]}", flush=True)
             results.append(dict(kind=kind, input=xshape, weight=wshape, dilation=d, groups=groups, count=count,
                                 layers=names, **{m: dict(ms=v[0], max_abs=v[1]) for m, v in row.items()}))
     print("sum over the decoder's convs (x count; depthwise at ncl in every column): " +
           ", ".join(f"{m} {v:.2f} ms" for m, v in totals.items()))
+    units = []
+    print("\n== residual units alone (offline), ms: reference composition vs folded (conv1 as products if >= "
+          f"{PRODUCTS_MIN_CHANNELS} channels)")
+    with torch.inference_mode():
+        for name, mod in codec.named_modules():
+            if isinstance(mod, ResidualUnit):
+                conv1 = mod.conv1
+                key = (conv1.conv.in_channels, conv1.conv.dilation[0])
+                x = next((v[2] for k, v in seen.items() if k[0] == "CausalConv" and k[2] == tuple(conv1.conv.weight.shape)
+                          and k[3] == key[1]), None)
+                if x is None or key in {(u["channels"], u["dilation"]) for u in units}:
+                    continue
+                mod.set_folded(False)
+                conv1.set_products(False)
+                ref = mod(x.clone())
+                plain = graph_ms(lambda: mod(x.clone()))
+                mod.set_folded(True)
+                conv1.set_products(conv1.conv.in_channels >= PRODUCTS_MIN_CHANNELS)
+                got = mod(x.clone())
+                folded = graph_ms(lambda: mod(x.clone()))
+                err = (got - ref).abs().max().item()
+                units.append(dict(channels=key[0], dilation=key[1], input=tuple(x.shape), plain_ms=plain,
+                                  folded_ms=folded, max_abs=err))
+                print(f"  {str(tuple(x.shape)):<18} d {key[1]}: {plain:.3f} -> {folded:.3f} ms (max abs {err:.1e})  {name}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"convs-{args.frames}x{args.batch}.json"), "w") as f:
-        json.dump(dict(frames=args.frames, batch=args.batch, rows=results, totals=totals,
+        json.dump(dict(frames=args.frames, batch=args.batch, rows=results, totals=totals, units=units,
                        device=torch.cuda.get_device_name()), f, indent=1)
     return 0
 

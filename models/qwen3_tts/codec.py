@@ -42,6 +42,7 @@ from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, DecoderBlock
 from voxrt.models.qwen3_tts.codec_quantizer import SplitResidualVectorQuantizer
 from voxrt.models.qwen3_tts.codec_transformer import FRAMES_KEY, CodecTransformer
 
+PRODUCTS_MIN_CHANNELS = 384  # causal convs this wide may run as cuBLAS products (set_kernel_impl)
 CHECKPOINT_PREFIX = "decoder."  # the decoder's keys in the codec checkpoint (Qwen3TTSTokenizerV2Model.decoder)
 
 
@@ -209,14 +210,36 @@ class Qwen3TTSCodec(nn.Module):
 
     _out_impl = "torch"
 
-    def set_kernel_impl(self, impl: str, output_kernel: bool = False) -> None:
+    def set_kernel_impl(self, impl: str, output_kernel: bool = False, conv_products: str = "auto",
+                        fold: bool | None = None) -> None:
         """"triton": SnakeBeta as one kernel each (on CUDA; voxrt/engine/runtime/kernels/snake.py); "torch": the
         reference's ops. `output_kernel` (with "triton"): the output conv (one channel, clamp, float32) as one
-        kernel too (kernels/conv_out.py). Off by default until a GPU run has timed it and checked it against
-        float32 (`bench/gpu_codec.py`, variant triton-bf16-outconv); the CPU tests run it in the interpreter."""
+        kernel too (kernels/conv_out.py); off by default: on the H200 it bought 0.18 ms of a 20 ms chunk and
+        cost 0.03 ms at the small shapes (bench/results/2026-12-02-codec).
+        `fold` (default: on unless impl is "torch"): the decoder blocks' biases folded into the activations
+        that read them, and each residual unit's 1x1 conv, its bias and the residual add as one product
+        (codec_layers.ResidualUnit.set_folded). `conv_products`: which causal convs run as cuBLAS products
+        over channels-last data instead of cuDNN (CausalConv.set_products): "auto" (unless impl is "torch")
+        the convs with >= PRODUCTS_MIN_CHANNELS input channels choose per input shape by timing both once
+        (cuDNN hits a fallback kernel for one released shape; narrower convs measured faster on cuDNN
+        everywhere on the H200); "all" every conv with taps (tests); "off" none."""
+        if conv_products not in ("auto", "all", "off"):
+            raise ValueError(f"conv_products must be auto, all or off, got {conv_products!r}")
         for module in self.modules():
             if isinstance(module, SnakeBeta):
                 module.set_impl(impl)
+        fold = impl != "torch" if fold is None else fold
+        for module in self.modules():
+            if isinstance(module, DecoderBlock):
+                module.set_folded(fold)
+        for module in self.modules():
+            if isinstance(module, CausalConv):
+                if conv_products == "all":
+                    module.set_products(True)
+                elif conv_products == "auto" and impl != "torch":
+                    module.set_products("timed" if module.conv.in_channels >= PRODUCTS_MIN_CHANNELS else False)
+                else:
+                    module.set_products(False)
         self._out_impl = impl if output_kernel else "torch"
         if self._out_impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move)
             out_conv = self.decoder[-1].conv

@@ -20,11 +20,16 @@ carries, per request:
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from voxrt.engine.runtime.kernels.snake import snake_beta
+
+log = logging.getLogger("voxrt.models.qwen3_tts")
 
 
 class Carry:
@@ -61,6 +66,8 @@ def last_entries(x: torch.Tensor, n: int, dim: int = -1) -> torch.Tensor:
 class CausalConv(StatefulLayer):
     """Qwen3TTSTokenizerV2CausalConvNet at stride 1 (the only stride the decoder uses): left pad (k-1)*d."""
 
+    products: bool | str = False  # True: cuBLAS products over channels-last rows, not cuDNN; "timed": per shape
+
     def __init__(self, c_in: int, c_out: int, kernel_size: int, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
         self.conv = nn.Conv1d(c_in, c_out, kernel_size, dilation=dilation, groups=groups)
@@ -69,17 +76,77 @@ class CausalConv(StatefulLayer):
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"": (self.conv.in_channels, self.context)} if self.context else {}
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None, act: SnakeBeta | None = None
-                ) -> torch.Tensor:  # [B, C, T] -> [B, C', T]
+    def forward(self, x: torch.Tensor, carry: Carry | None = None, act: SnakeBeta | None = None,
+                bias: bool = True, in_bias: torch.Tensor | None = None) -> torch.Tensor:  # [B, C, T] -> [B, C', T]
         """`act`: the activation before the conv (conv(act(x))), written straight into the conv's padded
-        input, behind the carried context, instead of into a tensor of its own that is then concatenated."""
+        input, behind the carried context, instead of into a tensor of its own that is then concatenated.
+        `bias=False`: leave the bias out (the caller folds it into what reads the output). `in_bias` (with
+        `act`): conv(act(x + in_bias)), a previous layer's bias folded into the activation."""
+        b = self.conv.bias if bias else None
         if self.context == 0:
-            return self.conv(x if act is None else act(x))
-        return self.conv(self.padded_input(x, carry, act))
+            h = x if act is None else act(x, in_bias=in_bias)
+            return F.conv1d(h, self.conv.weight, b, groups=self.conv.groups)
+        padded = self.padded_input(x, carry, act, in_bias)
+        if self.products is True or (self.products == "timed" and self._timed_choice(padded, b)):
+            return self._products(padded, b)
+        return self._cudnn(padded, b)
 
-    def padded_input(self, x: torch.Tensor, carry: Carry | None = None, act: SnakeBeta | None = None
-                     ) -> torch.Tensor:  # [B, C, T] -> [B, C, context + T]
-        """What the conv reads: the carried context (zeros offline) then act(x); hands the next context on."""
+    def _cudnn(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.conv1d(padded, self.conv.weight, bias, dilation=self.conv.dilation, groups=self.conv.groups)
+
+    def set_products(self, on: bool | str) -> None:
+        """Run this conv as k accumulated products (one per tap) over a channels-last copy of its padded
+        input: out[b] = sum_j W_j @ x[b, :, j*d : j*d + T]. cuDNN runs some dilated shapes of the released
+        codec on a fallback kernel without tensor cores (bench/results/2026-12-02-codec: 384 channels x 4000,
+        dilation 9: 4.6 ms against 0.42 ms as products), and most others faster than these products.
+        "timed": per input shape, whichever of the two measured faster the first time the shape ran (on
+        CUDA, outside graph capture: the engine's warm-up runs every graph's shape before capturing it);
+        cuDNN for a shape first seen during a capture, and always on the CPU. Only for plain (groups 1)
+        convs with taps."""
+        if on not in (True, False, "timed"):
+            raise ValueError(f"set_products takes True, False or 'timed', got {on!r}")
+        on = on if self.context > 0 and self.conv.groups == 1 else False
+        self.products = on
+        self._choices: dict[tuple, bool] = {}
+        if on:
+            with torch.no_grad():  # [k, C_out, C_in], moving with the module
+                self.register_buffer("taps", self.conv.weight.detach().permute(2, 0, 1).contiguous(),
+                                     persistent=False)
+
+    def _timed_choice(self, padded: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        """Whether products beat cuDNN for this input (measured once per shape; see set_products)."""
+        key = (tuple(padded.shape), padded.dtype, bias is None)
+        choice = self._choices.get(key)
+        if choice is not None:
+            return choice
+        if padded.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            return False  # not cached: a capture cannot time, and the CPU path is cuDNN's reference ops
+        ms = {name: _time_ms(lambda fn=fn: fn(padded, bias)) for name, fn in (("cudnn", self._cudnn),
+                                                                              ("products", self._products))}
+        choice = self._choices[key] = ms["products"] < ms["cudnn"]
+        log.info("codec conv %s%s d%d: %s (cuDNN %.3f ms, products %.3f ms)", self.conv.in_channels,
+                 list(padded.shape), self.conv.dilation[0], "products" if choice else "cuDNN", ms["cudnn"],
+                 ms["products"])
+        return choice
+
+    def _products(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        batch, _, length = padded.shape
+        time, step = length - self.context, self.conv.dilation[0]
+        rows = padded.transpose(1, 2).contiguous()  # [B, context + T, C]: a tap's input is a row window
+        taps = self.taps.to(padded.dtype)
+        first = rows[:, :time].transpose(1, 2)  # [B, C, T], column-major: cuBLAS reads it transposed
+        if bias is None:
+            out = torch.bmm(taps[0].expand(batch, -1, -1), first)
+        else:
+            out = torch.baddbmm(bias[None, :, None].to(padded.dtype), taps[0].expand(batch, -1, -1), first)
+        for j in range(1, taps.shape[0]):
+            out.baddbmm_(taps[j].expand(batch, -1, -1), rows[:, j * step : j * step + time].transpose(1, 2))
+        return out
+
+    def padded_input(self, x: torch.Tensor, carry: Carry | None = None, act: SnakeBeta | None = None,
+                     in_bias: torch.Tensor | None = None) -> torch.Tensor:  # [B, C, T] -> [B, C, context + T]
+        """What the conv reads: the carried context (zeros offline) then act(x + in_bias); hands the next
+        context on. (`in_bias` only with `act`.)"""
         if carry is None and act is None:
             return F.pad(x, (self.context, 0))
         batch, channels, time = x.shape
@@ -91,10 +158,24 @@ class CausalConv(StatefulLayer):
         if act is None:
             padded[..., self.context :].copy_(x)
         else:
-            act(x, out=padded[..., self.context :])
+            act(x, out=padded[..., self.context :], in_bias=in_bias)
         if carry is not None:
             carry.give(self.state_key, last_entries(padded, self.context))
         return padded
+
+
+def _time_ms(fn, reps: int = 3) -> float:
+    """The best of `reps` timed runs of fn on the current CUDA stream, after one untimed run."""
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best
 
 
 class CausalTransConv(StatefulLayer):
@@ -109,18 +190,21 @@ class CausalTransConv(StatefulLayer):
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"": (self.conv.out_channels, self.overlap)} if self.overlap else {}
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:  # [B, C, T] -> [B, C', T*s]
+    def forward(self, x: torch.Tensor, carry: Carry | None = None, bias: bool = True
+                ) -> torch.Tensor:  # [B, C, T] -> [B, C', T*s]
+        """`bias=False`: leave the bias out (the caller folds it into what reads the output)."""
         num_out = x.shape[-1] * self.stride
-        if self.overlap == 0:
-            return self.conv(x)  # kernel == stride: frames do not overlap, nothing to trim or carry
+        b = self.conv.bias if bias else None
+        if self.overlap == 0:  # kernel == stride: frames do not overlap, nothing to trim or carry
+            return F.conv_transpose1d(x, self.conv.weight, b, stride=self.stride)
         if carry is None:
-            return self.conv(x)[..., :num_out]
+            return F.conv_transpose1d(x, self.conv.weight, b, stride=self.stride)[..., :num_out]
         # Overlap-add: the previous inputs' contributions (the tail) plus this chunk's, bias added once, in
         # place (the tail handed on is the part past num_out, which the bias add does not touch).
         full = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)  # [B, C', T*s + overlap]
         full[..., : self.overlap] += carry.take(self.state_key).to(full.dtype)  # [B, C', overlap]
         carry.give(self.state_key, full[..., num_out:])
-        return full[..., :num_out].add_(self.conv.bias[:, None])
+        return full[..., :num_out].add_(self.conv.bias[:, None]) if bias else full[..., :num_out]
 
 
 class SnakeBeta(nn.Module):
@@ -135,14 +219,17 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None, out: torch.Tensor | None = None
-                ) -> torch.Tensor:  # [B, C, T]
+    def forward(self, x: torch.Tensor, carry: Carry | None = None, out: torch.Tensor | None = None,
+                in_bias: torch.Tensor | None = None) -> torch.Tensor:  # [B, C, T]
+        """`in_bias` [C]: added to x first (a previous conv's bias, folded in here)."""
         if self.impl == "torch":
+            if in_bias is not None:
+                x = x + in_bias[:, None]
             alpha = self.alpha.exp()[:, None]  # [C, 1]
             beta = self.beta.exp()[:, None]
             y = x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
             return y if out is None else out.copy_(y)
-        return snake_beta(x, self.alpha_exp, self.inv_beta, self.impl, out)
+        return snake_beta(x, self.alpha_exp, self.inv_beta, self.impl, out, in_bias)
 
     def set_impl(self, impl: str) -> None:
         """Picks the implementation; a kernel one gets exp(alpha) and 1 / (exp(beta) + 1e-9) computed here, once
@@ -173,6 +260,9 @@ class ConvNeXtBlock(nn.Module):
         return x + (self.gamma * h).transpose(1, 2)
 
 
+FOLD_ROWS = 8  # rows (1, 0, ..., 0) under a folded product's input: the bias column, K kept a multiple of 8
+
+
 class ResidualUnit(nn.Module):
     """Qwen3TTSTokenizerV2DecoderDecoderResidualUnit: Snake -> causal conv 7 (dilated) -> Snake -> conv 1."""
 
@@ -183,8 +273,50 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:  # [B, C, T]
-        return x + self.conv2(self.conv1(x, carry, act=self.act1), carry, act=self.act2)
+    folded = False  # set_folded: biases folded into the activations, conv2 + residual as one product
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None, in_bias: torch.Tensor | None = None
+                ) -> torch.Tensor:  # [B, C, T]
+        """`in_bias` (folded path only): x's missing bias, [C] (the block's transposed conv runs without its
+        bias; it is added where x is read: act1's input, and conv2's product through `w_out`)."""
+        if not self.folded:
+            return x + self.conv2(self.conv1(x, carry, act=self.act1), carry, act=self.act2)
+        h = self.conv1(x, carry, act=self.act1, bias=False, in_bias=in_bias)  # [B, C, T], conv1's bias not in
+        batch, channels, time = h.shape
+        # act2(h + bias1) into the first C rows of the product's input; the rows after them are (1, 0, ..)
+        # so that the product adds w_out's last columns: conv2's bias (plus x's missing bias)
+        rows = h.new_empty(batch, channels + FOLD_ROWS, time)
+        rows[:, channels:].copy_(self.one_rows.to(h.dtype).expand(batch, -1, time))
+        self.act2(h, out=rows[:, :channels], in_bias=self.conv1.conv.bias)
+        w_out = (self.w_out if in_bias is None else self.w_out_first).to(h.dtype).expand(batch, -1, -1)
+        if x.is_contiguous():
+            return x.baddbmm_(w_out, rows)  # x + conv2(...) + biases, in place: nothing else reads x now
+        return torch.baddbmm(x, w_out, rows)
+
+    def set_folded(self, on: bool, in_bias: torch.Tensor | None = None) -> None:
+        """The folded path: conv1 without its bias (act2 adds it), and conv2 (1x1) with its bias and the
+        residual add as one product, x += [W2 | b2 | 0] @ [act2(h + b1); 1; 0] (cuBLAS, beta = 1): no
+        separate bias or residual passes over the [B, C, T] activations. `in_bias`: x's bias when the layer
+        before leaves it out (the first unit of a block), put into act1's input and conv2's bias column."""
+        self.folded = on
+        if not on:
+            return
+        conv2 = self.conv2.conv
+        with torch.no_grad():
+            weight = conv2.weight.detach()[:, :, 0]  # [C, C]
+
+            def with_bias(bias: torch.Tensor) -> torch.Tensor:  # [C, C + FOLD_ROWS]: [W2 | bias | 0 ...]
+                extra = weight.new_zeros(weight.shape[0], FOLD_ROWS)
+                extra[:, 0] = bias
+                return torch.cat([weight, extra], 1)
+
+            self.register_buffer("w_out", with_bias(conv2.bias.detach()), persistent=False)
+            if in_bias is not None:
+                self.register_buffer("w_out_first", with_bias(conv2.bias.detach() + in_bias.detach()),
+                                     persistent=False)
+            one = weight.new_zeros(FOLD_ROWS, 1)
+            one[0] = 1
+            self.register_buffer("one_rows", one, persistent=False)
 
 
 class DecoderBlock(nn.Module):
@@ -196,10 +328,27 @@ class DecoderBlock(nn.Module):
         self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransConv(in_dim, out_dim, 2 * rate, rate)]
                                    + [ResidualUnit(out_dim, d) for d in (1, 3, 9)])
 
+    folded = False
+
     def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:  # [B, C, T] -> [B, C/2, T*r]
-        for layer in self.block:
-            x = layer(x, carry)
+        if not self.folded:
+            for layer in self.block:
+                x = layer(x, carry)
+            return x
+        act, trans, *units = self.block
+        x = trans(act(x), carry, bias=False)  # its bias goes in with the first unit (ResidualUnit.set_folded)
+        x = units[0](x, carry, in_bias=trans.conv.bias)
+        for unit in units[1:]:
+            x = unit(x, carry)
         return x
+
+    def set_folded(self, on: bool) -> None:
+        """Biases folded into the next reader and each residual unit's 1x1 conv + residual as one product."""
+        self.folded = on
+        units = list(self.block)[2:]
+        units[0].set_folded(on, in_bias=self.block[1].conv.bias)
+        for unit in units[1:]:
+            unit.set_folded(on)
 
 
 class UpsampleStage(nn.ModuleList):

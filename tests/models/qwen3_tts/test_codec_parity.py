@@ -227,12 +227,60 @@ def test_released_config_streams_without_host_syncs():
 
 @pytest.fixture
 def triton_codec(codec):
-    """The same codec with its SnakeBeta and output conv as Triton kernels (Triton's interpreter on the CPU)."""
-    codec.set_kernel_impl("triton", output_kernel=True)
+    """The same codec with its SnakeBeta and output conv as Triton kernels (Triton's interpreter on the CPU),
+    the biases folded and every conv with taps as products (what runs on CUDA, all of it on this tiny one)."""
+    codec.set_kernel_impl("triton", output_kernel=True, conv_products="all")
     try:
         yield codec
     finally:
         codec.set_kernel_impl("torch")
+
+
+@pytest.fixture
+def folded_codec(codec):
+    """The torch ops with the CUDA path's formulations: biases folded into the activations, 1x1 conv + bias +
+    residual as one product, every conv with taps as products over channels-last rows."""
+    codec.set_kernel_impl("torch", conv_products="all", fold=True)
+    try:
+        yield codec
+    finally:
+        codec.set_kernel_impl("torch")
+
+
+def test_folded_products_offline_equal_reference_forward(ref, folded_codec):
+    assert all(m.folded for m in folded_codec.modules() if type(m).__name__ in ("ResidualUnit", "DecoderBlock"))
+    products = [m for m in folded_codec.modules() if type(m).__name__ == "CausalConv" and m.products]
+    assert len(products) >= 8  # pre_conv, decoder[0], every residual unit's conv1, the output conv
+    codes = _codes(2, 12, seed=7)
+    torch.testing.assert_close(folded_codec.decode_offline(codes), _ref_decode(ref, codes), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("chunks", [(1, 2, 25, 2), (3, 7, 4, 9, 7)])
+def test_folded_products_stream_equal_to_offline(folded_codec, chunks):
+    codes = _codes(1, 30, seed=8)
+    state = folded_codec.new_state(3, "cpu", torch.float32)
+    torch.testing.assert_close(_stream(folded_codec, codes, chunks, 1, state), folded_codec.decode_offline(codes),
+                               atol=ATOL, rtol=0)
+
+
+def test_conv_products_rule(codec):
+    """auto: only convs with >= PRODUCTS_MIN_CHANNELS inputs (none in this tiny codec), never depthwise ones;
+    a bad value is a clear error."""
+    from voxrt.models.qwen3_tts.codec import PRODUCTS_MIN_CHANNELS  # noqa: PLC0415
+
+    try:
+        codec.set_kernel_impl("triton")
+        convs = [m for m in codec.modules() if type(m).__name__ == "CausalConv"]
+        assert all(m.products == ("timed" if m.conv.in_channels >= PRODUCTS_MIN_CHANNELS and m.conv.groups == 1
+                                  and m.context else False) for m in convs)
+        codec.set_kernel_impl("triton", conv_products="all")
+        assert not any(m.products for m in convs if m.conv.groups != 1)
+        with pytest.raises(ValueError, match="conv_products"):
+            codec.set_kernel_impl("triton", conv_products="some")
+    finally:
+        codec.set_kernel_impl("torch")
+    assert not any(m.products for m in convs) and not any(
+        m.folded for m in codec.modules() if type(m).__name__ == "ResidualUnit")
 
 
 def test_triton_snake_codec_offline_equals_reference_forward(ref, triton_codec):
@@ -247,3 +295,28 @@ def test_triton_snake_codec_streams_equal_to_offline(triton_codec):
     state = triton_codec.new_state(3, "cpu", torch.float32)
     torch.testing.assert_close(_stream(triton_codec, codes, (2, 4, 1, 5), 1, state),
                                triton_codec.decode_offline(codes), atol=ATOL, rtol=0)
+
+
+def test_timed_products_route_by_the_cached_choice_and_fall_back_to_cudnn_on_cpu():
+    """A "timed" conv runs cuDNN's op on the CPU (nothing timed or cached there), and follows a cached choice
+    per input shape where one was measured (on CUDA); both give the plain conv's output."""
+    from voxrt.models.qwen3_tts.codec_layers import CausalConv  # noqa: PLC0415
+
+    torch.manual_seed(3)
+    conv = CausalConv(8, 6, 7, dilation=3).eval()
+    x = torch.randn(2, 8, 11)
+    with torch.no_grad():
+        expected = conv(x)
+        conv.set_products("timed")
+        torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
+        assert conv._choices == {}  # the CPU never times
+        calls = []
+        conv._products = lambda padded, bias: calls.append(padded.shape) or CausalConv._products(conv, padded, bias)
+        conv._choices[((2, 8, 18 + 11), torch.float32, False)] = True
+        torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
+        assert calls == [(2, 8, 29)]
+        with pytest.raises(ValueError, match="set_products"):
+            conv.set_products("sometimes")
+        depthwise = CausalConv(8, 8, 7, groups=8)
+        depthwise.set_products(True)
+        assert depthwise.products is False  # grouped convs stay on cuDNN

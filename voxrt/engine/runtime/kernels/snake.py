@@ -7,6 +7,9 @@ the whole tensor: at the decoder's last stage (96 channels x 1920 samples a fram
 16 is 74 M elements, and the decoder applies it 29 times. The Triton kernel reads x once and writes once, math
 in float32 whatever the storage dtype.
 
+`in_bias` (optional, [C]): a per-channel bias added to x first (the previous conv's bias, folded in here so
+that conv runs without its own bias pass: the activation is `snake(x + in_bias)`).
+
 `out` may be a view into a bigger buffer (a causal conv's input with its left context in front: the
 activation lands where the conv reads it, so the `torch.cat` of context and input disappears); its rows may be
 strided, its time axis must be contiguous.
@@ -23,14 +26,16 @@ if triton_available():
     import triton.language as tl
 
     @triton.jit
-    def _snake_kernel(x_ptr, alpha_ptr, inv_beta_ptr, out_ptr, n_channels, n_time, x_batch_stride, x_chan_stride,
-                      out_batch_stride, out_chan_stride, BLOCK: tl.constexpr):
+    def _snake_kernel(x_ptr, alpha_ptr, inv_beta_ptr, bias_ptr, out_ptr, n_channels, n_time, x_batch_stride,
+                      x_chan_stride, out_batch_stride, out_chan_stride, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0)  # one (batch, channel) row
         b = row // n_channels
         c = row % n_channels
         t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = t < n_time
         x = tl.load(x_ptr + b * x_batch_stride + c * x_chan_stride + t, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            x = x + tl.load(bias_ptr + c).to(tl.float32)
         alpha = tl.load(alpha_ptr + c).to(tl.float32)
         inv_beta = tl.load(inv_beta_ptr + c).to(tl.float32)
         s = tl.sin(x * alpha)
@@ -44,16 +49,18 @@ def snake_beta_torch(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tenso
 
 
 def snake_beta(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor, impl: str = "torch",
-               out: torch.Tensor | None = None) -> torch.Tensor:
+               out: torch.Tensor | None = None, in_bias: torch.Tensor | None = None) -> torch.Tensor:
     """[B, C, T] -> [B, C, T] (into `out` when given, which is returned)."""
     check_impl(impl)
     if x.dim() != 3 or alpha.shape != (x.shape[1],) or inv_beta.shape != (x.shape[1],):
         raise ValueError(f"snake_beta wants x [B, C, T] and alpha, inv_beta [C]; got {tuple(x.shape)}, "
                          f"{tuple(alpha.shape)}, {tuple(inv_beta.shape)}")
+    if in_bias is not None and in_bias.shape != (x.shape[1],):
+        raise ValueError(f"snake_beta's in_bias must be [C] = [{x.shape[1]}], got {tuple(in_bias.shape)}")
     if out is not None and out.shape != x.shape:
         raise ValueError(f"out {tuple(out.shape)} must have x's shape {tuple(x.shape)}")
     if impl == "torch":
-        y = snake_beta_torch(x, alpha, inv_beta)
+        y = snake_beta_torch(x if in_bias is None else x + in_bias.to(x.dtype)[:, None], alpha, inv_beta)
         return y if out is None else out.copy_(y)
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -65,7 +72,8 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor, imp
     if x.numel() == 0:
         return out
     block = 1024 if time >= 1024 else max(16, triton.next_power_of_2(time))
+    bias = alpha if in_bias is None else in_bias.contiguous()  # (a placeholder pointer when there is none)
     _snake_kernel[(batch * channels, triton.cdiv(time, block))](
-        x, alpha.contiguous(), inv_beta.contiguous(), out, channels, time, x.stride(0), x.stride(1),
-        out.stride(0), out.stride(1), BLOCK=block, num_warps=4)
+        x, alpha.contiguous(), inv_beta.contiguous(), bias, out, channels, time, x.stride(0), x.stride(1),
+        out.stride(0), out.stride(1), HAS_BIAS=in_bias is not None, BLOCK=block, num_warps=4)
     return out
