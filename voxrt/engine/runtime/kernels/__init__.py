@@ -7,6 +7,19 @@ the talker, a small dense cache for the code predictor, whose attention runs in 
 MLP activation, and Gumbel-max sampling with per-row temperature / top-k / top-p that also writes the next
 step's input row. Triton's interpreter (`TRITON_INTERPRET=1`) runs the Triton kernels on the CPU, which is
 how CI tests them against the torch implementations.
+
+Programmatic dependent launch (PDL, sm90+): the frame's kernels are chains of microsecond launches, and with
+PDL kernel N+1 starts while kernel N still runs. Each Triton kernel here takes a `PDL` constexpr; when it is
+on, the kernel calls `gdc_launch_dependents()` at its start (the next kernel may launch), reads only what no
+kernel of the frame writes (weights, norm weights, rotary tables) before `gdc_wait()`, and everything else
+after it. `gdc_wait()` returns once every earlier kernel has COMPLETED and its writes are visible (PTX
+`griddepcontrol.wait`), so after it the kernel sees memory as a plainly launched kernel would; before it, it
+writes nothing (no write-after-read race with a kernel still reading) and reads nothing written in the
+frame. Every program of a PDL kernel reaches the wait, so a kernel completes only after its predecessor did:
+the ordering stays transitive along the chain. A kernel of a library between two of ours (cuBLAS, FlashInfer,
+torch) is launched plainly and waits for ours to finish as always; ours after it waits for it in `gdc_wait()`.
+Measured on the H200 (bench/gpu_pdl.py, bench/results/2026-12-02-codec): a dependent gemv in a CUDA graph
+took 3.05 us plainly, 1.60 us with PDL and its weight tile loaded before the wait.
 """
 
 from __future__ import annotations
@@ -32,6 +45,42 @@ def triton_available() -> bool:
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (tests)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_pdl_override: bool | None = None
+
+
+def set_pdl(enabled: bool | None) -> None:
+    """Turn PDL on or off for launches from now on (graphs captured afterwards), over `VOXRT_PDL`; None: back
+    to `VOXRT_PDL` (default on). Benchmarks compare both in one process (bench/gpu_frame.py)."""
+    global _pdl_override
+    _pdl_override = enabled
+
+
+@functools.cache
+def _device_has_pdl(index: int) -> bool:
+    import triton.language as tl  # noqa: PLC0415
+
+    cuda = getattr(tl.extra, "cuda", None)
+    has_ops = hasattr(cuda, "gdc_wait") and hasattr(cuda, "gdc_launch_dependents")
+    return has_ops and torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Whether kernels on `device` launch with PDL: on CUDA with compute capability >= 9 (griddepcontrol is
+    sm90+), compiled Triton (never the interpreter: the CI path runs the kernels with PDL off), unless
+    `set_pdl(False)` or `VOXRT_PDL=0`."""
+    if device.type != "cuda" or interpreting() or not triton_available():
+        return False
+    wanted = _pdl_override if _pdl_override is not None else \
+        os.environ.get("VOXRT_PDL", "1").strip().lower() not in ("0", "", "off", "false", "no")
+    return wanted and _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pdl_args(device: torch.device) -> dict:
+    """Keyword arguments for a kernel launch: the kernel's `PDL` constexpr, and `launch_pdl=True` with it (the
+    two always together: a kernel launched with PDL must wait before it reads its inputs)."""
+    return dict(PDL=True, launch_pdl=True) if pdl_enabled(device) else dict(PDL=False)
 
 
 def default_impl(device: torch.device) -> str:

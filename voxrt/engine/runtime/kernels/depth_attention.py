@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 from voxrt.engine.runtime.kernels.rope import norm_rope_torch
 
@@ -37,7 +37,8 @@ if triton_available():
     def _depth_attention_kernel(qkv_ptr, qkv_stride, out_ptr, out_stride, k_cache_ptr, v_cache_ptr, qw_ptr, kw_ptr,
                                 inv_freq_ptr, start, eps, scale, s_b, s_h, s_l, x_ptr, x_stride, n_x, x_eps,
                                 T: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                                L: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr, NH: tl.constexpr):
+                                L: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr, NH: tl.constexpr,
+                                PDL: tl.constexpr):
         """One program per (batch row, NH query heads of one KV group). The step's new k/v are computed in
         registers by each program of their group (the first writes them to the cache), so no program reads
         back what another wrote in the same launch; older positions come from the cache."""
@@ -49,6 +50,15 @@ if triton_available():
         cols = tl.arange(0, HALF)
         dcols = tl.arange(0, D)
         lpos = tl.arange(0, L)
+        if PDL:  # kernels/__init__.py: the norm weights and the rotary table before the wait; the cache after
+            tl.extra.cuda.gdc_launch_dependents()
+        qw1 = tl.load(qw_ptr + cols).to(tl.float32)
+        qw2 = tl.load(qw_ptr + HALF + cols).to(tl.float32)
+        kw1 = tl.load(kw_ptr + cols).to(tl.float32)
+        kw2 = tl.load(kw_ptr + HALF + cols).to(tl.float32)
+        inv_freq = tl.load(inv_freq_ptr + cols)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         kbase = k_cache_ptr + b * s_b + kh * s_h
         vbase = v_cache_ptr + b * s_b + kh * s_h
         old = (lpos < start)[:, None]
@@ -60,7 +70,7 @@ if triton_available():
             pos = start + t
             k1 = tl.load(row + HQ * D + kh * D + cols).to(tl.float32)
             k2 = tl.load(row + HQ * D + kh * D + HALF + cols).to(tl.float32)
-            o1, o2 = _norm_rope_half(k1, k2, kw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+            o1, o2 = _norm_rope_half(k1, k2, kw1, kw2, inv_freq, pos, eps, qkv_ptr, D)
             o1 = o1.to(k_cache_ptr.dtype.element_ty)
             o2 = o2.to(k_cache_ptr.dtype.element_ty)
             v = tl.load(row + (HQ + HKV) * D + kh * D + dcols)
@@ -82,7 +92,7 @@ if triton_available():
                 h = h0 + g
                 q1 = tl.load(row + h * D + cols).to(tl.float32)
                 q2 = tl.load(row + h * D + HALF + cols).to(tl.float32)
-                r1, r2 = _norm_rope_half(q1, q2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+                r1, r2 = _norm_rope_half(q1, q2, qw1, qw2, inv_freq, pos, eps, qkv_ptr, D)
                 r1 = r1.to(qkv_ptr.dtype.element_ty).to(tl.float32)  # the reference attends over rounded q
                 r2 = r2.to(qkv_ptr.dtype.element_ty).to(tl.float32)
                 scores = (tl.sum(k1s * r1[None, :], axis=1) + tl.sum(k2s * r2[None, :], axis=1)) * scale
@@ -132,5 +142,5 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
         1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), x2, x2.stride(0), x2.shape[-1],
         x_eps, T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), HAS_X=x_rows is not None,
-        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=num_warps)
+        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=num_warps, **pdl_args(qkv.device))
     return out

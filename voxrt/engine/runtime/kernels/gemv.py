@@ -16,6 +16,13 @@ faster here (predictor o_proj 2.7 us against cuBLAS's 12.4, down 3.2 / 5.8, qkv 
 talker down 6.1 / 8.5, gate_up 11.2 / 12.9); at two rows only narrow outputs with a long K (o_proj, the
 predictor's down); at four only the predictor's o_proj; beyond, cuBLAS everywhere (each row re-reads the
 weight tile from registers here, so the kernel's time grows with the rows).
+
+Two more things happen in the product where it saves a kernel. `rstd_eps`: the output is scaled by the row's
+rstd(x) (the RMSNorm folded into the weight, kernels/norm.py; the kernel reads all of x anyway). `silu`: x is a
+packed [gate | up] and the product's input is silu(gate) * up, computed tile by tile (the MLP's down
+projection without the SiLU-gate kernel: `add_gated_mlp_`). With PDL (kernels/__init__.py) each program loads
+its first weight tile, up to PREFETCH_ELEMENTS wide, before `gdc_wait()`: measured in a graph, a dependent
+product of 2 MB took 3.05 us plainly and 1.60 us so (bench/gpu_pdl.py).
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from voxrt.engine.runtime.kernels import check_impl, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
+from voxrt.engine.runtime.kernels.norm import rstd_torch, silu_mul
 
 MAX_ROWS = 4
 TARGET_PROGRAMS = 256  # about two per SM on the H200 (132 SMs)
@@ -42,19 +50,54 @@ if triton_available():
     import triton.language as tl
 
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, x_stride, out_stride, ROWS: tl.constexpr,
-                     RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _x_tile(x_row_ptr, rk, k_ok, K, SILU: tl.constexpr):
+        """Columns rk of one row of x (float32). SILU: the row is a packed [gate | up] of width 2K and x is
+        silu(gate) * up, rounded to the activations' dtype as kernels/norm.py's `_silu_mul_kernel` rounds it."""
+        if SILU:
+            gate = tl.load(x_row_ptr + rk, mask=k_ok, other=0.0).to(tl.float32)
+            up = tl.load(x_row_ptr + K + rk, mask=k_ok, other=0.0).to(tl.float32)
+            x = (gate / (1.0 + tl.exp(-gate)) * up).to(x_row_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            x = tl.load(x_row_ptr + rk, mask=k_ok, other=0.0).to(tl.float32)
+        return x
+
+    @triton.jit
+    def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, x_stride, out_stride, eps, ROWS: tl.constexpr,
+                     RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr):
+        """The first FIRST_K columns of the weight slice are loaded before `gdc_wait()` (no kernel of the frame
+        writes weights: with PDL they stream while the previous kernel finishes, kernels/__init__.py), the rest
+        in BLOCK_K tiles after it. RSTD: y scaled by the row's rstd(x) (the sum of squares gathered on the
+        way through x, which the product reads whole anyway). SILU: see `_x_tile`."""
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = rn < N
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        rk0 = tl.arange(0, FIRST_K)
+        k0_ok = rk0 < K
+        w0 = tl.load(w_ptr + rn[:, None] * K + rk0[None, :], mask=n_ok[:, None] & k0_ok[None, :], other=0.0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()  # every program reaches it: below, earlier kernels are complete
         for m in tl.static_range(ROWS):
-            acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
+            x_row = x_ptr + m * x_stride
+            x0 = _x_tile(x_row, rk0, k0_ok, K, SILU)
+            part = w0.to(tl.float32) * x0[None, :]  # [BLOCK_N, FIRST_K]
+            if FIRST_K == BLOCK_K:
+                acc = part
+            else:  # folded to the loop's tile: the accumulator stays BLOCK_N x BLOCK_K (wider ones spill)
+                acc = tl.sum(tl.reshape(part, (BLOCK_N, FIRST_K // BLOCK_K, BLOCK_K)), axis=1)
+            ss = tl.sum(x0 * x0, axis=0)
+            for k0 in range(FIRST_K, K, BLOCK_K):
                 rk = k0 + tl.arange(0, BLOCK_K)
                 k_ok = rk < K
                 w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-                x = tl.load(x_ptr + m * x_stride + rk, mask=k_ok, other=0.0)
-                acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+                x = _x_tile(x_row, rk, k_ok, K, SILU)
+                acc += w.to(tl.float32) * x[None, :]
+                if RSTD:
+                    ss += tl.sum(x * x, axis=0)
             y = tl.sum(acc, axis=1)
+            if RSTD:
+                y = y / tl.sqrt(ss / K + eps)
             dst = out_ptr + m * out_stride + rn
             if RESIDUAL:
                 y = y + tl.load(dst, mask=n_ok, other=0.0).to(tl.float32)
@@ -69,14 +112,30 @@ def plan(n: int) -> int:
     return block_n
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, block_k: int | None = None) -> None:
+PREFETCH_ELEMENTS = 8192  # weight elements a program loads before the PDL wait: 16 KB in bf16, gpu_pdl.py's tile
+
+
+def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None = None,
+            silu: bool = False, block_k: int | None = None, first_k: int | None = None) -> None:
+    """`first_k` (tests: the PDL path's wide first tile, which the interpreter cannot run with PDL on)."""
     m, k = x.shape
     n = w.shape[0]
+    if silu:
+        k //= 2  # x is [gate | up]
+    assert w.shape[1] == k, (tuple(x.shape), tuple(w.shape), silu)
+    assert not (silu and rstd_eps is not None)
     block_n = plan(n)
     if block_k is None:  # long rows in narrow tiles stream best in 512-wide steps (measured); wide tiles spill
         block_k = 512 if k >= 2048 and block_n <= 16 else 256
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, out, n, k, x.stride(0), out.stride(0), ROWS=m, RESIDUAL=residual,
-                                              BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+    pdl = pdl_args(x.device)
+    # with PDL the first tile is as wide as PREFETCH_ELEMENTS allows (the more weight streams before the wait,
+    # the more of the previous kernel's tail it hides); without, the first tile is an ordinary one
+    if first_k is None:
+        first_k = max(block_k, min(next_pow2(k), PREFETCH_ELEMENTS // block_n)) if pdl["PDL"] else block_k
+    assert first_k % block_k == 0, (first_k, block_k)
+    _gemv_kernel[(triton.cdiv(n, block_n),)](
+        x, w, out, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, ROWS=m, RESIDUAL=residual,
+        RSTD=rstd_eps is not None, SILU=silu, BLOCK_N=block_n, BLOCK_K=block_k, FIRST_K=first_k, num_warps=4, **pdl)
 
 
 def _fits(x: torch.Tensor, w: torch.Tensor, force: bool) -> bool:
@@ -85,14 +144,18 @@ def _fits(x: torch.Tensor, w: torch.Tensor, force: bool) -> bool:
     return force or prefers_gemv(x.shape[0], w.shape[0], w.shape[1])
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, impl: str = "torch", force: bool = False) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, impl: str = "torch", force: bool = False,
+           rstd_eps: float | None = None) -> torch.Tensor:
     """x [M, K] (rows may be strided) @ w [N, K]^T -> [M, N] in x's dtype. `force`: this kernel whenever the
-    shape allows (tests), not only where it measured faster."""
+    shape allows (tests), not only where it measured faster. `rstd_eps`: each output row scaled by
+    rstd(x row) = 1 / sqrt(mean(x^2) + eps) before the rounding (the RMSNorm folded into w, kernels/norm.py);
+    the torch path rounds the product first, as `silu_mul(..., x=x)` sees it."""
     check_impl(impl)
     if impl == "torch" or not _fits(x, w, force):
-        return F.linear(x, w)
+        y = F.linear(x, w)
+        return y if rstd_eps is None else (y.float() * rstd_torch(x, rstd_eps)).to(y.dtype)
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
-    _launch(x, w, out, residual=False)
+    _launch(x, w, out, residual=False, rstd_eps=rstd_eps)
     return out
 
 
@@ -104,3 +167,37 @@ def add_linear_(residual: torch.Tensor, x: torch.Tensor, w: torch.Tensor, impl: 
         residual.addmm_(x, w.t())
         return
     _launch(x, w, residual, residual=True)
+
+
+def takes_silu(residual: torch.Tensor, gate_up: torch.Tensor, w: torch.Tensor, impl: str, force: bool = False) -> bool:
+    """Whether `add_silu_linear_` runs this kernel (else silu_mul's kernel and cuBLAS run)."""
+    return (impl == "triton" and gate_up.dim() == 2 and gate_up.shape[-1] == 2 * w.shape[1]
+            and residual.is_contiguous() and _fits(gate_up, w, force))
+
+
+def add_silu_linear_(residual: torch.Tensor, gate_up: torch.Tensor, w: torch.Tensor, impl: str = "torch",
+                     force: bool = False) -> None:
+    """residual [M, N] += (silu(gate) * up) @ w [N, I]^T for gate_up [M, 2I] = [gate | up]: the down
+    projection of a SiLU-gated MLP with the activation computed in the product (no [M, I] activation
+    tensor, one kernel less), where this kernel takes the product; else `silu_mul` then `addmm_`."""
+    check_impl(impl)
+    if not takes_silu(residual, gate_up, w, impl, force):
+        residual.addmm_(silu_mul(gate_up, impl), w.t())
+        return
+    _launch(gate_up, w, residual, residual=True, silu=True)
+
+
+def add_gated_mlp_(x: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tensor, eps: float, impl: str = "torch",
+                   act_impl: str | None = None, force: bool = False) -> None:
+    """x [M, H] += (silu(g) * u) @ down_w [H, I]^T, [g | u] = rstd(x) * (x @ gate_up_w [2I, H]^T), in place: a
+    Qwen3 MLP with its RMSNorm folded into gate_up_w (models/qwen3_tts/fused.py). Where both products take
+    this kernel, two kernels: gate_up with the row's rstd applied in it, down with the activation computed in
+    it. (The rstd cannot wait for the down product: that kernel writes x while its other programs would read
+    the whole row.) Else three: product, `silu_mul` with the rstd (`act_impl`, default `impl`), product +
+    residual."""
+    rows = x.shape[0]
+    if (impl == "triton" and x.is_contiguous() and down_w.is_contiguous() and _fits(x, gate_up_w, force)
+            and (force or prefers_gemv(rows, down_w.shape[0], down_w.shape[1]))):
+        add_silu_linear_(x, linear(x, gate_up_w, impl, force, rstd_eps=eps), down_w, impl, force)
+        return
+    add_linear_(x, silu_mul(linear(x, gate_up_w, impl, force), act_impl or impl, x=x, eps=eps), down_w, impl, force)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 
 if triton_available():
     import triton
@@ -31,10 +31,16 @@ if triton_available():
 
     @triton.jit
     def _add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, x_stride, res_stride, out_stride,
-                             res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                             res_out_stride, n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+                             PDL: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols
+        if PDL:  # kernels/__init__.py: weights before the wait, the activations after it
+            tl.extra.cuda.gdc_launch_dependents()
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
         if HAS_RESIDUAL:
             r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
@@ -42,12 +48,14 @@ if triton_available():
             tl.store(res_out_ptr + row * res_out_stride + cols, x, mask=mask)
         xf = x.to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(out_ptr + row * out_stride + cols, (xf * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
     def _silu_mul_kernel(gu_ptr, out_ptr, x_ptr, gu_stride, out_stride, x_stride, n_cols, n_x, eps,
-                         HAS_X: tl.constexpr, BLOCK: tl.constexpr, BLOCK_X: tl.constexpr):
+                         HAS_X: tl.constexpr, BLOCK: tl.constexpr, BLOCK_X: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # nothing to prefetch: every input is an activation
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         row = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = cols < n_cols
@@ -92,7 +100,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
         res_out = r
     _add_rms_norm_kernel[(n,)](x2, res_in, weight, out, res_out, x2.stride(0), res_in.stride(0), out.stride(0),
                                res_out.stride(0), h, eps, HAS_RESIDUAL=residual is not None, BLOCK=next_pow2(h),
-                               num_warps=4 if h <= 2048 else 8)
+                               num_warps=4 if h <= 2048 else 8, **pdl_args(x.device))
     return out.view(x.shape), r.view(x.shape)
 
 
@@ -115,5 +123,5 @@ def silu_mul(gate_up: torch.Tensor, impl: str = "torch", x: torch.Tensor | None 
     block = min(1024, next_pow2(inter))
     _silu_mul_kernel[(n, triton.cdiv(inter, block))](
         gu, out, x2, gu.stride(0), out.stride(0), x2.stride(0), inter, x2.shape[-1], eps, HAS_X=x is not None,
-        BLOCK=block, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=4)
+        BLOCK=block, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=4, **pdl_args(gate_up.device))
     return out.view(*gate_up.shape[:-1], inter)

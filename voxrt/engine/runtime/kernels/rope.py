@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
 if triton_available():
@@ -27,17 +27,15 @@ if triton_available():
     from voxrt.engine.runtime.kernels.norm import row_rstd
 
     @triton.jit
-    def _norm_rope_half(x1, x2, w_ptr, inv_freq_ptr, pos, eps, like_ptr, HALF: tl.constexpr, D: tl.constexpr):
-        """Two halves of one head (float32) -> its normed, rotated halves (float32); roundings to the dtype of
-        `like_ptr` (the activations)."""
+    def _norm_rope_half(x1, x2, w1, w2, inv_freq, pos, eps, like_ptr, D: tl.constexpr):
+        """Two halves of one head (float32) -> its normed, rotated halves (float32); w1, w2: the halves of the
+        norm weight, inv_freq [D / 2] (float32, loaded by the caller: before the PDL wait, kernels/__init__.py);
+        roundings to the dtype of `like_ptr` (the activations)."""
         dt = like_ptr.dtype.element_ty
-        cols = tl.arange(0, HALF)
-        w1 = tl.load(w_ptr + cols).to(tl.float32)
-        w2 = tl.load(w_ptr + HALF + cols).to(tl.float32)
         rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / D + eps)
         n1 = (x1 * rstd * w1).to(dt).to(tl.float32)
         n2 = (x2 * rstd * w2).to(dt).to(tl.float32)
-        freq = pos.to(tl.float32) * tl.load(inv_freq_ptr + cols)
+        freq = pos.to(tl.float32) * inv_freq
         c = tl.cos(freq).to(dt).to(tl.float32)
         s = tl.sin(freq).to(dt).to(tl.float32)
         return n1 * c - n2 * s, n2 * c + n1 * s
@@ -46,18 +44,27 @@ if triton_available():
     def _qk_norm_rope_paged_kernel(qkv_ptr, qkv_stride, q_out_ptr, cache_ptr, pos_ptr, page_ptr, off_ptr,
                                    qw_ptr, kw_ptr, inv_freq_ptr, eps, s_page, s_kv, s_slot, s_head,
                                    x_ptr, x_stride, n_x, x_eps, HQ: tl.constexpr, HKV: tl.constexpr,
-                                   D: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr):
+                                   D: tl.constexpr, HAS_X: tl.constexpr, BLOCK_X: tl.constexpr,
+                                   PDL: tl.constexpr):
         tok = tl.program_id(0)
         head = tl.program_id(1)
         HALF: tl.constexpr = D // 2
         cols = tl.arange(0, HALF)
+        if PDL:  # kernels/__init__.py: the norm weights and the rotary table before the wait
+            tl.extra.cuda.gdc_launch_dependents()
+        is_q = head < HQ
+        w1 = tl.where(is_q, tl.load(qw_ptr + cols), tl.load(kw_ptr + cols)).to(tl.float32)
+        w2 = tl.where(is_q, tl.load(qw_ptr + HALF + cols), tl.load(kw_ptr + HALF + cols)).to(tl.float32)
+        inv_freq = tl.load(inv_freq_ptr + cols)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         pos = tl.load(pos_ptr + tok)
         row = qkv_ptr + tok * qkv_stride
-        if head < HQ:
+        if is_q:
             base = row + head * D
             x1 = tl.load(base + cols).to(tl.float32)
             x2 = tl.load(base + HALF + cols).to(tl.float32)
-            o1, o2 = _norm_rope_half(x1, x2, qw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+            o1, o2 = _norm_rope_half(x1, x2, w1, w2, inv_freq, pos, eps, qkv_ptr, D)
             out = q_out_ptr + (tok * HQ + head) * D
             tl.store(out + cols, o1.to(q_out_ptr.dtype.element_ty))
             tl.store(out + HALF + cols, o2.to(q_out_ptr.dtype.element_ty))
@@ -66,7 +73,7 @@ if triton_available():
             base = row + HQ * D + kh * D
             x1 = tl.load(base + cols).to(tl.float32)
             x2 = tl.load(base + HALF + cols).to(tl.float32)
-            o1, o2 = _norm_rope_half(x1, x2, kw_ptr, inv_freq_ptr, pos, eps, qkv_ptr, HALF, D)
+            o1, o2 = _norm_rope_half(x1, x2, w1, w2, inv_freq, pos, eps, qkv_ptr, D)
             page = tl.load(page_ptr + tok)
             slot = tl.load(off_ptr + tok)
             dst = cache_ptr + page * s_page + slot * s_slot + kh * s_head
@@ -123,5 +130,6 @@ def qk_norm_rope_paged(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, h
     _qk_norm_rope_paged_kernel[(n, hq + hkv)](
         qkv, qkv.stride(0), q, cache, positions, page_idx, page_off, q_norm, k_norm, inv_freq, eps,
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3), x2, x2.stride(0), x2.shape[-1], x_eps,
-        HQ=hq, HKV=hkv, D=d, HAS_X=x is not None, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=1 if x is None else 4)
+        HQ=hq, HKV=hkv, D=d, HAS_X=x is not None, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=1 if x is None else 4,
+        **pdl_args(qkv.device))
     return q

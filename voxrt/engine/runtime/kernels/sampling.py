@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
 if triton_available():
@@ -54,15 +54,21 @@ if triton_available():
     def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
                        x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
-                       HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr):
+                       HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
+                       PDL: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
+        if PDL:  # kernels/__init__.py: the suppress mask (a constant) before the wait, the rest after it
+            tl.extra.cuda.gdc_launch_dependents()
+        if HAS_SUPPRESS:
+            banned = tl.load(suppress_ptr + cols, mask=valid, other=1).to(tl.int32)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         x = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=float("-inf")).to(tl.float32)
         if HAS_X:
             x = x * row_rstd(x_ptr + row * x_stride, n_x, x_eps, BLOCK_X)
         if HAS_SUPPRESS:
-            banned = tl.load(suppress_ptr + cols, mask=valid, other=1).to(tl.int32)
             x = tl.where(banned != 0, float("-inf"), x)
         is_greedy = tl.load(greedy_ptr + row).to(tl.int32)
         if is_greedy != 0:
@@ -151,4 +157,4 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
-        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=num_warps or (8 if vocab > 2048 else 4))
+        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=num_warps or (8 if vocab > 2048 else 4), **pdl_args(logits.device))

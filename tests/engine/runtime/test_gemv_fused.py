@@ -1,0 +1,127 @@
+"""The skinny product's fused forms (kernels/gemv.py) against the unfused ops they replace, in Triton's
+interpreter: the SiLU gate computed inside the down projection, the row's rstd applied inside gate_up, the
+wide first weight tile of the PDL path; and the PDL switch (kernels/__init__.py), off wherever the CI runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from voxrt.engine.runtime import kernels
+from voxrt.engine.runtime.kernels import pdl_args, pdl_enabled, set_pdl
+from voxrt.engine.runtime.kernels.gemv import _launch, add_gated_mlp_, add_linear_, add_silu_linear_, linear
+from voxrt.engine.runtime.kernels.norm import rstd_torch, silu_mul
+
+# k = 300: two BLOCK_K tiles, the second partial; n = 40: 10 programs of BLOCK_N 4 (the interpreter runs them
+# one by one); rows 1 and 3 (strided rows exercise x_stride)
+SHAPES = [(1, 40, 300), (3, 24, 96)]
+
+
+def _data(m: int, n: int, k: int, dtype: torch.dtype, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    gate_up = torch.randn(2 * m, 2 * k, generator=g)[::2].to(dtype)  # strided rows
+    w = (torch.randn(n, k, generator=g) / math.sqrt(k)).to(dtype)
+    res = torch.randn(m, n, generator=g).to(dtype)
+    return gate_up, w, res
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_silu_in_the_down_product_equals_silu_mul_then_the_product(m, n, k, dtype):
+    gate_up, w, res = _data(m, n, k, dtype)
+    unfused = res.clone()
+    add_linear_(unfused, silu_mul(gate_up, "triton"), w, impl="triton", force=True)
+    fused = res.clone()
+    add_silu_linear_(fused, gate_up, w, impl="triton", force=True)
+    # the same activation values (rounded as _silu_mul_kernel rounds them), the same tiles: the same sums
+    torch.testing.assert_close(fused, unfused, atol=0, rtol=0)
+    reference = res.float() + F.linear((F.silu(gate_up[:, :k].float()) * gate_up[:, k:].float()), w.float())
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(fused.float(), reference, **tol)
+    torch_path = res.clone()
+    add_silu_linear_(torch_path, gate_up, w, impl="torch")
+    torch.testing.assert_close(torch_path.float(), reference, **tol)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_rstd_in_the_product_equals_the_scaled_product(m, n, k):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(m, k, generator=g) * 3.0
+    w = torch.randn(n, k, generator=g) / math.sqrt(k)
+    expected = F.linear(x, w) * rstd_torch(x, 1e-6)
+    for impl in ("torch", "triton"):
+        torch.testing.assert_close(linear(x, w, impl=impl, force=True, rstd_eps=1e-6), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_wide_first_tile_equals_the_plain_tiles():
+    """With PDL the first tile is wider than the loop's (folded into its accumulator); the interpreter cannot
+    run the PDL instructions, so the width is forced here with PDL off."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 1100, generator=g)
+    w = torch.randn(12, 1100, generator=g) / 30
+    plain, wide = torch.empty(2, 12), torch.empty(2, 12)
+    _launch(x, w, plain, residual=False, block_k=256, first_k=256)
+    _launch(x, w, wide, residual=False, block_k=256, first_k=1024)  # 4 tiles before the loop, then a partial one
+    torch.testing.assert_close(wide, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wide, F.linear(x, w), atol=1e-5, rtol=1e-5)
+    gate_up = torch.randn(1, 2 * 1100, generator=g)
+    res_a, res_b = torch.zeros(1, 12), torch.zeros(1, 12)
+    _launch(gate_up, w, res_a, residual=True, silu=True, block_k=256, first_k=256)
+    _launch(gate_up, w, res_b, residual=True, silu=True, block_k=256, first_k=2048)  # wider than K itself
+    torch.testing.assert_close(res_b, res_a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_the_gated_mlp_equals_the_unfused_layer(impl):
+    """x += down(silu(gate) * up) over rms_norm(x) with the norm folded into gate_up: two kernels on the
+    skinny path (rstd in gate_up, SiLU in down), the three-kernel path elsewhere; both equal the layer."""
+    g = torch.Generator().manual_seed(3)
+    h, inter = 64, 96
+    x = torch.randn(1, h, generator=g)
+    norm_w = torch.rand(h, generator=g) + 0.5
+    gate_up_w = torch.randn(2 * inter, h, generator=g) / 8
+    down_w = torch.randn(h, inter, generator=g) / 10
+    normed = F.rms_norm(x, (h,), norm_w, 1e-6)
+    gate, up = F.linear(normed, gate_up_w).chunk(2, dim=-1)
+    expected = x + F.linear(F.silu(gate) * up, down_w)
+    out = x.clone()
+    add_gated_mlp_(out, gate_up_w * norm_w[None, :], down_w, 1e-6, impl=impl, force=True)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_pdl_is_off_on_the_cpu_and_in_the_interpreter(monkeypatch):
+    assert kernels.interpreting()  # tests/conftest.py
+    assert not pdl_enabled(torch.device("cpu")) and pdl_args(torch.device("cpu")) == {"PDL": False}
+    set_pdl(True)
+    try:
+        assert not pdl_enabled(torch.device("cpu"))
+        assert not pdl_enabled(torch.device("cuda"))  # the interpreter: never PDL (it cannot run gdc_*)
+    finally:
+        set_pdl(None)
+
+
+def test_the_pdl_switch_on_a_pdl_capable_device(monkeypatch):
+    """The rule off the interpreter, with the device's capability faked: on by default, VOXRT_PDL=0 and
+    set_pdl(False) turn it off, set_pdl(None) returns to the environment."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(kernels, "_device_has_pdl", lambda index: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    cuda = torch.device("cuda")
+    monkeypatch.delenv("VOXRT_PDL", raising=False)
+    assert pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": True, "launch_pdl": True}
+    monkeypatch.setenv("VOXRT_PDL", "0")
+    assert not pdl_enabled(cuda)
+    set_pdl(True)
+    try:
+        assert pdl_enabled(cuda)
+        monkeypatch.setenv("VOXRT_PDL", "1")
+        set_pdl(False)
+        assert not pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": False}
+    finally:
+        set_pdl(None)
+    assert pdl_enabled(cuda)
+    monkeypatch.setattr(kernels, "_device_has_pdl", lambda index: False)  # before sm90
+    assert not pdl_enabled(cuda)

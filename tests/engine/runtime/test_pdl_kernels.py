@@ -1,0 +1,109 @@
+"""The frame's kernels with PDL on, compiled for sm90 without a GPU (Triton's bundled toolchain), checked
+against the rule of kernels/__init__.py in the PTX: `launch_dependents` once, then `griddepcontrol.wait`, and
+no global store before the wait (the part that overlaps the previous kernel writes nothing). The products
+also load (their weight tile) before the wait. The interpreter cannot run the gdc_* instructions, so this is
+the CPU's only view of the PDL variants; a GPU runs them (bench/gpu_fused_check.py, bench/gpu_frame.py).
+The compiler needs the kernels un-interpreted, so one subprocess (this file run as a script, with
+TRITON_INTERPRET=0) compiles them all and reports what the PTX shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from voxrt.engine.runtime.kernels import triton_available
+
+pytestmark = pytest.mark.skipif(not triton_available(), reason="needs triton")
+
+BF16 = "*bf16"
+
+
+def _ptx(fn, pointers: dict[str, str], consts: dict) -> str:
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.compiler import ASTSource  # noqa: PLC0415
+
+    def kind(name: str) -> str:
+        if name in consts:
+            return "constexpr"
+        if name in pointers:
+            return pointers[name]
+        return "fp32" if "eps" in name or name == "scale" else "i32"
+
+    signature = {name: kind(name) for name in fn.arg_names}
+    constexprs = {(fn.arg_names.index(k),): v for k, v in consts.items()}
+    return triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+def _kernels():
+    from voxrt.engine.runtime.kernels import depth_attention, gemv, norm, rope, sampling  # noqa: PLC0415
+
+    gemv_ptrs = dict(x_ptr=BF16, w_ptr=BF16, out_ptr=BF16)
+    gemv_consts = dict(ROWS=1, RESIDUAL=True, RSTD=False, SILU=False, BLOCK_N=8, BLOCK_K=512, FIRST_K=1024)
+    return {
+        "gemv": (gemv._gemv_kernel, gemv_ptrs, gemv_consts, True),
+        "gemv-silu": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "SILU": True}, True),
+        "gemv-rstd": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "RESIDUAL": False, "RSTD": True}, True),
+        "add_rms_norm": (norm._add_rms_norm_kernel, dict(x_ptr=BF16, res_ptr=BF16, w_ptr=BF16, out_ptr=BF16,
+                                                         res_out_ptr=BF16), dict(HAS_RESIDUAL=True, BLOCK=2048), True),
+        "silu_mul": (norm._silu_mul_kernel, dict(gu_ptr=BF16, out_ptr=BF16, x_ptr=BF16),
+                     dict(HAS_X=True, BLOCK=1024, BLOCK_X=2048), False),
+        "qk_norm_rope_paged": (rope._qk_norm_rope_paged_kernel,
+                               dict(qkv_ptr=BF16, q_out_ptr=BF16, cache_ptr=BF16, pos_ptr="*i64", page_ptr="*i64",
+                                    off_ptr="*i64", qw_ptr=BF16, kw_ptr=BF16, inv_freq_ptr="*fp32", x_ptr=BF16),
+                               dict(HQ=16, HKV=8, D=128, HAS_X=True, BLOCK_X=2048), True),
+        "depth_attention": (depth_attention._depth_attention_kernel,
+                            dict(qkv_ptr=BF16, out_ptr=BF16, k_cache_ptr=BF16, v_cache_ptr=BF16, qw_ptr=BF16,
+                                 kw_ptr=BF16, inv_freq_ptr="*fp32", x_ptr=BF16),
+                            dict(T=1, HQ=16, HKV=8, D=128, L=16, HAS_X=True, BLOCK_X=1024, NH=1), True),
+        "sample": (sampling._sample_kernel,
+                   dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
+                        greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16),
+                   dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024), True),
+    }
+
+
+def _facts() -> dict:
+    """Per kernel, what its PTX shows (run with TRITON_INTERPRET=0)."""
+    out = {}
+    for name, (fn, pointers, consts, _) in _kernels().items():
+        ptx = _ptx(fn, pointers, {**consts, "PDL": True})
+        wait = ptx.find("griddepcontrol.wait")
+        before = ptx[:wait] if wait >= 0 else ptx
+        out[name] = dict(launches=ptx.count("griddepcontrol.launch_dependents"), wait=wait,
+                         launch_first=0 <= ptx.find("griddepcontrol.launch_dependents") < wait,
+                         writes_before=any(op in before for op in ("st.global", "atom.", "red.")),
+                         loads_before="ld.global" in before,
+                         off_has_gdc=name == "gemv" and "griddepcontrol" in _ptx(fn, pointers, {**consts, "PDL": False}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict:
+    import triton  # noqa: PLC0415
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        pytest.skip("Triton's CUDA toolchain (ptxas) is not bundled here")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(_kernels()))
+def test_pdl_kernels_write_nothing_before_the_wait(name, facts):
+    f = facts[name]
+    assert f["launches"] == 1 and f["wait"] >= 0 and f["launch_first"], (name, f)
+    assert not f["writes_before"], (name, f)  # nothing the previous kernel may still read is overwritten
+    if _kernels()[name][3]:  # the weights (norm weights, rotary table, suppress mask) stream before the wait
+        assert f["loads_before"], (name, f)
+    assert not f["off_has_gdc"], (name, f)  # (checked for the product: PDL off compiles no gdc_* at all)
+
+
+if __name__ == "__main__":
+    print(json.dumps(_facts()))
