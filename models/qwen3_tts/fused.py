@@ -11,7 +11,10 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   the sampler (the code predictor's final norm folded into its heads). No norm kernel runs inside a layer;
 - the residual adds happen in the o_proj and down_proj products (into the residual stream, in place); at one
   to four rows every projection is a matrix-vector kernel spread over all SMs (kernels/gemv.py: cuBLAS left
-  most SMs idle at these shapes), beyond that cuBLAS (`addmm_`);
+  most SMs idle at these shapes), beyond that cuBLAS (`addmm_`); where both MLP products take that kernel,
+  gate_up applies the row's rstd itself and down computes silu(gate) * up as it reads its input
+  (`add_gated_mlp_`: no SiLU-gate kernel); the frame's Triton kernels launch with programmatic dependent
+  launch on sm90+ (kernels/__init__.py);
 - q/k norm + rotary + the KV write are one kernel (kernels/rope.py); the code predictor's attention over its
   <= 16-position cache is one kernel per layer (kernels/depth_attention.py);
 - the text projection is precomputed for the whole text vocabulary (a table lookup per step), the 16 frame
@@ -21,7 +24,9 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   the predictor's uniforms for all 15 steps are drawn at once.
 
 A layer is 6 kernels on the predictor (qkv, attention, o_proj + residual, gate_up, SiLU gate, down + residual),
-7-8 on the talker (FlashInfer's attention apart from the rotary kernel). With `impl="torch"` the same
+7-8 on the talker (FlashInfer's attention apart from the rotary kernel); one fewer where the SiLU gate runs in
+the down product (where both MLP products are matrix-vector kernels: at one row, i.e. the batch-1 talker
+step and predictor steps 1-14). With `impl="torch"` the same
 structure runs in plain torch ops (the CPU; tests compare it with the reference path), with `impl="triton"`
 on the GPU kernels.
 """
@@ -35,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
-from voxrt.engine.runtime.kernels.gemv import add_linear_, linear
-from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch, silu_mul
+from voxrt.engine.runtime.kernels.gemv import add_gated_mlp_, add_linear_, linear
+from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch
 from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged, rope_inv_freq
 from voxrt.engine.runtime.kernels.sampling import sample_codes
 from voxrt.engine.runtime.sampling import SamplingTensors
@@ -135,8 +140,7 @@ class FusedTalker:
                                    layer.q_norm, layer.k_norm, self.inv_freq, eps, positions, attn.page_idx,
                                    attn.page_off, attn.kv.layers[i], impl, x=x, x_eps=eps)
             add_linear_(x, attn.attend(i, q).reshape(n, -1), layer.o_proj, self.gemm_impl)
-            add_linear_(x, silu_mul(linear(x, layer.gate_up, self.gemm_impl), impl, x=x, eps=eps), layer.down,
-                        self.gemm_impl)
+            add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl)
         out, _ = add_rms_norm(x, None, self.talker.model.norm.weight, eps, impl)
         return out
 
@@ -174,8 +178,7 @@ class FusedTalker:
                                       layer.q_norm, layer.k_norm, self.pred_inv_freq, eps, k_cache, v_cache, start, t,
                                       impl, x=x, x_eps=eps)
                 add_linear_(x, out, layer.o_proj, self.gemm_impl)
-                add_linear_(x, silu_mul(linear(x, layer.gate_up, self.gemm_impl), impl, x=x, eps=eps), layer.down,
-                            self.gemm_impl)
+                add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl)
             last = x[t - 1 :: t]  # each row's last token
             logits = linear(last, self.heads[step], self.gemm_impl)  # [B, V], the final norm's rstd still to apply
             if record_logits is not None:
