@@ -7,7 +7,12 @@ both graphs). Then, per path: the time to first audio of one request alone, and 
 pinned frames through EngineCore (audio seconds per wall second). Full-size random checkpoints made by
 `voxrt make-checkpoint`; both paths share the loaded weights (one EngineCore at a time).
 
-    python bench/gpu_frame.py --checkpoint /tmp/q17 [--checkpoint /tmp/q06] --out DIR
+Paths: reference, fused (Triton kernels launched with programmatic dependent launch where the GPU has it,
+kernels/__init__.py), fused-nopdl (the same kernels launched plainly: what PDL buys, in the same process),
+fused-cublas (cuBLAS products instead of kernels/gemv.py's). `--kernels-only`: the frame table and per-kernel
+profile, without the TTFA and throughput runs (a shorter GPU call).
+
+    python bench/gpu_frame.py --checkpoint /tmp/q17 [--checkpoint /tmp/q06] --paths fused,fused-nopdl --out DIR
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.runtime.kernels import pdl_enabled, set_pdl
 from voxrt.models.registry import build_program
 
 from engine_timing import frame_times, weight_bytes  # noqa: E402 (bench/ is the script's dir)
@@ -71,18 +77,30 @@ def throughput(core: EngineCore, num_requests: int = 64, num_frames: int = 50) -
                 realtime_factor=round(wall_s / audio_s, 5), ttfa_p50_ms=round(statistics.median(first.values()), 1))
 
 
-def run_path(program, checkpoint: str, path: str, batches: list[int], context: int) -> dict:
-    """`path`: reference, fused, or fused-cublas (the fused path with cuBLAS products instead of
-    kernels/gemv.py's skinny ones: what the skinny products buy)."""
+def run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool = False) -> dict:
+    """`path`: reference, fused, fused-nopdl (PDL off while this path's graphs are captured and run), or
+    fused-cublas (the fused path with cuBLAS products instead of kernels/gemv.py's skinny ones: what the skinny
+    products buy)."""
+    set_pdl(False if path == "fused-nopdl" else None)
+    try:
+        return _run_path(program, checkpoint, path, batches, context, kernels_only)
+    finally:
+        set_pdl(None)
+
+
+def _run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool) -> dict:
     t0 = time.monotonic()
-    frame_path = path
+    frame_path = "reference" if path == "reference" else "fused"
+    cuda = torch.device("cuda")
     if path == "fused-cublas":
-        program.use_frame_path("fused", torch.device("cuda"), gemm_impl="torch")
-        frame_path = "fused"  # the engine keeps a fused program as it is
+        program.use_frame_path("fused", cuda, gemm_impl="torch")
+    elif frame_path == "fused" and program.fused is not None and program.fused.gemm_impl != "triton":
+        program.use_frame_path("fused", cuda, impl="triton", gemm_impl="triton")  # after fused-cublas
     core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=checkpoint, device="cuda", frame_path=frame_path,
                                    max_batch_size=max(batches), max_seq_len=2048), program=program)
     core.warmup()
-    out = dict(path=path, start_s=round(time.monotonic() - t0, 1))
+    out = dict(path=path, start_s=round(time.monotonic() - t0, 1), pdl=frame_path == "fused" and pdl_enabled(cuda))
+    print(path, "PDL", "on" if out["pdl"] else "off", flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor
     talker_bytes = weight_bytes(program.talker) - weight_bytes(pred)
@@ -96,20 +114,24 @@ def run_path(program, checkpoint: str, path: str, batches: list[int], context: i
     for row in out["frames"]:
         row.update(kernels_per_frame=counts[row["batch"]]["kernels"], copies_per_frame=counts[row["batch"]]["copies"],
                    ratio_to_floor=round(row["frame_graph_ms"] / row["frame_floor_ms"], 2))
-        print(path, "frame", row, flush=True)
+        print(path, "frame", {k: v for k, v in row.items() if k != "top_kernels"}, flush=True)
         if row["batch"] in (1, 64):
             print(f"{path} batch {row['batch']}: kernel time ms, count, name (one frame)")
             for ms, count, name in counts[row["batch"]]["top"]:
                 print(f"   {ms:8.3f} {count:5d}  {name}")
         row["top_kernels"] = counts[row["batch"]]["top"]
-    out["ttfa_ms"] = ttfa_ms(core, repeats=4)
-    print(path, "ttfa_ms", out["ttfa_ms"], flush=True)
-    out["throughput"] = throughput(core)
-    print(path, "throughput", out["throughput"], flush=True)
+    if not kernels_only:
+        out["ttfa_ms"] = ttfa_ms(core, repeats=4)
+        print(path, "ttfa_ms", out["ttfa_ms"], flush=True)
+        out["throughput"] = throughput(core)
+        print(path, "throughput", out["throughput"], flush=True)
     del core
     gc.collect()
     torch.cuda.empty_cache()
     return out
+
+
+PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused")
 
 
 def print_table(name: str, results: dict) -> None:
@@ -117,12 +139,21 @@ def print_table(name: str, results: dict) -> None:
     cols = ["batch", "decode_graph_ms", "depth_graph_ms", "frame_graph_ms", "frame_floor_ms", "ratio_to_floor",
             "kernels_per_frame"]
     print(f"{'path':>12} " + " ".join(f"{c:>17}" for c in cols))
-    paths = [p for p in ("reference", "fused-cublas", "fused") if p in results]
+    paths = [p for p in PATHS if p in results]
     for path in paths:
         for row in results[path]["frames"]:
             print(f"{path:>12} " + " ".join(f"{row[c]:>17}" for c in cols))
+    if "fused" in results and "fused-nopdl" in results:
+        print(f"PDL (fused {'with' if results['fused']['pdl'] else 'WITHOUT (not available here)'} PDL against "
+              f"fused-nopdl), frame ms:")
+        for on, off in zip(results["fused"]["frames"], results["fused-nopdl"]["frames"]):
+            print(f"   batch {on['batch']:>4}: {off['frame_graph_ms']:7.3f} -> {on['frame_graph_ms']:7.3f} "
+                  f"({on['frame_graph_ms'] - off['frame_graph_ms']:+.3f} ms; decode {off['decode_graph_ms']:.3f} -> "
+                  f"{on['decode_graph_ms']:.3f}, depth {off['depth_graph_ms']:.3f} -> {on['depth_graph_ms']:.3f})")
     for path in paths:
         r = results[path]
+        if "ttfa_ms" not in r:
+            continue
         print(f"{path:>12}: TTFA alone median {statistics.median(r['ttfa_ms'])} ms of {r['ttfa_ms']}; 64 x 50 frames: "
               f"{r['throughput']['audio_s']} s of audio in {r['throughput']['wall_s']} s "
               f"(realtime factor {r['throughput']['realtime_factor']}, TTFA p50 {r['throughput']['ttfa_p50_ms']} ms)")
@@ -134,9 +165,12 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--context", type=int, default=128)
-    ap.add_argument("--paths", default="reference,fused", help="reference, fused, fused-cublas (in this order: "
-                    "fused-cublas rebuilds the fused path with cuBLAS products)")
+    ap.add_argument("--paths", default="reference,fused", help=f"comma-separated, of {', '.join(PATHS)}")
+    ap.add_argument("--kernels-only", action="store_true", help="skip the TTFA and throughput runs")
     args = ap.parse_args()
+    unknown = set(args.paths.split(",")) - set(PATHS)
+    if unknown:
+        ap.error(f"unknown paths {sorted(unknown)}; expected some of {', '.join(PATHS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.makedirs(args.out, exist_ok=True)
     batches = [int(b) for b in args.batches.split(",")]
@@ -147,7 +181,7 @@ def main() -> None:
         name = f"{checkpoint} ({program.cfg.talker.lm.hidden_size} hidden)"
         results = dict(context=args.context, load_s=round(time.monotonic() - t0, 1))
         for path in args.paths.split(","):
-            results[path] = run_path(program, checkpoint, path, batches, args.context)
+            results[path] = run_path(program, checkpoint, path, batches, args.context, args.kernels_only)
         all_results[checkpoint] = results
         with open(os.path.join(args.out, "frame.json"), "w") as f:
             json.dump(all_results, f, indent=2)

@@ -8,10 +8,15 @@
 2. Greedy generation through EngineCore (CUDA graphs, FlashInfer): `--requests` requests x `--frames` pinned
    frames on each path; reported: frames equal before the first difference, and the share of codes equal.
 
-    python bench/gpu_fused_check.py --checkpoint /tmp/q17 --out DIR
+3. With PDL (kernels/__init__.py; on by default on sm90+): step 1 again on the fused path with PDL off. The
+   two launch modes run the same arithmetic up to the order of a product's float32 partial sums, so their
+   logits must agree far closer than the paths do: a kernel reading what its predecessor had not yet written
+   (a PDL ordering bug) shows here as a large difference.
+
+    python bench/gpu_fused_check.py --checkpoint /tmp/q17 --out DIR [--pdl on|off]
 
 Exits non-zero when teacher-forced logits differ beyond bf16 tolerance (`--max-rel-err`) or agree on too
-few argmaxes.
+few argmaxes, or PDL on and off differ by more than `--max-pdl-rel-err`.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention
 from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.runtime.kernels import pdl_enabled, set_pdl
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.models.registry import build_program
 
@@ -117,16 +123,27 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--max-rel-err", type=float, default=0.05)
     ap.add_argument("--min-argmax-agree", type=float, default=0.97)
+    ap.add_argument("--pdl", choices=("on", "off"), default="on", help="on: where the GPU has it (sm90+)")
+    ap.add_argument("--max-pdl-rel-err", type=float, default=0.03)
     args = ap.parse_args()
+    set_pdl(None if args.pdl == "on" else False)  # on: VOXRT_PDL's rule (default on for sm90+)
     program = build_program("qwen3-tts", args.checkpoint).to(device=DEV, dtype=torch.bfloat16).eval()
     program.use_frame_path("reference", DEV)
     ref = teacher_forced(program, args.frames)
     program.use_frame_path("fused", DEV)
     fused = teacher_forced(program, args.frames)
+    pdl = pdl_enabled(DEV)
     result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
+                  pdl=pdl,
                   code0_logits=compare(ref["code0"], fused["code0"]),
                   predictor_logits=compare(*same_input_steps(ref, fused)),
                   predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))
+    if pdl:
+        set_pdl(False)
+        plain = teacher_forced(program, args.frames)
+        set_pdl(None)
+        result["pdl_on_vs_off"] = dict(code0_logits=compare(plain["code0"], fused["code0"]),
+                                       predictor_logits=compare(*same_input_steps(plain, fused)))
     print(json.dumps(result), flush=True)
     gen = {path: greedy_frames(program, args.checkpoint, path, args.requests, args.frames)
            for path in ("reference", "fused")}
@@ -144,8 +161,13 @@ def main() -> int:
         json.dump(result, f, indent=2)
     ok = all(result[k]["rel_err"] <= args.max_rel_err and result[k]["argmax_agree"] >= args.min_argmax_agree
              for k in ("code0_logits", "predictor_logits"))
-    print(f"fused path {'AGREES with' if ok else 'DIFFERS from'} the reference path (teacher-forced logits: "
-          f"rel err <= {args.max_rel_err}, argmax agreement >= {args.min_argmax_agree})")
+    print(f"fused path (PDL {'on' if pdl else 'off'}) {'AGREES with' if ok else 'DIFFERS from'} the reference path "
+          f"(teacher-forced logits: rel err <= {args.max_rel_err}, argmax agreement >= {args.min_argmax_agree})")
+    if pdl:
+        pdl_ok = all(v["rel_err"] <= args.max_pdl_rel_err for v in result["pdl_on_vs_off"].values())
+        print(f"fused path with PDL {'AGREES with' if pdl_ok else 'DIFFERS from'} itself without (teacher-forced "
+              f"logits: rel err <= {args.max_pdl_rel_err}): {json.dumps(result['pdl_on_vs_off'])}")
+        ok = ok and pdl_ok
     return 0 if ok else 1
 
 
