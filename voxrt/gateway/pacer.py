@@ -5,16 +5,7 @@ the event loop ran a timer, a future and a task step for each of them. Here ever
 audio_out.py) says when its next frame is due, and one timer callback sends every frame that is due within
 `TICK_MS` of now, of every stream, then re-arms itself for TICK_MS before the earliest next due time: at most
 ~1000 wake-ups a second whatever the number of sessions (frames sent up to TICK_MS early: the listener's
-buffer is lead_ms, 300 ms by default, ahead anyway).
-
-Wake-ups are spaced: the timer is re-armed no sooner than `MIN_INTERVAL_MS` after the last tick began, so at
-most ~500 a second, and a frame due in between waits for that wake-up: up to ~1-2 ms late (MIN_INTERVAL_MS
-less TICK_MS, and the selector's rounding up to whole milliseconds), which its lateness (send time minus due
-time) shows. On this project's VM every wake-up of an idle loop
-costs ~100 us of CPU whatever it does: at 30 sessions spacing took the pacer from ~600 to ~360 wake-ups a
-second and ~10% off the gateway's CPU a frame, for a median lateness of ~0.4 ms instead of ~0.1
-(bench/results/2026-12-02-gateway-5/). Frames still never leave more than TICK_MS before their time. A
-stream scheduled from outside a tick (a chunk that arrives, a context's first frame) is served at once.
+buffer is lead_ms, 300 ms by default, ahead anyway; never knowingly late).
 
 The timer callback never waits. A send is started eagerly (`start_eagerly`): run until it first suspends,
 which a WebSocket send does only when the connection cannot take more (uvicorn pauses writing when its
@@ -37,7 +28,6 @@ from typing import Any, Coroutine, Protocol
 log = logging.getLogger("voxrt.gateway.pacer")
 
 TICK_MS = 1.0  # frames due within this of now leave in this wake-up
-MIN_INTERVAL_MS = 2.0  # a timer wake-up comes at least this long after the last tick began
 
 
 def now_ms() -> float:
@@ -58,12 +48,9 @@ class Pacer:
     """A heap of (due time, stream) served by one `loop.call_at` callback. One per event loop
     (`Pacer.for_running_loop`), shared by every session of the process."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, tick_ms: float = TICK_MS,
-                 min_interval_ms: float = MIN_INTERVAL_MS) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, tick_ms: float = TICK_MS) -> None:
         self._loop = loop
         self.tick_ms = tick_ms
-        self.min_interval_ms = min_interval_ms
-        self._last_tick_ms = -1e18  # when the last tick began (monotonic ms)
         self._heap: list[tuple[float, int, PacedStream]] = []
         self._due: dict[int, float] = {}  # id(stream) -> the due time of its live heap entry
         self._order = itertools.count()
@@ -100,15 +87,11 @@ class Pacer:
         """The stream is closed: its heap entries are skipped from now on."""
         self._due.pop(id(stream), None)
 
-    def _arm(self, due_ms: float, spaced: bool = False) -> None:
-        """The timer for `due_ms`, TICK_MS early; `spaced` (the re-arm at a tick's end): not sooner than
-        MIN_INTERVAL_MS after that tick began."""
+    def _arm(self, due_ms: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
+        self._armed_ms = due_ms
         now = now_ms()
-        if spaced:
-            due_ms = max(due_ms, self._last_tick_ms + self.min_interval_ms + self.tick_ms)
-        self._armed_ms = due_ms  # an earlier schedule() from outside a tick re-arms it (served at once)
         if due_ms - now <= self.tick_ms:
             self._handle = self._loop.call_soon(self._tick)
         else:
@@ -122,7 +105,6 @@ class Pacer:
     def _tick(self) -> None:
         self._handle, self._armed_ms = None, None
         self._is_ticking = True
-        self._last_tick_ms = now_ms()
         self.num_wakeups += 1
         heap, due = self._heap, self._due
         served: list[PacedStream] = []
@@ -155,7 +137,7 @@ class Pacer:
             while heap and due.get(id(heap[0][2])) != heap[0][0]:
                 heapq.heappop(heap)  # stale
             if heap:
-                self._arm(heap[0][0], spaced=True)
+                self._arm(heap[0][0])
 
 
 _PACERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer]" = weakref.WeakKeyDictionary()
