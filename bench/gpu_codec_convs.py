@@ -15,7 +15,7 @@ distinct shape, each formulation is captured in a CUDA graph and timed (median o
             a channels-last copy of the padded input, then k batched products)
 Each row also checks that the formulation's output equals ncl's (max abs error, bf16). Then each residual
 unit shape alone: as the reference composes it (cuDNN convs, bias and residual passes) against the folded
-path (codec_layers.ResidualUnit.set_folded, with conv1 as products when products_rule says so).
+path (codec_layers.ResidualUnit.set_folded, conv1 choosing cuDNN or products by timing).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from voxrt.models.qwen3_tts.codec import PRODUCTS_MIN_CHANNELS, load_codec
+from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv, ResidualUnit
 from voxrt.models.qwen3_tts.loader import codec_dir
 
@@ -194,8 +194,7 @@ def main() -> int:
     print("sum over the decoder's convs (x count; depthwise at ncl in every column): " +
           ", ".join(f"{m} {v:.2f} ms" for m, v in totals.items()))
     units = []
-    print("\n== residual units alone (offline), ms: reference composition vs folded (conv1 as products if >= "
-          f"{PRODUCTS_MIN_CHANNELS} channels)")
+    print("\n== residual units alone (offline), ms: reference composition vs folded (conv1 timed: cuDNN or products)")
     with torch.inference_mode():
         for name, mod in codec.named_modules():
             if isinstance(mod, ResidualUnit):
@@ -210,7 +209,7 @@ def main() -> int:
                 ref = mod(x.clone())
                 plain = graph_ms(lambda: mod(x.clone()))
                 mod.set_folded(True)
-                conv1.set_products(conv1.conv.in_channels >= PRODUCTS_MIN_CHANNELS)
+                conv1.set_products("timed")
                 got = mod(x.clone())
                 folded = graph_ms(lambda: mod(x.clone()))
                 err = (got - ref).abs().max().item()

@@ -40,6 +40,9 @@ def main() -> int:
                 codec.decode_stream(codes, slots, state)
             torch.cuda.synchronize()
         averages = prof.key_averages()
+        kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+        print(f"CUDA kernels (incl. copies and fills) per call: {len(kernels) / 5:.0f}; GPU time per call "
+              f"{sum(getattr(e, 'device_time', 0) for e in kernels) / 5 / 1e3:.3f} ms (eager)")
         for key in ("device_time_total", "cuda_time_total"):  # the name changed across torch versions
             try:
                 print(averages.table(sort_by=key, row_limit=25, max_name_column_width=70))

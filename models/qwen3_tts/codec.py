@@ -37,12 +37,11 @@ from torch import nn
 
 from voxrt.engine.errors import CheckpointError
 from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
-from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, DecoderBlock, SnakeBeta, StatefulLayer,
-                                                 UpsampleStage)
+from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, SnakeBeta,
+                                                 StatefulLayer, UpsampleStage)
 from voxrt.models.qwen3_tts.codec_quantizer import SplitResidualVectorQuantizer
 from voxrt.models.qwen3_tts.codec_transformer import FRAMES_KEY, CodecTransformer
 
-PRODUCTS_MIN_CHANNELS = 384  # causal convs this wide may run as cuBLAS products (set_kernel_impl)
 CHECKPOINT_PREFIX = "decoder."  # the decoder's keys in the codec checkpoint (Qwen3TTSTokenizerV2Model.decoder)
 
 
@@ -218,11 +217,12 @@ class Qwen3TTSCodec(nn.Module):
         cost 0.03 ms at the small shapes (bench/results/2026-12-02-codec).
         `fold` (default: on unless impl is "torch"): the decoder blocks' biases folded into the activations
         that read them, and each residual unit's 1x1 conv, its bias and the residual add as one product
-        (codec_layers.ResidualUnit.set_folded). `conv_products`: which causal convs run as cuBLAS products
-        over channels-last data instead of cuDNN (CausalConv.set_products): "auto" (unless impl is "torch")
-        the convs with >= PRODUCTS_MIN_CHANNELS input channels choose per input shape by timing both once
-        (cuDNN hits a fallback kernel for one released shape; narrower convs measured faster on cuDNN
-        everywhere on the H200); "all" every conv with taps (tests); "off" none."""
+        (codec_layers.ResidualUnit.set_folded); the pre-transformer's packed, scale-folded layers
+        (CodecTransformer.set_fused); the codebook entries computed once (cache_table). `conv_products`:
+        which convs run as cuBLAS products instead of cuDNN (CausalConv / CausalTransConv.set_products):
+        "auto" (unless impl is "torch") every plain conv chooses per input shape by timing both once on
+        CUDA (cuDNN hits a fallback kernel for one released shape and pays layout conversions at small
+        shapes; it is faster for the narrow convs of big chunks); "all" every one (tests); "off" none."""
         if conv_products not in ("auto", "all", "off"):
             raise ValueError(f"conv_products must be auto, all or off, got {conv_products!r}")
         for module in self.modules():
@@ -232,14 +232,13 @@ class Qwen3TTSCodec(nn.Module):
         for module in self.modules():
             if isinstance(module, DecoderBlock):
                 module.set_folded(fold)
+        self.pre_transformer.set_fused(fold)
+        self.quantizer.rvq_first.cache_table(fold)
+        self.quantizer.rvq_rest.cache_table(fold)
+        products = {"all": True, "auto": "timed" if impl != "torch" else False, "off": False}[conv_products]
         for module in self.modules():
-            if isinstance(module, CausalConv):
-                if conv_products == "all":
-                    module.set_products(True)
-                elif conv_products == "auto" and impl != "torch":
-                    module.set_products("timed" if module.conv.in_channels >= PRODUCTS_MIN_CHANNELS else False)
-                else:
-                    module.set_products(False)
+            if isinstance(module, (CausalConv, CausalTransConv)):
+                module.set_products(products)
         self._out_impl = impl if output_kernel else "torch"
         if self._out_impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move)
             out_conv = self.decoder[-1].conv

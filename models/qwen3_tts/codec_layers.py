@@ -21,7 +21,6 @@ carries, per request:
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 import torch.nn.functional as F
@@ -87,7 +86,9 @@ class CausalConv(StatefulLayer):
             h = x if act is None else act(x, in_bias=in_bias)
             return F.conv1d(h, self.conv.weight, b, groups=self.conv.groups)
         padded = self.padded_input(x, carry, act, in_bias)
-        if self.products is True or (self.products == "timed" and self._timed_choice(padded, b)):
+        if self.products is True or (self.products == "timed" and _timed_choice(
+                self, padded, b is None, ("cudnn", lambda: self._cudnn(padded, b)),
+                ("products", lambda: self._products(padded, b)))):
             return self._products(padded, b)
         return self._cudnn(padded, b)
 
@@ -112,22 +113,6 @@ class CausalConv(StatefulLayer):
             with torch.no_grad():  # [k, C_out, C_in], moving with the module
                 self.register_buffer("taps", self.conv.weight.detach().permute(2, 0, 1).contiguous(),
                                      persistent=False)
-
-    def _timed_choice(self, padded: torch.Tensor, bias: torch.Tensor | None) -> bool:
-        """Whether products beat cuDNN for this input (measured once per shape; see set_products)."""
-        key = (tuple(padded.shape), padded.dtype, bias is None)
-        choice = self._choices.get(key)
-        if choice is not None:
-            return choice
-        if padded.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-            return False  # not cached: a capture cannot time, and the CPU path is cuDNN's reference ops
-        ms = {name: _time_ms(lambda fn=fn: fn(padded, bias)) for name, fn in (("cudnn", self._cudnn),
-                                                                              ("products", self._products))}
-        choice = self._choices[key] = ms["products"] < ms["cudnn"]
-        log.info("codec conv %s%s d%d: %s (cuDNN %.3f ms, products %.3f ms)", self.conv.in_channels,
-                 list(padded.shape), self.conv.dilation[0], "products" if choice else "cuDNN", ms["cudnn"],
-                 ms["products"])
-        return choice
 
     def _products(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         batch, _, length = padded.shape
@@ -164,6 +149,23 @@ class CausalConv(StatefulLayer):
         return padded
 
 
+def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, cudnn: tuple, products: tuple) -> bool:
+    """Whether `layer` should run as products for this input: measured once per (shape, dtype, flag) on CUDA
+    outside graph capture and cached in `layer._choices`; cuDNN when not cached and it cannot time (a
+    capture, the CPU)."""
+    key = (tuple(x.shape), x.dtype, flag)
+    choice = layer._choices.get(key)
+    if choice is not None:
+        return choice
+    if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return False
+    ms = {name: _time_ms(fn) for name, fn in (cudnn, products)}
+    choice = layer._choices[key] = ms["products"] < ms["cudnn"]
+    log.info("codec %s %s: %s (cuDNN %.3f ms, products %.3f ms)", type(layer).__name__, list(x.shape),
+             "products" if choice else "cuDNN", ms["cudnn"], ms["products"])
+    return choice
+
+
 def _time_ms(fn, reps: int = 3) -> float:
     """The best of `reps` timed runs of fn on the current CUDA stream, after one untimed run."""
     fn()
@@ -190,21 +192,53 @@ class CausalTransConv(StatefulLayer):
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"": (self.conv.out_channels, self.overlap)} if self.overlap else {}
 
+    products: bool | str = False  # as CausalConv.products: True, False or "timed" (per input shape)
+
     def forward(self, x: torch.Tensor, carry: Carry | None = None, bias: bool = True
                 ) -> torch.Tensor:  # [B, C, T] -> [B, C', T*s]
         """`bias=False`: leave the bias out (the caller folds it into what reads the output)."""
         num_out = x.shape[-1] * self.stride
-        b = self.conv.bias if bias else None
-        if self.overlap == 0:  # kernel == stride: frames do not overlap, nothing to trim or carry
-            return F.conv_transpose1d(x, self.conv.weight, b, stride=self.stride)
-        if carry is None:
-            return F.conv_transpose1d(x, self.conv.weight, b, stride=self.stride)[..., :num_out]
-        # Overlap-add: the previous inputs' contributions (the tail) plus this chunk's, bias added once, in
-        # place (the tail handed on is the part past num_out, which the bias add does not touch).
-        full = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)  # [B, C', T*s + overlap]
-        full[..., : self.overlap] += carry.take(self.state_key).to(full.dtype)  # [B, C', overlap]
-        carry.give(self.state_key, full[..., num_out:])
-        return full[..., :num_out].add_(self.conv.bias[:, None]) if bias else full[..., :num_out]
+        use_products = self.products is True or (self.products == "timed" and _timed_choice(
+            self, x, bias, ("cudnn", lambda: self._cudnn(x)), ("products", lambda: self._products(x))))
+        full = self._products(x) if use_products else self._cudnn(x)  # [B, C', T*s + overlap], no bias
+        if self.overlap and carry is not None:
+            # Overlap-add: the previous inputs' contributions (the tail) plus this chunk's; the tail handed on
+            # is the part past num_out, which the bias add below does not touch.
+            full[..., : self.overlap] += carry.take(self.state_key).to(full.dtype)  # [B, C', overlap]
+            carry.give(self.state_key, full[..., num_out:])
+        out = full[..., :num_out] if self.overlap else full
+        return out.add_(self.conv.bias[:, None]) if bias else out
+
+    def _cudnn(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
+
+    def set_products(self, on: bool | str) -> None:
+        """Run the transposed conv as one cuBLAS product, [C'*K, C] @ x, and its overlap-add (K / s strided
+        adds): at small shapes cuDNN's transposed conv and its layout conversions cost 3-6x as much
+        (bench/results/2026-12-02-codec/folded/convs-2x1.log). "timed" as in CausalConv.set_products. Only
+        when the kernel is a multiple of the stride (every released one: K = s or 2s)."""
+        if on not in (True, False, "timed"):
+            raise ValueError(f"set_products takes True, False or 'timed', got {on!r}")
+        kernel = self.conv.kernel_size[0]
+        self.products = on if kernel % self.stride == 0 else False
+        self._choices: dict[tuple, bool] = {}
+        if self.products:
+            with torch.no_grad():  # [C_out * K, C_in], rows (c_out, tap), moving with the module
+                self.register_buffer("taps", self.conv.weight.detach().permute(1, 2, 0).reshape(
+                    self.conv.out_channels * kernel, self.conv.in_channels).contiguous(), persistent=False)
+
+    def _products(self, x: torch.Tensor) -> torch.Tensor:
+        batch, _, time = x.shape
+        stride, channels = self.stride, self.conv.out_channels
+        parts = self.conv.kernel_size[0] // stride
+        prod = torch.matmul(self.taps.to(x.dtype), x).view(batch, channels, parts, stride, time)
+        if parts == 1:  # kernel == stride: each input step writes its own s outputs
+            return prod[:, :, 0].transpose(-1, -2).reshape(batch, channels, time * stride)
+        full = x.new_zeros(batch, channels, (time + parts - 1) * stride)
+        for part in range(parts):  # taps part*s .. part*s + s - 1 land `part` input steps later
+            full.narrow(-1, part * stride, time * stride).view(batch, channels, time, stride).add_(
+                prod[:, :, part].transpose(-1, -2))
+        return full
 
 
 class SnakeBeta(nn.Module):

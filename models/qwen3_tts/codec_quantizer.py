@@ -52,11 +52,24 @@ class ResidualVectorQuantizer(nn.Module):
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, T, n] -> [B, io_dim, T]: sum of the n codebooks' entries, then the output projection."""
-        tables = torch.stack([layer._codebook.table() for layer in self.vq.layers])  # [n, bins, dim]
-        offsets = torch.arange(len(self.vq.layers), device=codes.device) * tables.shape[1]
-        flat = tables.flatten(0, 1)  # [n * bins, dim]: one gather for all codebooks
+        flat = self._buffers.get("table_cache")
+        if flat is None:
+            flat = self.flat_table()
+        bins = flat.shape[0] // len(self.vq.layers)
+        offsets = torch.arange(len(self.vq.layers), device=codes.device) * bins
         summed = F.embedding(codes + offsets, flat).sum(dim=2)  # [B, T, dim]
         return self.output_proj(summed.transpose(1, 2))
+
+    def flat_table(self) -> torch.Tensor:  # [n * bins, dim]: one gather for all codebooks
+        return torch.stack([layer._codebook.table() for layer in self.vq.layers]).flatten(0, 1)
+
+    def cache_table(self, on: bool) -> None:
+        """Keep the codebooks' entries as one buffer (computed once from the EMA statistics) instead of
+        recomputing them each call (two kernels per codebook)."""
+        self._buffers.pop("table_cache", None)
+        if on:
+            with torch.no_grad():
+                self.register_buffer("table_cache", self.flat_table().detach(), persistent=False)
 
 
 class SplitResidualVectorQuantizer(nn.Module):

@@ -249,6 +249,8 @@ def folded_codec(codec):
 
 def test_folded_products_offline_equal_reference_forward(ref, folded_codec):
     assert all(m.folded for m in folded_codec.modules() if type(m).__name__ in ("ResidualUnit", "DecoderBlock"))
+    assert folded_codec.pre_transformer.fused  # packed, scale-folded transformer layers
+    assert "table_cache" in folded_codec.quantizer.rvq_rest._buffers  # codebook entries computed once
     products = [m for m in folded_codec.modules() if type(m).__name__ == "CausalConv" and m.products]
     assert len(products) >= 8  # pre_conv, decoder[0], every residual unit's conv1, the output conv
     codes = _codes(2, 12, seed=7)
@@ -264,23 +266,46 @@ def test_folded_products_stream_equal_to_offline(folded_codec, chunks):
 
 
 def test_conv_products_rule(codec):
-    """auto: only convs with >= PRODUCTS_MIN_CHANNELS inputs (none in this tiny codec), never depthwise ones;
-    a bad value is a clear error."""
-    from voxrt.models.qwen3_tts.codec import PRODUCTS_MIN_CHANNELS  # noqa: PLC0415
-
+    """auto: every plain conv and transposed conv times cuDNN against products per shape ("timed"), never a
+    depthwise one; "torch" keeps the reference ops; a bad value is a clear error."""
+    layers = [m for m in codec.modules() if type(m).__name__ in ("CausalConv", "CausalTransConv")]
     try:
         codec.set_kernel_impl("triton")
-        convs = [m for m in codec.modules() if type(m).__name__ == "CausalConv"]
-        assert all(m.products == ("timed" if m.conv.in_channels >= PRODUCTS_MIN_CHANNELS and m.conv.groups == 1
-                                  and m.context else False) for m in convs)
+        for m in layers:
+            plain = type(m).__name__ == "CausalTransConv" or (m.conv.groups == 1 and m.context > 0)
+            assert m.products == ("timed" if plain else False), m
         codec.set_kernel_impl("triton", conv_products="all")
-        assert not any(m.products for m in convs if m.conv.groups != 1)
+        assert not any(m.products for m in layers if m.conv.groups != 1)
+        assert all(m.products is True for m in layers if type(m).__name__ == "CausalTransConv")
         with pytest.raises(ValueError, match="conv_products"):
             codec.set_kernel_impl("triton", conv_products="some")
     finally:
         codec.set_kernel_impl("torch")
-    assert not any(m.products for m in convs) and not any(
+    assert not any(m.products for m in layers) and not any(
         m.folded for m in codec.modules() if type(m).__name__ == "ResidualUnit")
+
+
+@pytest.mark.parametrize("kernel, stride", [(6, 3), (4, 4), (10, 5)])
+def test_transposed_conv_products_equal_cudnn_offline_and_streaming(kernel, stride):
+    from voxrt.models.qwen3_tts.codec_layers import Carry, CausalTransConv  # noqa: PLC0415
+
+    torch.manual_seed(kernel)
+    layer = CausalTransConv(6, 5, kernel, stride).eval()
+    x = torch.randn(2, 6, 9)
+    with torch.no_grad():
+        expected = layer(x)
+        tail = torch.randn(2, 5, kernel - stride)
+        layer.state_key = ""
+        carry = Carry({"": tail.clone()}) if kernel > stride else None
+        streamed = layer(x, carry)
+        handed = carry.updated[""].clone() if carry is not None else None
+        layer.set_products(True)
+        torch.testing.assert_close(layer(x), expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(layer(x, bias=False), expected - layer.conv.bias[:, None], atol=1e-5, rtol=0)
+        if carry is not None:
+            carry = Carry({"": tail.clone()})
+            torch.testing.assert_close(layer(x, carry), streamed, atol=1e-5, rtol=0)
+            torch.testing.assert_close(carry.updated[""], handed, atol=1e-5, rtol=0)
 
 
 def test_triton_snake_codec_offline_equals_reference_forward(ref, triton_codec):
