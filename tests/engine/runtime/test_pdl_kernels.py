@@ -1,6 +1,6 @@
 """The frame's kernels with PDL on, compiled for sm90 without a GPU (Triton's bundled toolchain), checked
-against the rule of kernels/__init__.py in the PTX: `launch_dependents` once, then `griddepcontrol.wait`, and
-no global store before the wait (the part that overlaps the previous kernel writes nothing). The products
+against the rule of kernels/__init__.py in the PTX: `griddepcontrol.wait` then `launch_dependents` once (so
+at most one kernel runs ahead of a running one), and no global store before the wait (the part that overlaps the previous kernel writes nothing). The products
 also load (their weight tile) before the wait. The interpreter cannot run the gdc_* instructions, so this is
 the CPU's only view of the PDL variants; a GPU runs them (bench/gpu_fused_check.py, bench/gpu_frame.py).
 The compiler needs the kernels un-interpreted, so one subprocess (this file run as a script, with
@@ -75,7 +75,7 @@ def _facts() -> dict:
         wait = ptx.find("griddepcontrol.wait")
         before = ptx[:wait] if wait >= 0 else ptx
         out[name] = dict(launches=ptx.count("griddepcontrol.launch_dependents"), wait=wait,
-                         launch_first=0 <= ptx.find("griddepcontrol.launch_dependents") < wait,
+                         launch_after_wait=ptx.find("griddepcontrol.launch_dependents") > wait >= 0,
                          writes_before=any(op in before for op in ("st.global", "atom.", "red.")),
                          loads_before="ld.global" in before,
                          off_has_gdc=name == "gemv" and "griddepcontrol" in _ptx(fn, pointers, {**consts, "PDL": False}))
@@ -98,7 +98,7 @@ def facts() -> dict:
 @pytest.mark.parametrize("name", list(_kernels()))
 def test_pdl_kernels_write_nothing_before_the_wait(name, facts):
     f = facts[name]
-    assert f["launches"] == 1 and f["wait"] >= 0 and f["launch_first"], (name, f)
+    assert f["launches"] == 1 and f["wait"] >= 0 and f["launch_after_wait"], (name, f)
     assert not f["writes_before"], (name, f)  # nothing the previous kernel may still read is overwritten
     if _kernels()[name][3]:  # the weights (norm weights, rotary table, suppress mask) stream before the wait
         assert f["loads_before"], (name, f)

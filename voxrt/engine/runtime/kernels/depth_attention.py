@@ -50,8 +50,6 @@ if triton_available():
         cols = tl.arange(0, HALF)
         dcols = tl.arange(0, D)
         lpos = tl.arange(0, L)
-        if PDL:  # kernels/__init__.py: the norm weights and the rotary table before the wait; the cache after
-            tl.extra.cuda.gdc_launch_dependents()
         qw1 = tl.load(qw_ptr + cols).to(tl.float32)
         qw2 = tl.load(qw_ptr + HALF + cols).to(tl.float32)
         kw1 = tl.load(kw_ptr + cols).to(tl.float32)
@@ -59,6 +57,7 @@ if triton_available():
         inv_freq = tl.load(inv_freq_ptr + cols)
         if PDL:
             tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         kbase = k_cache_ptr + b * s_b + kh * s_h
         vbase = v_cache_ptr + b * s_b + kh * s_h
         old = (lpos < start)[:, None]

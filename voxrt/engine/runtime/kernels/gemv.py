@@ -71,13 +71,12 @@ if triton_available():
         way through x, which the product reads whole anyway). SILU: see `_x_tile`."""
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = rn < N
-        if PDL:
-            tl.extra.cuda.gdc_launch_dependents()
         rk0 = tl.arange(0, FIRST_K)
         k0_ok = rk0 < K
         w0 = tl.load(w_ptr + rn[:, None] * K + rk0[None, :], mask=n_ok[:, None] & k0_ok[None, :], other=0.0)
         if PDL:
             tl.extra.cuda.gdc_wait()  # every program reaches it: below, earlier kernels are complete
+            tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         for m in tl.static_range(ROWS):
             x_row = x_ptr + m * x_stride
             x0 = _x_tile(x_row, rk0, k0_ok, K, SILU)

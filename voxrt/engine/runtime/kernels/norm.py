@@ -36,11 +36,10 @@ if triton_available():
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols
-        if PDL:  # kernels/__init__.py: weights before the wait, the activations after it
-            tl.extra.cuda.gdc_launch_dependents()
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if PDL:
             tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
         if HAS_RESIDUAL:
             r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
@@ -54,8 +53,8 @@ if triton_available():
     def _silu_mul_kernel(gu_ptr, out_ptr, x_ptr, gu_stride, out_stride, x_stride, n_cols, n_x, eps,
                          HAS_X: tl.constexpr, BLOCK: tl.constexpr, BLOCK_X: tl.constexpr, PDL: tl.constexpr):
         if PDL:  # nothing to prefetch: every input is an activation
-            tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         row = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = cols < n_cols

@@ -50,14 +50,13 @@ if triton_available():
         head = tl.program_id(1)
         HALF: tl.constexpr = D // 2
         cols = tl.arange(0, HALF)
-        if PDL:  # kernels/__init__.py: the norm weights and the rotary table before the wait
-            tl.extra.cuda.gdc_launch_dependents()
         is_q = head < HQ
         w1 = tl.where(is_q, tl.load(qw_ptr + cols), tl.load(kw_ptr + cols)).to(tl.float32)
         w2 = tl.where(is_q, tl.load(qw_ptr + HALF + cols), tl.load(kw_ptr + HALF + cols)).to(tl.float32)
         inv_freq = tl.load(inv_freq_ptr + cols)
         if PDL:
             tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         pos = tl.load(pos_ptr + tok)
         row = qkv_ptr + tok * qkv_stride
         if is_q:

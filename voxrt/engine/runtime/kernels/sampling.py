@@ -59,12 +59,11 @@ if triton_available():
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
-        if PDL:  # kernels/__init__.py: the suppress mask (a constant) before the wait, the rest after it
-            tl.extra.cuda.gdc_launch_dependents()
         if HAS_SUPPRESS:
             banned = tl.load(suppress_ptr + cols, mask=valid, other=1).to(tl.int32)
         if PDL:
             tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         x = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=float("-inf")).to(tl.float32)
         if HAS_X:
             x = x * row_rstd(x_ptr + row * x_stride, n_x, x_eps, BLOCK_X)
