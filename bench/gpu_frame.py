@@ -78,10 +78,10 @@ def throughput(core: EngineCore, num_requests: int = 64, num_frames: int = 50) -
 
 
 def run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool = False) -> dict:
-    """`path`: reference, fused, fused-nopdl (PDL off while this path's graphs are captured and run), or
-    fused-cublas (the fused path with cuBLAS products instead of kernels/gemv.py's skinny ones: what the skinny
+    """`path`: reference, fused (PDL as configured: off unless VOXRT_PDL=1), fused-pdl / fused-nopdl (PDL on /
+    off while this path's graphs are captured and run), or fused-cublas (the fused path with cuBLAS products instead of kernels/gemv.py's skinny ones: what the skinny
     products buy)."""
-    set_pdl(False if path == "fused-nopdl" else None)
+    set_pdl({"fused-nopdl": False, "fused-pdl": True}.get(path))
     try:
         return _run_path(program, checkpoint, path, batches, context, kernels_only)
     finally:
@@ -131,7 +131,7 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     return out
 
 
-PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused")
+PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl")
 
 
 def print_table(name: str, results: dict) -> None:
@@ -143,10 +143,11 @@ def print_table(name: str, results: dict) -> None:
     for path in paths:
         for row in results[path]["frames"]:
             print(f"{path:>12} " + " ".join(f"{row[c]:>17}" for c in cols))
-    if "fused" in results and "fused-nopdl" in results:
-        print(f"PDL (fused {'with' if results['fused']['pdl'] else 'WITHOUT (not available here)'} PDL against "
-              f"fused-nopdl), frame ms:")
-        for on, off in zip(results["fused"]["frames"], results["fused-nopdl"]["frames"]):
+    pdl_path = "fused-pdl" if "fused-pdl" in results else "fused"
+    if pdl_path in results and "fused-nopdl" in results:
+        print(f"PDL ({pdl_path} {'with' if results[pdl_path]['pdl'] else 'WITHOUT (off or not available here)'} "
+              f"PDL against fused-nopdl), frame ms:")
+        for on, off in zip(results[pdl_path]["frames"], results["fused-nopdl"]["frames"]):
             print(f"   batch {on['batch']:>4}: {off['frame_graph_ms']:7.3f} -> {on['frame_graph_ms']:7.3f} "
                   f"({on['frame_graph_ms'] - off['frame_graph_ms']:+.3f} ms; decode {off['decode_graph_ms']:.3f} -> "
                   f"{on['decode_graph_ms']:.3f}, depth {off['depth_graph_ms']:.3f} -> {on['depth_graph_ms']:.3f})")

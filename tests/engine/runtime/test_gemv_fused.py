@@ -104,13 +104,15 @@ def test_pdl_is_off_on_the_cpu_and_in_the_interpreter(monkeypatch):
 
 
 def test_the_pdl_switch_on_a_pdl_capable_device(monkeypatch):
-    """The rule off the interpreter, with the device's capability faked: on by default, VOXRT_PDL=0 and
-    set_pdl(False) turn it off, set_pdl(None) returns to the environment."""
+    """The rule off the interpreter, with the device's capability faked: off by default (it measured slower
+    in the frame), VOXRT_PDL=1 and set_pdl(True) turn it on, set_pdl(None) returns to the environment."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(kernels, "_device_has_pdl", lambda index: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     cuda = torch.device("cuda")
     monkeypatch.delenv("VOXRT_PDL", raising=False)
+    assert not pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": False}
+    monkeypatch.setenv("VOXRT_PDL", "1")
     assert pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": True, "launch_pdl": True}
     monkeypatch.setenv("VOXRT_PDL", "0")
     assert not pdl_enabled(cuda)

@@ -14,7 +14,9 @@ on, the kernel reads only what no kernel of the frame writes (weights, norm weig
 `gdc_wait()`, everything else after it, and calls `gdc_launch_dependents()` (the next kernel may launch)
 right after the wait: so the next kernel streams its weights while this one computes, and at most one kernel
 runs ahead. (Triggering at the kernel's start instead let whole chains of kernels launch early and sit on the
-SMs: the batch-1 frame took 13.1 ms against 4.5 without PDL on the H200, bench/results/2026-12-02-frame.) `gdc_wait()` returns once every earlier kernel has COMPLETED and its writes are visible (PTX
+SMs: the batch-1 frame took 13.1 ms against 4.5 without PDL on the H200, bench/results/2026-12-02-frame.)
+With the trigger after the wait it still took 12.3 ms: PDL is OFF by default (`VOXRT_PDL=1` turns it on) until
+that is understood; the micro-benchmark's gain did not carry over to the frame. `gdc_wait()` returns once every earlier kernel has COMPLETED and its writes are visible (PTX
 `griddepcontrol.wait`), so after it the kernel sees memory as a plainly launched kernel would; before it, it
 writes nothing (no write-after-read race with a kernel still reading) and reads nothing written in the
 frame. Every program of a PDL kernel reaches the wait, so a kernel completes only after its predecessor did:
@@ -54,7 +56,7 @@ _pdl_override: bool | None = None
 
 def set_pdl(enabled: bool | None) -> None:
     """Turn PDL on or off for launches from now on (graphs captured afterwards), over `VOXRT_PDL`; None: back
-    to `VOXRT_PDL` (default on). Benchmarks compare both in one process (bench/gpu_frame.py)."""
+    to `VOXRT_PDL` (default off). Benchmarks compare both in one process (bench/gpu_frame.py)."""
     global _pdl_override
     _pdl_override = enabled
 
@@ -70,12 +72,13 @@ def _device_has_pdl(index: int) -> bool:
 
 def pdl_enabled(device: torch.device) -> bool:
     """Whether kernels on `device` launch with PDL: on CUDA with compute capability >= 9 (griddepcontrol is
-    sm90+), compiled Triton (never the interpreter: the CI path runs the kernels with PDL off), unless
-    `set_pdl(False)` or `VOXRT_PDL=0`."""
+    sm90+), compiled Triton (never the interpreter: the CI path runs the kernels with PDL off), and only when
+    asked (`VOXRT_PDL=1` or `set_pdl(True)`): measured on the H200 it made the batch-1 frame 2.7x slower
+    (4.50 -> 12.26 ms, bench/results/2026-12-02-frame), so it stays off until that is understood."""
     if device.type != "cuda" or interpreting() or not triton_available():
         return False
     wanted = _pdl_override if _pdl_override is not None else \
-        os.environ.get("VOXRT_PDL", "1").strip().lower() not in ("0", "", "off", "false", "no")
+        os.environ.get("VOXRT_PDL", "0").strip().lower() not in ("0", "", "off", "false", "no")
     return wanted and _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
 
 
