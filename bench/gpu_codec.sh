@@ -3,7 +3,8 @@
 # and chunk times (gpu_codec.py), each conv shape under three formulations (gpu_codec_convs.py, 25 x 16 and
 # 2 x 1), the profile of a 25 x 16 chunk by kernel and by op shape (profile2: of a 2 x 1 chunk), and the PDL micro-benchmark (gpu_pdl.py).
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_codec.sh
-# Env: STEPS (default "codec convs profile pdl"), CKPT (/tmp/q17). Results under $OUT/codec, tarred to
+# Env: STEPS (default "codec convs profile pdl"; also profile2, split = `voxrt profile-split`), CKPT (/tmp/q17),
+# CODEC_SMS (72: the partition gpu_codec.py also times the default variant on). Results under $OUT/codec, tarred to
 # $OUT/codec.tgz (the device tool brings back a few files only).
 set -u
 R=$OUT/codec; CKPT=${CKPT:-/tmp/q17}; mkdir -p "$R"
@@ -11,7 +12,10 @@ source bench/gpu_setup.sh
 for step in ${STEPS:-codec convs profile pdl}; do
   echo "== $step $(date -u +%T)"
   case $step in
-    codec) python -u bench/gpu_codec.py --checkpoint "$CKPT" --out "$R" > "$R/codec.log" 2>&1; tail -12 "$R/codec.log" ;;
+    codec) python -u bench/gpu_codec.py --checkpoint "$CKPT" --codec-sms "${CODEC_SMS:-72}" --out "$R" > "$R/codec.log" 2>&1
+           tail -18 "$R/codec.log" ;;
+    split) python -m voxrt.cli profile-split --model qwen3-tts --checkpoint "$CKPT" --out "$R/split.json" > "$R/split.log" 2>&1
+           tail -20 "$R/split.log" ;;
     convs) for shape in "25 16" "2 1"; do set -- $shape
              python -u bench/gpu_codec_convs.py --checkpoint "$CKPT" --frames $1 --batch $2 --out "$R" \
                > "$R/convs-$1x$2.log" 2>&1; grep -v Warning "$R/convs-$1x$2.log" | tail -40; done ;;
