@@ -45,6 +45,7 @@ from typing import Awaitable, Callable
 import numpy as np
 
 from voxrt.audio import OpusEncoder, StreamEncoder, alaw_encode, mulaw_encode, pcm16_encode
+from voxrt.gateway.context_core import PacingRule
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.pacer import Pacer, now_ms, start_eagerly
 from voxrt.protocol.clock import PlaybackClock
@@ -66,8 +67,7 @@ class AudioOut:
         self._send_bytes, self.opened_ms, self._encode_pool = send_bytes, opened_ms, encode_pool
         self._send_now = send_now
         self._pacer = pacer or Pacer.for_running_loop()
-        self._is_realtime = config.pacing.mode == "realtime"
-        self._lead_ms = config.pacing.lead_ms
+        self._rule = PacingRule(config.pacing, clock)  # the pacing decision (context_core.py, sans I/O)
         self._frame_ms = config.output.frame_ms
         self._queue: deque[tuple[np.ndarray | bytes, bool, list]] = deque()  # frame, is_last, its chunk's trace
         self._num_ready = 0  # the queue's first frames that are encoded already (bytes)
@@ -163,9 +163,7 @@ class AudioOut:
             if self._num_ready:
                 self._num_ready -= 1
             # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
-            due = self._ready_ms
-            if self._is_realtime and clock.is_started:
-                due = max(due, clock.play_time_ms(clock.sent_ms) - self._lead_ms)
+            due = self._rule.due_ms(self._ready_ms)
             now = now_ms()
             clock.on_audio_sent(self._frame_ms, now)
             self._num_frames_encoded += 1
@@ -206,7 +204,7 @@ class AudioOut:
 
     def _wait_ms(self, now: float) -> float:
         """How long until the pacing rule lets the next frame out (<= 0: now)."""
-        return self.clock.buffered_ms(now) - self._lead_ms if self._is_realtime else 0.0
+        return self._rule.wait_ms(now)
 
     def _on_sent(self, trace: list, due: float, is_paced: bool, sent_ns: int) -> None:
         """Per-frame figures: plain counters and histogram buckets (metrics.py exports them when scraped).

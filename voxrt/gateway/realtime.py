@@ -28,6 +28,7 @@ from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, 
                                     OpenContext, ReportPlayback, SendText, StartSession)
 from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, SERVER_BUSY, SERVER_SHUTTING_DOWN
 from voxrt.protocol.events import encode_error
+from voxrt.protocol.server_events import Error, ServerEvent, encode_event
 from voxrt.protocol.session import Session
 
 log = logging.getLogger("voxrt.gateway.realtime")
@@ -183,7 +184,7 @@ class RealtimeSession:
 
     async def _do(self, action) -> None:
         if isinstance(action, SendText):
-            await self.send_text(action.data)
+            await self.send_event(action.event, action.data)
         elif isinstance(action, CloseConnection):
             await self._close(action.code, action.reason)
         elif isinstance(action, StartSession):
@@ -191,7 +192,7 @@ class RealtimeSession:
             self.config = action.config
         elif isinstance(action, OpenContext):
             num_frames = action.num_frames if self.state.config.allow_pinned_lengths else None
-            runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_text,
+            runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_event,
                                    self.send_bytes, self._on_context_done, self.state.metrics, num_frames=num_frames,
                                    encode_pool=self.state.encode_pool, opus_signal=self.state.config.opus_signal,
                                    trace=self.state.trace, send_now=self.send_bytes_now)
@@ -201,7 +202,7 @@ class RealtimeSession:
             try:
                 await runner.open()
             except EngineError as exc:  # e.g. the engine is restarting: this context fails, the session goes on
-                await self.send_text(encode_error(exc.code, exc.message, False, context_id=action.context_id))
+                await self.send_event(Error(exc.code, exc.message, False, action.context_id))
                 if self.runners.pop(action.context_id, None) is not None:
                     self.state.metrics.contexts.dec()
                 for follow in self.session.on_context_done(action.context_id, "error", 0.0, runner.context_metrics()):
@@ -272,7 +273,7 @@ class RealtimeSession:
         away); the receive loop's end cancels what still runs, so its pages and slots return."""
         if self.is_closed:
             return
-        await self.send_text(encode_error(SERVER_SHUTTING_DOWN, message, True))
+        await self.send_event(Error(SERVER_SHUTTING_DOWN, message, True))
         await self._close(CLOSE_GOING_AWAY, "server shutting down")
 
     async def _close(self, code: int, reason: str) -> None:
@@ -285,16 +286,31 @@ class RealtimeSession:
         except Exception:  # noqa: BLE001 (already gone)
             pass
 
-    async def send_text(self, data: str) -> None:
-        if data.startswith('{"type":"error"'):
+    async def send_event(self, event: ServerEvent | None, data: str | None = None) -> None:
+        """One server message: `data` (its encoding; `encode_event(event)` when None) on a WebSocket, the
+        event itself to a peer that takes events (a compat adapter's `NativeLink`: nothing parsed again).
+        Every `error` sent is counted here, once, by its code."""
+        if isinstance(event, Error):
+            self.state.metrics.errors.labels(event.code).inc()
+        elif event is None and data is not None and data.startswith('{"type":"error"'):
             self.state.metrics.errors.labels(json.loads(data).get("code", "unknown")).inc()
+        send_event = getattr(self.ws, "send_event", None) if event is not None else None
+        if send_event is None and data is None:
+            data = encode_event(event)
         async with self._send_lock:
             if self.is_closed:
                 return
             try:
-                await self.ws.send_text(data)
+                if send_event is not None:
+                    await send_event(event)
+                else:
+                    await self.ws.send_text(data)
             except Exception:  # noqa: BLE001 (the client is gone; the receive loop ends the session)
                 pass
+
+    async def send_text(self, data: str) -> None:
+        """One JSON text frame as is (an encoded server message)."""
+        await self.send_event(None, data)
 
     def send_bytes_now(self, frames: list[bytes]) -> bool:
         """Writes these binary frames now, in one write, if nothing would wait: no other send of this session

@@ -1,6 +1,7 @@
 """The voxrt.v1 realtime protocol, sans I/O (protocol.md is the contract).
 
 - `events`: client JSON messages parsed into typed events; server messages encoded.
+- `server_events`: the server -> client messages as typed events, and their one encoder.
 - `frames`: the 12-byte header of binary audio frames.
 - `config`: session configuration and limits (frozen, validated once).
 - `errors`: the wire error codes and WebSocket close codes, mapped once.
@@ -25,6 +26,8 @@ from voxrt.protocol.events import (CANCEL_ALL, CancelEvent, ClientEvent, Context
                                    encode_flushed, encode_pong, encode_session_started, parse_client_message)
 from voxrt.protocol.frames import (FLAG_FIRST, FLAG_LAST, HEADER_BYTES, KIND_AUDIO, AudioFrameHeader,
                                    decode_audio_frame, encode_audio_frame)
+from voxrt.protocol.server_events import (SERVER_EVENT_TYPES, Alignment, Cancelled, ContextDone, ContextStarted,
+                                          Error, Flushed, Pong, ServerEvent, SessionStarted, encode_event)
 from voxrt.protocol.session import Session, SessionState
 
 SUBPROTOCOL = "voxrt.v1"
@@ -48,6 +51,9 @@ __all__ = [
     # frames
     "FLAG_FIRST", "FLAG_LAST", "HEADER_BYTES", "KIND_AUDIO", "AudioFrameHeader", "decode_audio_frame",
     "encode_audio_frame",
+    # server events
+    "SERVER_EVENT_TYPES", "Alignment", "Cancelled", "ContextDone", "ContextStarted", "Error", "Flushed", "Pong",
+    "ServerEvent", "SessionStarted", "encode_event",
     # session
     "Session", "SessionState",
 ]

@@ -7,17 +7,24 @@ turns into engine calls and later answers through `Session.on_*`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 from voxrt.protocol.config import SessionConfig
+from voxrt.protocol.server_events import ServerEvent, encode_event
 
 
 @dataclass(frozen=True)
 class SendText:
-    """Send one JSON text frame to the client."""
+    """Send one JSON text frame to the client: `data`, the encoding of `event` (server_events.py). An I/O
+    layer with an in-process peer (a compat adapter) hands over `event` itself; a socket sends `data`."""
 
     data: str
+    event: ServerEvent | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, event: ServerEvent) -> "SendText":
+        return cls(encode_event(event), event)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The JSON control messages of voxrt.v1: client messages parsed into typed events, server messages encoded.
+"""The JSON control messages of voxrt.v1: client messages parsed into typed events, server messages encoded
+(server_events.py types them).
 
 Parsing checks shapes and types only (a `text` has a string `context_id` ...); whether a value is allowed
 now (a known voice, an open context) is the session's business. Unknown fields are ignored (protocol.md,
@@ -15,11 +16,12 @@ from typing import Any, Callable, ClassVar, Union
 
 from voxrt.protocol.config import Limits, OutputFormat
 from voxrt.protocol.errors import INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, ProtocolError, clip
+from voxrt.protocol.server_events import (DONE_REASONS, Alignment, Cancelled, ContextDone, ContextStarted, Error,
+                                          Flushed, Pong, SessionStarted, encode_event)
 
 MAX_CONTEXT_ID_CHARS = 256
 MAX_PINNED_FRAMES = 1_000_000  # shape bound of the `num_frames` extension; the engine checks its own limit
 CANCEL_ALL = "*"  # `cancel`'s context_id for every context of the session; reserved, never a context's id
-DONE_REASONS = ("completed", "cancelled", "error")
 # A JSON string may hold a lone UTF-16 surrogate ("\ud800" is valid JSON, RFC 8259 section 8.2) that no UTF-8
 # encoder takes: such text would break the tokenizer and every reply that echoes it. In a str, any surrogate
 # is a lone one (json.loads joins escaped pairs into one code point).
@@ -244,84 +246,48 @@ def _json_kind(value: Any) -> str:
 
 
 # ---- server -> client messages --------------------------------------------------------------------------------
-
-
-def _dumps(message: dict) -> str:
-    # allow_nan=False: NaN is not JSON (RFC 8259 section 6); the encoders below map it to null first.
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _ms(value: float) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"a millisecond value must be a finite number, got {value!r}")
-    return int(round(value))
-
-
-def _metric(name: str, value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if name.endswith("_ms") and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(round(value))
-    return value
+# Typed in server_events.py; these build one and encode it (the text frame, byte for byte as before).
 
 
 def encode_session_started(session_id: str, model: str, voice: str, output: OutputFormat, limits: Limits) -> str:
-    return _dumps({"type": "session.started", "session_id": session_id, "model": model, "voice": voice,
-                   "output": output.to_wire(), "limits": limits.to_wire()})
+    return encode_event(SessionStarted(session_id, model, voice, output, limits))
 
 
 def encode_context_started(context_id: str, index: int) -> str:
-    return _dumps({"type": "context.started", "context_id": context_id, "index": index})
-
-
-def _span(item: dict, text_key: str) -> dict:
-    return {text_key: item[text_key], "char_start": int(item["char_start"]), "char_end": int(item["char_end"]),
-            "start_ms": _ms(item["start_ms"]), "end_ms": _ms(item["end_ms"])}
+    return encode_event(ContextStarted(context_id, index))
 
 
 def encode_alignment(context_id: str, segments: list[dict], words: list[dict] | None, estimated: bool) -> str:
     """Segments and words are normalised to exactly the protocol's keys (extra keys dropped, ms rounded)."""
-    message: dict[str, Any] = {"type": "alignment", "context_id": context_id,
-                               "segments": [_span(s, "text") for s in segments]}
-    if words is not None:
-        message["words"] = [_span(w, "word") for w in words]
-    message["estimated"] = bool(estimated)
-    return _dumps(message)
+    return encode_event(Alignment(context_id, segments, words, estimated))
 
 
 def encode_flushed(context_id: str) -> str:
-    return _dumps({"type": "flushed", "context_id": context_id})
+    return encode_event(Flushed(context_id))
 
 
 def encode_cancelled(context_id: str, played_ms: float, spoken_text: str) -> str:
-    return _dumps({"type": "cancelled", "context_id": context_id, "played_ms": _ms(played_ms),
-                   "spoken_text": spoken_text})
+    return encode_event(Cancelled(context_id, played_ms, spoken_text))
 
 
 def encode_context_done(context_id: str, reason: str, audio_ms: float, metrics: dict) -> str:
     """`metrics` always carries `ttfa_ms` (null when no audio was sent); `*_ms` values are rounded to ints and
     non-finite floats become null."""
-    if reason not in DONE_REASONS:
-        raise ValueError(f"reason must be one of {', '.join(DONE_REASONS)}, got {reason!r}")
-    wire_metrics = {"ttfa_ms": None, **metrics}
-    wire_metrics = {name: _metric(name, value) for name, value in wire_metrics.items()}
-    return _dumps({"type": "context.done", "context_id": context_id, "reason": reason,
-                   "audio_ms": _ms(audio_ms), "metrics": wire_metrics})
+    return encode_event(ContextDone(context_id, reason, audio_ms, metrics))
 
 
 def encode_error(code: str, message: str, fatal: bool, context_id: str | None = None, **extra: Any) -> str:
     """`extra` adds fields such as `retry_after_ms` (rounded like every `*_ms`)."""
-    wire: dict[str, Any] = {"type": "error", "code": code, "message": message, "fatal": bool(fatal)}
-    if context_id is not None:
-        wire["context_id"] = context_id
-    for name, value in extra.items():
-        wire[name] = _metric(name, value)
-    return _dumps(wire)
+    return encode_event(Error(code, message, fatal, context_id, extra))
+
+
+def protocol_error_event(error: ProtocolError, **extra: Any) -> Error:
+    return Error(error.code, error.message, error.fatal, error.context_id, extra)
 
 
 def encode_protocol_error(error: ProtocolError, **extra: Any) -> str:
-    return encode_error(error.code, error.message, error.fatal, error.context_id, **extra)
+    return encode_event(protocol_error_event(error, **extra))
 
 
 def encode_pong(id: str | int | None, server_time_ms: float) -> str:  # noqa: A002 - the protocol's field name
-    return _dumps({"type": "pong", "id": id, "server_time_ms": _ms(server_time_ms)})
+    return encode_event(Pong(id, server_time_ms))

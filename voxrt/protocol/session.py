@@ -24,9 +24,10 @@ from voxrt.protocol.errors import (CLOSE_NORMAL, CONTEXT_LIMIT, INACTIVITY_TIMEO
                                    TOO_MANY_INVALID_MESSAGES, UNEXPECTED_BINARY, UNKNOWN_CONTEXT, UNKNOWN_MODEL,
                                    UNKNOWN_VOICE, InvalidTransition, ProtocolError, clip)
 from voxrt.protocol.events import (CancelEvent, ClientEvent, ContextEndEvent, FlushEvent, PingEvent, PlaybackEvent,
-                                   SessionEndEvent, SessionStartEvent, TextEvent, encode_cancelled,
-                                   encode_context_done, encode_context_started, encode_error, encode_flushed,
-                                   encode_pong, encode_protocol_error, encode_session_started, parse_client_message)
+                                   SessionEndEvent, SessionStartEvent, TextEvent, parse_client_message,
+                                   protocol_error_event)
+from voxrt.protocol.server_events import (Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
+                                          SessionStarted)
 
 
 class SessionState(enum.Enum):
@@ -133,9 +134,9 @@ class Session:
         if self.state is SessionState.CLOSED or context is None or context.state in (
                 ContextState.DONE, ContextState.CANCELLING):
             return []
-        message = encode_context_done(context_id, reason, audio_ms, metrics)
+        message = SendText.of(ContextDone(context_id, reason, audio_ms, metrics))
         context.transition(ContextState.DONE)
-        return [SendText(message), *self._close_if_ended()]
+        return [message, *self._close_if_ended()]
 
     def on_context_cancelled(self, context_id: str, played_ms: float, spoken_text: str, audio_ms: float,
                              metrics: dict) -> list[Action]:
@@ -144,8 +145,8 @@ class Session:
         context = self._contexts.get(context_id)
         if self.state is SessionState.CLOSED or context is None or context.is_done:
             return []
-        cancelled = SendText(encode_cancelled(context_id, played_ms, spoken_text))
-        done = SendText(encode_context_done(context_id, "cancelled", audio_ms, metrics))
+        cancelled = SendText.of(Cancelled(context_id, played_ms, spoken_text))
+        done = SendText.of(ContextDone(context_id, "cancelled", audio_ms, metrics))
         actions: list[Action] = [cancelled] * context.num_cancels_pending
         context.num_cancels_pending = 0
         context.transition(ContextState.DONE)
@@ -155,14 +156,14 @@ class Session:
         context = self._contexts.get(context_id)
         if self.state is SessionState.CLOSED or context is None or context.is_done:
             return []
-        return [SendText(encode_flushed(context_id))]
+        return [SendText.of(Flushed(context_id))]
 
     def on_context_error(self, context_id: str, code: str, message: str) -> list[Action]:
         """A non-fatal error about one context (e.g. the engine failed it). Changes no state: the I/O layer
         follows with on_context_done(reason="error") when the context is over."""
         if self.state is SessionState.CLOSED:
             return []
-        return [SendText(encode_error(code, message, False, context_id))]
+        return [SendText.of(Error(code, message, False, context_id))]
 
     def fail(self, code: str, message: str, close_code: int | None = None, **extra) -> list[Action]:
         """A fatal error the I/O layer decided on (e.g. `server_busy` with `retry_after_ms`, instead of
@@ -226,7 +227,7 @@ class Session:
                 return []
             return [ReportPlayback(event.context_id, event.played_ms)]
         if isinstance(event, PingEvent):
-            return [SendText(encode_pong(event.id, now_ms))]
+            return [SendText.of(Pong(event.id, now_ms))]
         if isinstance(event, SessionEndEvent):
             return self._end()
         assert isinstance(event, SessionStartEvent), event
@@ -248,7 +249,7 @@ class Session:
         self._transition(SessionState.ACTIVE)
         self.config = config
         return [StartSession(config),
-                SendText(encode_session_started(self.session_id, model, voice, config.output, self.limits))]
+                SendText.of(SessionStarted(self.session_id, model, voice, config.output, self.limits))]
 
     def _text(self, event: TextEvent) -> list[Action]:
         context_id = event.context_id
@@ -261,7 +262,7 @@ class Session:
             self._next_index += 1
             self._contexts[context_id] = context
             actions += [OpenContext(context_id, context.index, event.num_frames),
-                        SendText(encode_context_started(context_id, context.index))]
+                        SendText.of(ContextStarted(context_id, context.index))]
         elif context.state is not ContextState.OPEN:
             raise ProtocolError(INVALID_MESSAGE, f"text: context {clip(context_id)!r} has already ended "
                                                  f"({context.state.value}); context ids are not reused within a "
@@ -298,11 +299,11 @@ class Session:
         if event.is_all:
             targets = [c for c in self._contexts.values() if not c.is_done]
             if not targets:  # nothing to stop: still answered, like any cancel
-                return [SendText(encode_cancelled(event.context_id, 0, ""))]
+                return [SendText.of(Cancelled(event.context_id, 0, ""))]
         else:
             context = self._contexts.get(event.context_id)
             if context is None or context.is_done:
-                return [SendText(encode_cancelled(event.context_id, 0, ""))]
+                return [SendText.of(Cancelled(event.context_id, 0, ""))]
             targets = [context]
         actions: list[Action] = []
         for context in targets:
@@ -348,12 +349,12 @@ class Session:
                                             f"the first message must be session.start, got {error.message_type}"))
         if error.code not in INVALID_INPUT_CODES:
             self._num_invalid_in_row = 0  # well-formed, just not servable now
-            return [SendText(encode_protocol_error(error))]
+            return [SendText.of(protocol_error_event(error))]
         self._num_invalid_in_row += 1
         if self._num_invalid_in_row > self.limits.max_invalid_messages:
             return self._fail(ProtocolError(TOO_MANY_INVALID_MESSAGES,
                                             f"more than {self.limits.max_invalid_messages} invalid messages in a row"))
-        return [SendText(encode_protocol_error(error))]
+        return [SendText.of(protocol_error_event(error))]
 
     def _too_large(self) -> list[Action]:
         return self._fail(ProtocolError(MESSAGE_TOO_LARGE, f"a message may hold at most "
@@ -363,7 +364,7 @@ class Session:
         assert error.fatal and error.close_code is not None, error
         self._transition(SessionState.CLOSED)
         # The close reason is the stable code: RFC 6455 5.5 caps a close frame's payload at 125 bytes.
-        return [SendText(encode_protocol_error(error, **extra)), CloseConnection(error.close_code, error.code[:123])]
+        return [SendText.of(protocol_error_event(error, **extra)), CloseConnection(error.close_code, error.code[:123])]
 
     def _transition(self, new: SessionState) -> None:
         if new not in _ALLOWED[self.state]:

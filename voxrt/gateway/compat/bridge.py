@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket
 
 from voxrt.gateway.realtime import RealtimeSession
 from voxrt.protocol.frames import AudioFrameHeader, decode_audio_frame
+from voxrt.protocol.server_events import ServerEvent
 
 log = logging.getLogger("voxrt.gateway.compat")
 
@@ -31,7 +32,9 @@ OnClose = Callable[[int, str], Awaitable[None]]
 
 
 class NativeLink:
-    """What `RealtimeSession` needs of a WebSocket: `receive()`, `send_text()`, `send_bytes()`, `close()`."""
+    """What `RealtimeSession` needs of a WebSocket: `receive()`, `send_text()`, `send_bytes()`, `close()`, and
+    `send_event()`, which takes the typed server events (protocol/server_events.py) as they are, so the adapter
+    reads their `to_wire()` dicts without the JSON text being written and parsed again."""
 
     def __init__(self, on_event: OnEvent, on_frame: OnFrame, on_close: OnClose) -> None:
         self._inbox: asyncio.Queue[dict] = asyncio.Queue()
@@ -53,6 +56,9 @@ class NativeLink:
     # native session -> adapter
     async def receive(self) -> dict:
         return await self._inbox.get()
+
+    async def send_event(self, event: ServerEvent) -> None:
+        await self._on_event(event.to_wire())
 
     async def send_text(self, data: str) -> None:
         await self._on_event(json.loads(data))

@@ -1,0 +1,143 @@
+"""The sans-I/O core of a context's audio path (gateway/context_core.py): no server, no event loop, no clock.
+Chunks, text, flushes, cancels and playback reports go in with explicit times; events and decisions come out."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from voxrt.engine.errors import EngineError
+from voxrt.gateway.context_core import PLAYBACK_TOLERANCE_MS, ContextCore, PacingRule
+from voxrt.gateway.text_in import SegmentTextIn, WordTextIn
+from voxrt.protocol.clock import PlaybackClock
+from voxrt.protocol.config import Pacing
+from voxrt.protocol.server_events import Alignment, Flushed
+from voxrt.text import Segmenter
+
+RATE = 24000  # model-rate samples a second: 480 samples are 20 ms
+
+
+def core_for(text_in=None) -> ContextCore:
+    return ContextCore("c1", text_in or SegmentTextIn(Segmenter("sentence")), PlaybackClock(), RATE)
+
+
+def test_chunks_are_placed_in_the_contexts_audio_and_text():
+    core = core_for()
+    core.push("Hello there. ")
+    first = core.on_chunk((0, 5), 480, False, None)
+    second = core.on_chunk((5, 13), 960, True, "stop")
+    assert (first.start_ms, first.end_ms, first.span, first.is_last) == (0, 20, (0, 5), False)
+    assert (second.start_ms, second.end_ms, second.is_last, second.is_capped) == (20, 60, True, False)
+
+
+def test_alignment_follows_the_chunk_that_voiced_its_text_and_the_last_chunk_ends_the_clock():
+    core = core_for()
+    assert core.push("Hello there. How are you?") == "Hello there. "
+    assert core.end() == "How are you? "
+    events = core.on_chunk_sent(core.on_chunk((0, 12), 4800, False, None))
+    assert [type(e) for e in events] == [Alignment]
+    assert events[0].segments[0]["text"] == "Hello there." and events[0].to_wire()["estimated"] is True
+    assert not core.clock.is_finished
+    events = core.on_chunk_sent(core.on_chunk((12, 25), 4800, True, "stop"))
+    assert events[0].segments[0]["text"] == "How are you?" and events[0].segments[0]["end_ms"] == 400
+    assert core.clock.is_finished
+
+
+def test_flushed_at_once_when_everything_fed_is_voiced_else_when_the_audio_reaches_it():
+    core = core_for()
+    core.push("One two")
+    assert core.flush_text() == "One two "
+    assert core.add_flush_point() == []  # its audio is still to come
+    assert core.owes_audio_text
+    assert Flushed("c1") not in core.on_chunk_sent(core.on_chunk((0, 3), 480, False, None))
+    assert Flushed("c1") in core.on_chunk_sent(core.on_chunk((3, 8), 480, False, None))
+    assert not core.owes_audio_text
+    core.flush_text()
+    assert core.add_flush_point() == [Flushed("c1")]  # nothing new: answered at once
+
+
+def test_a_pending_flush_is_answered_by_the_last_chunk():
+    core = core_for()
+    core.push("Never voiced in full")
+    core.flush_text()
+    assert core.add_flush_point() == []
+    events = core.on_chunk_sent(core.on_chunk((0, 4), 480, True, "stop"))
+    assert events[-1] == Flushed("c1")
+
+
+def test_long_form_goes_on_from_the_last_word_the_capped_request_consumed():
+    core = core_for()
+    core.on_request_opened()
+    core.push("Alpha beta gamma. ")
+    core.end()
+    plan = core.on_chunk((0, 8), 480, True, "max_frames")  # consumed "Alpha be": text is left
+    assert plan.is_capped and not plan.is_last
+    resume_at, text = core.next_request()
+    assert (resume_at, text) == (6, "beta gamma. ")  # "beta" may be said twice; nothing is lost
+    core.on_request_opened()
+    plan = core.on_chunk((0, 11), 480, True, "stop")  # offsets of the new request
+    assert plan.span == (6, 17) and plan.is_last
+
+
+def test_long_form_without_spans_ends_with_length_limit():
+    core = core_for()
+    core.on_request_opened()
+    core.push("Alpha beta. ")
+    core.end()
+    assert core.on_chunk(None, 480, True, "max_frames").is_capped
+    with pytest.raises(EngineError) as exc:
+        core.next_request()
+    assert exc.value.code == "length_limit"
+
+
+def test_a_capped_request_with_nothing_left_is_the_end():
+    core = core_for()
+    core.push("Done. ")
+    core.end()
+    plan = core.on_chunk((0, 6), 480, True, "max_frames")
+    assert plan.is_last and not plan.is_capped
+
+
+def test_playback_is_forwarded_only_when_it_moves_the_engines_deadlines():
+    core = core_for()
+    assert core.playback_to_forward(0, 1000, 0, None) is None  # no request yet
+    core.clock.on_audio_sent(5000, 1000)
+    assert core.playback_to_forward(100, 1100, 7.5, "r1") == (107.5, False)  # held audio counts as played
+    assert core.playback_to_forward(200, 1200, 7.5, "r1") is None  # agrees with real time
+    lag = PLAYBACK_TOLERANCE_MS * 2
+    assert core.playback_to_forward(300 - lag, 1300, 7.5, "r1") == (307.5 - lag, False)
+    assert core.playback_to_forward(400 - lag, 1400, 7.5, "r2") is not None  # a new request: always
+
+
+def test_cancel_reports_what_was_heard():
+    core = core_for(WordTextIn())
+    core.push("Sure, Dr. Smith's balance is due")
+    core.clock.on_audio_sent(2000, 0)
+    for event in core.on_chunk_sent(core.on_chunk((0, 26), 24000, False, None)):
+        assert isinstance(event, Alignment)
+    played, spoken = core.cancelled(700)
+    assert played == 700 and spoken and "Sure".startswith(spoken[:4]) and len(spoken) < len(core.text_in.text)
+
+
+def test_pacing_rule_realtime_and_burst():
+    clock = PlaybackClock()
+    realtime, burst = PacingRule(Pacing("realtime", 300), clock), PacingRule(Pacing("burst", 300), clock)
+    assert realtime.due_ms(5.0) == 5.0  # nothing sent: due when it arrived
+    clock.on_audio_sent(500, 1000)
+    assert realtime.wait_ms(1000) == 200 and burst.wait_ms(1000) == 0
+    assert realtime.wait_ms(1300) == -100  # the buffer is below lead_ms: due
+    assert realtime.due_ms(1000) == 1200  # the buffer falls to lead_ms at 1200
+    assert burst.due_ms(1000) == 1000
+
+
+def test_the_core_does_no_io():
+    path = Path(__file__).resolve().parents[2] / "voxrt" / "gateway" / "context_core.py"
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            modules.add((node.module or "").split(".")[0])
+    assert not modules & {"asyncio", "time", "socket", "starlette", "uvicorn", "threading", "numpy", "torch"}
