@@ -141,3 +141,16 @@ def test_the_core_does_no_io():
         elif isinstance(node, ast.ImportFrom):
             modules.add((node.module or "").split(".")[0])
     assert not modules & {"asyncio", "time", "socket", "starlette", "uvicorn", "threading", "numpy", "torch"}
+
+
+def test_resume_point_is_the_start_of_the_last_word_consumed_and_shared_with_http():
+    """One long-form rule for the realtime contexts and the HTTP synthesis (gateway/http.py)."""
+    from voxrt.gateway import http  # noqa: PLC0415
+    from voxrt.gateway.context_core import CAPPED_REASONS, resume_point  # noqa: PLC0415
+
+    text = "one two three four"
+    assert resume_point(text, 0, None) == 0  # the engine did not say how far it got
+    assert resume_point(text, 0, 11) == 8  # inside "three": again from "three"
+    assert resume_point(text, 0, 13) == 8  # just past "three"
+    assert resume_point(text, 9, 11) == 9  # never before where the request began
+    assert http.CAPPED_REASONS is CAPPED_REASONS and http.resume_point is resume_point

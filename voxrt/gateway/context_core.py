@@ -62,6 +62,16 @@ class ChunkPlan:
     is_capped: bool  # its request ended at the length cap with text left: the turn goes on in another
 
 
+def resume_point(text: str, offset: int, span_end: int | None) -> int:
+    """Long-form: where a further engine request starts when one ends at the length cap having consumed
+    text up to `span_end` (None: it did not say): the start of the last word it consumed, never before
+    `offset` (where it began). A word may be said twice, none is lost. Shared by the realtime contexts and
+    the HTTP synthesis (gateway/http.py)."""
+    if span_end is None:
+        return offset
+    return max(offset, text.rfind(" ", 0, span_end) + 1)
+
+
 class ContextCore:
     """See the module docstring. `text_in`: a WordTextIn or SegmentTextIn (text_in.py)."""
 
@@ -152,10 +162,7 @@ class ContextCore:
 
     def _resume_at(self) -> int:
         """Where a further request starts: the start of the last word the current one consumed."""
-        if self._request_span_end is None:
-            return self._offset
-        text = "".join(self._engine_text)
-        return max(self._offset, text.rfind(" ", 0, self._request_span_end) + 1)
+        return resume_point("".join(self._engine_text), self._offset, self._request_span_end)
 
     def next_request(self) -> tuple[int, str]:
         """Long-form (context.py's docstring): (where the further request starts, its text), the current

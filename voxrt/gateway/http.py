@@ -23,12 +23,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from voxrt.audio import pcm16_encode, wav_header
 from voxrt.engine.errors import EngineError
 from voxrt.gateway.admission import Busy
+from voxrt.gateway.context_core import CAPPED_REASONS, resume_point
 from voxrt.protocol.events import replace_lone_surrogates
 from voxrt.text import Segmenter
 
 log = logging.getLogger("voxrt.gateway.http")
 
-CAPPED_REASONS = ("max_frames",)  # the engine's length cap: the text goes on in a further request
 
 
 class HTTPError(Exception):
@@ -159,7 +159,7 @@ class _Synthesis:
                     capped = chunk.is_last and chunk.finish_reason in CAPPED_REASONS
                 if not capped:
                     break
-                resume_at = offset if span_end is None else max(offset, self.text.rfind(" ", 0, span_end) + 1)
+                resume_at = resume_point(self.text, offset, span_end)
                 if span_end is None or resume_at <= offset or not self.text[resume_at:].strip():
                     if self.text[resume_at:].strip():
                         log.warning("HTTP synthesis ended at the length cap with %d characters unspoken",
