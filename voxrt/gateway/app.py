@@ -54,6 +54,12 @@ class AppState:
         """Started, and not dead or restarting (the supervisor restarts a dead engine)."""
         return self.engine_ready and self.engine is not None and self.engine.is_ready
 
+    def can_open_session(self) -> bool:
+        """Whether a new session, native or through a compat adapter, may open: fewer sessions than the slots
+        plus the queue can ever serve, the engine serving, and not draining (SIGTERM)."""
+        return (self.num_sessions < self.config.max_sessions + self.config.max_queue and self.engine_is_ready
+                and not self.draining)
+
 
 def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
               engine_address: tuple[str, bytes] | None = None) -> Starlette:

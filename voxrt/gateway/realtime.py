@@ -54,8 +54,7 @@ async def realtime_endpoint(ws: WebSocket) -> None:
         return
     # sockets beyond what the slots and the queue can ever serve are refused at once; draining (SIGTERM,
     # gateway/drain.py) refuses new sessions like a full server, so clients retry elsewhere
-    max_connections = state.config.max_sessions + state.config.max_queue
-    if state.num_sessions >= max_connections or not state.engine_is_ready or state.draining:
+    if not state.can_open_session():
         await _refuse(ws, state, subprotocol, CLOSE_CAPACITY, SERVER_BUSY, "server at capacity, retry later"
                       if state.engine_is_ready else "the engine is restarting, retry later",
                       retry_after_ms=state.admission.retry_after_ms)

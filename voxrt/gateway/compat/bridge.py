@@ -178,9 +178,10 @@ class Outbox:
 
 @contextlib.asynccontextmanager
 async def session_slot(state):
-    """Counts an adapter's session like a native one (the `--max-sessions` cap and the sessions gauge).
-    Yields False when the server is at capacity or the engine is not ready."""
-    if state.num_sessions >= state.config.max_sessions or not state.engine_ready:
+    """Counts an adapter's session like a native one (the sessions gauge) under the native rule
+    (`AppState.can_open_session`): yields False when the server is at capacity, the engine is not serving
+    (starting or restarting) or the server is draining."""
+    if not state.can_open_session():
         yield False
         return
     state.num_sessions += 1
