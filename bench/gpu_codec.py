@@ -31,6 +31,8 @@ import torch
 from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.loader import codec_dir
 
+from graph_timing import graph_ms
+
 SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16)]
 VARIANTS = [("torch-fp32", "torch", torch.float32, {}), ("torch-bf16", "torch", torch.bfloat16, {}),
             ("triton-bf16-cudnn-only", "triton", torch.bfloat16, dict(fold=False, conv_products="off")),
@@ -44,7 +46,7 @@ def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
     return float("inf") if noise == 0 else 10 * torch.log10(ref.float().pow(2).mean() / noise).item()
 
 
-def graph_ms(codec, frames: int, batch: int, dtype: torch.dtype, device: str, iters: int = 20,
+def chunk_ms(codec, frames: int, batch: int, dtype: torch.dtype, device: str, iters: int = 20,
              stream=None) -> float:
     """`stream`: capture and replay on it (a green-context stream: the codec on its SM partition)."""
     state = codec.new_state(batch + 1, device, dtype)
@@ -54,28 +56,7 @@ def graph_ms(codec, frames: int, batch: int, dtype: torch.dtype, device: str, it
         start = time.perf_counter()
         codec.decode_stream(codes, slots, state)
         return (time.perf_counter() - start) * 1e3
-    lane = stream
-    stream = stream or torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # warm-up (and the per-shape timing of convs) outside the capture
-            codec.decode_stream(codes, slots, state)
-    stream.synchronize()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=lane, capture_error_mode="relaxed" if lane is not None else "global"):
-        codec.decode_stream(codes, slots, state)
-    times = []
-    with torch.cuda.stream(stream):
-        for i in range(iters + 1):  # the first replay uploads the graph
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            if i:
-                times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return graph_ms(lambda: codec.decode_stream(codes, slots, state), iters, stream)
 
 
 def main() -> int:
@@ -117,7 +98,7 @@ def main() -> int:
             print("accuracy", row, flush=True)
             ok = ok and row["snr_db_vs_fp32"] > 20
             for frames, batch in SHAPES:
-                ms = graph_ms(codec, frames, batch, dtype, dev)
+                ms = chunk_ms(codec, frames, batch, dtype, dev)
                 results["time"].append(dict(variant=name, frames=frames, batch=batch, chunk_ms=round(ms, 3)))
                 print(f"time {name:>18} frames {frames:>2} batch {batch:>2}: {ms:8.3f} ms", flush=True)
         del codec
@@ -132,7 +113,7 @@ def main() -> int:
         rows = []
         with torch.inference_mode():
             for frames, batch in SHAPES:
-                ms = graph_ms(codec, frames, batch, torch.bfloat16, dev, stream=lane)
+                ms = chunk_ms(codec, frames, batch, torch.bfloat16, dev, stream=lane)
                 audio_s = frames * batch * codec.samples_per_frame / 24000
                 rows.append(dict(frames=frames, batch=batch, chunk_ms=round(ms, 3),
                                  audio_s_per_s=round(audio_s / (ms / 1e3), 1)))

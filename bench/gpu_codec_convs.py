@@ -33,28 +33,7 @@ from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv, ResidualUnit
 from voxrt.models.qwen3_tts.loader import codec_dir
 
-
-def graph_ms(fn, iters: int = 20) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+from graph_timing import graph_ms
 
 
 def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:

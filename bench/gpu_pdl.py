@@ -23,6 +23,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from graph_timing import graph_ms
 
 
 @triton.jit
@@ -44,29 +45,6 @@ def _mv(x_ptr, w_ptr, out_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, PDL: t
         w = tl.load(w_ptr + rn[:, None] * K + rk[None, :])
     y = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1) * (1.0 / 32.0)
     tl.store(out_ptr + rn, y.to(out_ptr.dtype.element_ty))
-
-
-def graph_ms(fn, iters: int = 20) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> int:
