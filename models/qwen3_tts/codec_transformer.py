@@ -32,6 +32,18 @@ class LayerScale(nn.Module):
         return self.scale * x
 
 
+def window_mask(positions: torch.Tensor, window: int, streaming: bool) -> torch.Tensor:  # [B, 1, T, L]
+    """positions [B, T] (absolute frames). The keys are this chunk's frames, behind the W - 1 cached ones when
+    streaming. Allowed: causal, inside the window, and a frame that existed (negative positions are empty
+    cache rows)."""
+    key_pos = positions  # [B, L]
+    if streaming:
+        past = window - 1
+        key_pos = torch.cat([positions[:, :1] + torch.arange(-past, 0, device=positions.device), positions], dim=1)
+    q_pos, k_pos = positions[:, :, None], key_pos[:, None, :]
+    return ((k_pos <= q_pos) & (k_pos > q_pos - window) & (k_pos >= 0))[:, None]
+
+
 class WindowAttention(StatefulLayer):
     """Qwen3TTSTokenizerV2DecoderAttention (GQA, scale head_dim^-0.5) with a streaming K/V window."""
 
@@ -56,17 +68,13 @@ class WindowAttention(StatefulLayer):
         k = apply_rotary(self.k_proj(x).view(bsz, t, self.num_kv_heads, self.head_dim), cos, sin)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, D]
         v = self.v_proj(x).view(bsz, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        key_pos = positions  # [B, L]
         if carry is not None:
             past = self.window - 1
             k = torch.cat([carry.take(self.state_key + ".k").to(k.dtype), k], dim=2)  # [B, Hkv, W-1+T, D]
             v = torch.cat([carry.take(self.state_key + ".v").to(v.dtype), v], dim=2)
             carry.give(self.state_key + ".k", last_entries(k, past, dim=2))
             carry.give(self.state_key + ".v", last_entries(v, past, dim=2))
-            key_pos = torch.cat([positions[:, :1] + torch.arange(-past, 0, device=x.device), positions], dim=1)
-        q_pos, k_pos = positions[:, :, None], key_pos[:, None, :]
-        # Causal, inside the window, and a frame that existed (negative positions are empty cache rows).
-        mask = (k_pos <= q_pos) & (k_pos > q_pos - self.window) & (k_pos >= 0)  # [B, T, L]
+        mask = window_mask(positions, self.window, carry is not None)[:, 0]  # [B, T, L]
         group = self.num_heads // self.num_kv_heads
         if group > 1:  # the reference's repeat_kv: kv head j serves query heads j*group .. (j+1)*group-1
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -154,23 +162,13 @@ class CodecTransformer(nn.Module):
         cos, sin = rotary_cos_sin(positions.reshape(-1), self.head_dim, self.rope_theta, h.dtype)
         cos, sin = cos.view(bsz, t, 1, -1), sin.view(bsz, t, 1, -1)  # [B, T, 1, D]
         if self.fused:
-            mask = self._window_mask(positions, carry is not None)
+            mask = window_mask(positions, self.layers[0].self_attn.window, carry is not None)  # all layers
             for layer in self.layers:
                 h = _fused_layer(layer, h, cos, sin, mask, carry)
         else:
             for layer in self.layers:
                 h = layer(h, cos, sin, positions, carry)
         return self.output_proj(self.norm(h))
-
-    def _window_mask(self, positions: torch.Tensor, streaming: bool) -> torch.Tensor:  # [B, 1, T, L]
-        """WindowAttention's mask, built once for all layers (they share the window)."""
-        window = self.layers[0].self_attn.window
-        key_pos = positions
-        if streaming:
-            past = window - 1
-            key_pos = torch.cat([positions[:, :1] + torch.arange(-past, 0, device=positions.device), positions], dim=1)
-        q_pos, k_pos = positions[:, :, None], key_pos[:, None, :]
-        return ((k_pos <= q_pos) & (k_pos > q_pos - window) & (k_pos >= 0))[:, None]
 
     def set_fused(self, on: bool) -> None:
         """Packed and folded weights for `_fused_layer` (buffers beside the released parameters, which stay
