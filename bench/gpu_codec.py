@@ -8,8 +8,9 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
   triton-bf16-cudnn-only  SnakeBeta as one Triton kernel each, written into the next conv's padded input,
                   every conv on cuDNN, biases as their own passes (the default until 2026-12-02); bfloat16
   triton-bf16     the default on CUDA now: the same kernels, the decoder blocks' biases folded into the
-                  activations, each residual unit's 1x1 conv + bias + residual add as one product, and the
-                  convs with >= 384 input channels as cuBLAS products (codec.set_kernel_impl)
+                  activations, each residual unit's 1x1 conv + bias + residual add as one product, the
+                  packed pre-transformer, and every conv choosing cuDNN or cuBLAS products per shape by
+                  timing both in a graph (codec.set_kernel_impl)
   triton-bf16-products-all  triton-bf16 with every conv with taps as products
   triton-bf16-outconv  triton-bf16 with the output conv (one channel, clamp, float32) as one kernel too
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
