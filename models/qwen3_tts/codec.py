@@ -163,23 +163,27 @@ class Qwen3TTSCodec(nn.Module):
         return self._decode(codes, None)
 
     def new_state(self, num_rows: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """Zeroed streaming state, one row per slot (a zero row is a fresh request)."""
-        state = {key: torch.zeros(num_rows, *shape, device=device, dtype=dtype)
-                 for key, shape in self._state_shapes.items()}
-        state[FRAMES_KEY] = torch.zeros(num_rows, dtype=torch.int64, device=device)
-        return state
+        """Zeroed streaming state, one row per slot (a zero row is a fresh request). Every tensor but the frame
+        counts is a view of one [num_rows, total] buffer (CodecState.flat), so a call gathers a batch's rows
+        in one kernel instead of one per layer (~36 fewer launches a call)."""
+        return CodecState(self._state_shapes, num_rows, device, dtype)
 
     def reset_slots(self, state: dict[str, torch.Tensor], slots: torch.Tensor) -> None:
         """Make `slots` fresh: zero conv contexts and tails (= the offline zero padding) and zero frames seen
         (so their K/V rows are masked)."""
-        for value in state.values():
+        values = [state.flat, state[FRAMES_KEY]] if isinstance(state, CodecState) else state.values()
+        for value in values:
             value.index_fill_(0, slots, 0)
 
     @torch.no_grad()
     def decode_stream(self, codes: torch.Tensor, slots: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
         """The next F frames of B requests: codes [B, F, K], slots [B] -> audio [B, F * samples_per_frame];
         reads and advances the slots' state rows."""
-        carry = Carry({key: value.index_select(0, slots) for key, value in state.items()})  # rows [B, ...]
+        if isinstance(state, CodecState):
+            rows = state.gather(slots)
+        else:  # a plain dict of tensors (any layout): one gather per tensor
+            rows = {key: value.index_select(0, slots) for key, value in state.items()}
+        carry = Carry(rows)  # rows [B, ...]
         audio = self._decode(codes, carry)
         assert carry.updated.keys() == state.keys(), "every state tensor must advance once per call"
         for key, value in carry.updated.items():
@@ -246,6 +250,34 @@ class Qwen3TTSCodec(nn.Module):
                 self.register_buffer("out_weight_f32", out_conv.weight.detach().float().reshape(
                     out_conv.in_channels, -1).contiguous(), persistent=False)
                 self.register_buffer("out_bias_f32", out_conv.bias.detach().float().contiguous(), persistent=False)
+
+
+class CodecState(dict):
+    """The codec's streaming state: {key: [rows, *shape]} like a plain dict, where every tensor but the frame
+    counts (int64) is a view of one buffer `flat` [rows, total] of the state's dtype (each row's tensors side
+    by side), so the rows of a batch's slots are gathered by one index_select. Written back per key (the
+    advanced values are views of each layer's own buffers; index_copy_ into a view writes the flat buffer)."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], num_rows: int, device: torch.device | str,
+                 dtype: torch.dtype) -> None:
+        super().__init__()
+        sizes = {key: math.prod(shape) for key, shape in shapes.items()}
+        self.flat = torch.zeros(num_rows, sum(sizes.values()), device=device, dtype=dtype)
+        self.layout: list[tuple[str, int, int, tuple[int, ...]]] = []
+        offset = 0
+        for key, shape in shapes.items():
+            self.layout.append((key, offset, sizes[key], shape))
+            self[key] = self.flat[:, offset:offset + sizes[key]].view(num_rows, *shape)
+            offset += sizes[key]
+        self[FRAMES_KEY] = torch.zeros(num_rows, dtype=torch.int64, device=device)
+
+    def gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rows of `slots`, {key: [B, *shape]}: two gathers (the flat buffer, the frame counts)."""
+        picked = self.flat.index_select(0, slots)
+        rows = {key: picked[:, offset:offset + size].view(len(slots), *shape)
+                for key, offset, size, shape in self.layout}
+        rows[FRAMES_KEY] = self[FRAMES_KEY].index_select(0, slots)
+        return rows
 
 
 def _listing(kind: str, keys: list[str], limit: int = 10) -> str:

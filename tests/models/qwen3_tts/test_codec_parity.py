@@ -164,6 +164,28 @@ def test_interleaved_requests_padding_rows_and_slot_reuse(codec):
     torch.testing.assert_close(torch.cat(got, dim=1), codec.decode_offline(c), atol=ATOL, rtol=0)
 
 
+def test_state_is_one_buffer_gathered_at_once_and_a_plain_dict_streams_the_same(codec):
+    """The per-layer state tensors are views of CodecState.flat (one gather a call); a plain dict of the same
+    tensors (any layout) takes the per-tensor path and decodes the same."""
+    from voxrt.models.qwen3_tts.codec import CodecState
+
+    state = codec.new_state(3, "cpu", torch.float32)
+    assert isinstance(state, CodecState) and len(state.layout) == len(state) - 1
+    for key, offset, size, _ in state.layout:  # views of the flat buffer, side by side
+        assert state[key].data_ptr() == state.flat[:, offset:].data_ptr() and state[key][0].numel() == size
+    codes = _codes(2, 9, seed=11)
+    plain = {key: value.clone() for key, value in state.items()}
+    slots = torch.tensor([2, 0])
+    for start, size in ((0, 2), (2, 7)):
+        torch.testing.assert_close(codec.decode_stream(codes[:, start:start + size], slots, state),
+                                   codec.decode_stream(codes[:, start:start + size], slots, plain), atol=0, rtol=0)
+    for key in plain:
+        torch.testing.assert_close(state[key], plain[key], atol=0, rtol=0)
+    assert state.flat[1].abs().sum() == 0 and state.flat[2].abs().sum() > 0  # untouched row, advanced row
+    codec.reset_slots(state, torch.tensor([2]))
+    assert state.flat[2].abs().sum() == 0 and state["frames"].tolist() == [9, 0, 0]
+
+
 def test_load_decoder_weights_is_strict_and_names_keys(ref):
     full = {f"decoder.{k}": v for k, v in ref.state_dict().items()}
     full["encoder.some.weight"] = torch.zeros(3)  # other parts of the codec checkpoint are ignored
