@@ -161,8 +161,8 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, cudnn: tuple, p
         return False
     ms = {name: _time_ms(fn) for name, fn in (cudnn, products)}
     choice = layer._choices[key] = ms["products"] < ms["cudnn"]
-    log.info("codec %s %s: %s (cuDNN %.3f ms, products %.3f ms)", type(layer).__name__, list(x.shape),
-             "products" if choice else "cuDNN", ms["cudnn"], ms["products"])
+    log.debug("codec %s %s: %s (cuDNN %.3f ms, products %.3f ms)", type(layer).__name__, list(x.shape),
+              "products" if choice else "cuDNN", ms["cudnn"], ms["products"])
     return choice
 
 
