@@ -25,14 +25,15 @@ from voxrt.engine.sched.request import PromptTokens, Request
 from engine_timing import time_ms  # noqa: E402 (bench/ is the script's dir)
 
 
-def make_requests(core: EngineCore, lengths: list[int], seed: int = 0) -> list[Request]:
+def make_requests(core: EngineCore, lengths: list[int], seed: int = 0, high: int = 100000) -> list[Request]:
+    """Requests with random prompts (text ids in [1000, high)), pages and slots, as the scheduler admits them."""
     sched = core.scheduler
     g = torch.Generator().manual_seed(seed)
     out = []
     for i, n in enumerate(lengths):
         request = Request.create(f"p{seed}-{i}", core.info.default_voice, SamplingParams(greedy=True),
                                  core.program.tokenize, 0)
-        text = tuple(int(t) for t in torch.randint(1000, 100000, (n,), generator=g))
+        text = tuple(int(t) for t in torch.randint(min(1000, high - 1), high, (n,), generator=g))
         codec = tuple(-1 for _ in range(n))
         request.prompt = PromptTokens(text, codec, num_text_tokens_used=1)
         request.pages = sched.pages.allocate(sched.pages.pages_for_tokens(n))

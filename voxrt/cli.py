@@ -20,6 +20,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frame-path", default="auto", choices=["auto", "reference", "fused"],
                    help="how the LM frame runs: fused (packed weights, Triton kernels; auto on a GPU with triton) "
                    "or reference (the modules as loaded; auto on the CPU)")
+    p.add_argument("--mixed-prefill", action="store_true", help="admitted prompts of <= 16 tokens ride in the "
+                   "decode batch's LM pass instead of a prefill pass of their own")
     p.add_argument("--max-batch-size", type=int, default=None, help="requests decoded in one LM step (default: "
                    "128 on a GPU, 64 on the CPU; on the H200 at 80 req/s of LibriTTS, 64 held 54.7%% of requests "
                    "within the SLO and 128 held 100%%: bench/results/2026-12-02-knee-codec)")
@@ -142,7 +144,7 @@ def _engine_config(args: argparse.Namespace):
         raise SystemExit("error: --max-batch-size must be >= 1")
     return EngineConfig(model=args.model, checkpoint=args.checkpoint, device=args.device, dtype=args.dtype,
                         attention_backend=args.attention_backend, use_cuda_graphs=not args.no_cuda_graphs,
-                        frame_path=args.frame_path, scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
+                        frame_path=args.frame_path, mixed_prefill=args.mixed_prefill, scheduler_type=args.scheduler_type, page_size=args.page_size, num_pages=args.num_pages,
                         max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
                         max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=codec_sms, sm_mode=sm_mode,
                         deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,

@@ -364,3 +364,36 @@ def test_more_live_requests_than_a_batch_each_get_their_frames():
     assert all(r.state is RequestState.FINISHED for r in reqs)
     assert reqs[0].frames == alone.frames
     assert_pools_empty(core)
+
+
+def test_mixed_prefill_steps_give_the_separate_stages_frames_and_audio():
+    """--mixed-prefill: prompts admitted while others decode ride in the decode batch's LM pass. The same
+    arrivals (greedy) give the same frames and audio as prefill and decode run as their own stages; the
+    mixed path really ran (prompts of 1 and of 3 together, next to decodes), and pools come back."""
+    from voxrt.engine.runtime.runner import MIXED_LENGTH  # noqa: PLC0415
+
+    results, used = [], []
+    for mixed in (False, True):
+        core = make_core(mixed_prefill=mixed)
+        runs = []
+        original = core.runner._fill_mixed
+        core.runner._fill_mixed = lambda b, size, items, prompts: (runs.append((len(items), len(prompts))),
+                                                                  original(b, size, items, prompts))[1]
+        reqs = [submit(core, "a", TEXT)]
+        core.step()
+        core.step()
+        reqs.append(submit(core, "b", OTHERS[0]))  # one prompt next to one decode
+        core.step()
+        core.step()
+        reqs += [submit(core, f"c{i}", t) for i, t in enumerate(OTHERS[1:4])]  # three together
+        chunks, failures = drain(core)
+        assert not failures
+        assert all(len(r.prompt) <= MIXED_LENGTH for r in reqs), [len(r.prompt) for r in reqs]
+        results.append(([r.frames for r in reqs], {rid: pcm(c) for rid, c in chunks.items()}))
+        used.append(runs)
+        assert_pools_empty(core)
+    assert used[0] == [] and (1, 1) in used[1] and any(p == 3 for _, p in used[1]), used
+    (frames_s, audio_s), (frames_m, audio_m) = results
+    assert frames_m == frames_s and all(frames_s)
+    for rid in audio_s:
+        np.testing.assert_allclose(audio_m[rid], audio_s[rid], rtol=0, atol=1e-5)

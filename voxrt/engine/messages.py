@@ -22,6 +22,9 @@ class EngineConfig:
     attention_backend: str = "auto"  # "auto" (flashinfer on cuda when installed), "torch", "flashinfer"
     use_cuda_graphs: bool = True  # only on cuda
     frame_path: str = "auto"  # "auto" (fused on cuda with triton), "reference" (the modules as loaded), "fused"
+    # True: prompts of <= 16 tokens join the decode batch's LM pass (one pass over the weights for a step
+    # with admissions) instead of a prefill pass of their own before it (runtime/runner.py, MIXED_LENGTH)
+    mixed_prefill: bool = False
     scheduler_type: str = "base"
     page_size: int = 16  # tokens per KV page
     num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)
@@ -78,6 +81,10 @@ class ModelInfo:
     lanes: str = ""  # how GPU work is laid out (runtime/lanes.py: Lanes.describe())
     scheduler_type: str = "base"
     frame_path: str = "reference"  # how the LM frame runs (ModelProgram.use_frame_path)
+    # SamplingParams.instructions go into the prompt (ModelProgram.accepts_instructions), up to this many UTF-8
+    # bytes (params.max_instructions_bytes of max_seq_len; 0 when not taken); params.instructions_problem is the rule
+    accepts_instructions: bool = False
+    max_instructions_bytes: int = 0
 
 
 # ---- client -> engine -------------------------------------------------------------------------------

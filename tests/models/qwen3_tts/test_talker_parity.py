@@ -156,17 +156,24 @@ def reference_greedy(model, tokenizer, voice: str, text: str, max_new_tokens: in
     return codes[0].tolist()
 
 
-def engine_greedy(program, jobs: dict[str, tuple[str, str]], max_frames: int, frame_path: str = "auto"):
-    """Runs the jobs to the end in one EngineCore; returns their requests (frames) and audio."""
+def engine_greedy(program, jobs: dict[str, tuple[str, str]], max_frames: int, frame_path: str = "auto",
+                  mixed_prefill: bool = False, stagger: int = 0):
+    """Runs the jobs to the end in one EngineCore; returns their requests (frames) and audio. `stagger`: steps
+    between submissions (0: all at once)."""
     core = EngineCore(EngineConfig(model="qwen3-tts", device="cpu", dtype="float32", max_batch_size=4,
-                                   max_seq_len=128, page_size=4, num_pages=64, frame_path=frame_path),
-                      program=program)
+                                   max_seq_len=128, page_size=4, num_pages=64, frame_path=frame_path,
+                                   mixed_prefill=mixed_prefill), program=program)
     assert core.info.frame_path == ("reference" if frame_path == "auto" else frame_path)
     params = SamplingParams(greedy=True, repetition_penalty=1.05, max_frames=max_frames)
-    requests = {rid: core.submit(SubmitRequest(rid, voice, params, text, True)) for rid, (voice, text) in jobs.items()}
+    pending = list(jobs.items()) if stagger else []
+    requests = {} if stagger else {rid: core.submit(SubmitRequest(rid, voice, params, text, True))
+                                   for rid, (voice, text) in jobs.items()}
     audio: dict[str, list[np.ndarray]] = {rid: [] for rid in jobs}
-    for _ in range(200):
-        if not core.has_work():
+    for step in range(200):
+        if pending and step % stagger == 0:
+            rid, (voice, text) = pending.pop(0)
+            requests[rid] = core.submit(SubmitRequest(rid, voice, params, text, True))
+        if not core.has_work() and not pending:
             break
         for event in core.step():
             assert isinstance(event, AudioChunk), event
@@ -195,6 +202,33 @@ def test_greedy_generation_through_the_engine_equals_the_reference(ckpt):
             np.testing.assert_allclose(audio[rid], wave.numpy(), rtol=0, atol=1e-4)
             assert np.abs(audio[rid]).max() > 1e-3  # not silence
     assert len({tuple(r.frames) for r in requests.values()}) == len(jobs)  # three different streams
+
+
+def test_prompts_prefilled_beside_decodes_in_one_pass_equal_the_reference(ckpt):
+    """--mixed-prefill: requests arriving while others decode are prefilled in the decode batch's LM pass;
+    every stream is still the reference's greedy generation, and the mixed stage really ran."""
+    _, model, tokenizer, program = ckpt
+    jobs = {"a": ("vivian", TEXTS["vivian"]), "b": ("eric", TEXTS["eric"]), "c": ("ryan", "Hi.")}
+    calls = []
+    requests, _ = engine_greedy(program, jobs, max_frames=8, mixed_prefill=True, stagger=2)
+    for rid, (voice, text) in jobs.items():
+        expected = reference_greedy(model, tokenizer, voice, text, max_new_tokens=9)
+        assert [list(f) for f in requests[rid].frames] == expected, rid
+    core = EngineCore(EngineConfig(model="qwen3-tts", device="cpu", dtype="float32", max_batch_size=4,
+                                   max_seq_len=128, page_size=4, num_pages=64, mixed_prefill=True), program=program)
+    assert core.runner.mixed_stage_by_count is not None
+    original = core.runner._mixed_body
+    core.runner._mixed_body = lambda b: (calls.append(b.pre.slots.shape[0]), original(b))[1]
+    for stage in core.runner.mixed_stage_by_count.values():
+        stage.body = core.runner._mixed_body
+    params = SamplingParams(greedy=True, max_frames=4)
+    core.submit(SubmitRequest("x", "vivian", params, TEXTS["vivian"], True))
+    core.step()
+    core.submit(SubmitRequest("y", "eric", params, TEXTS["eric"], True))
+    while core.has_work():
+        core.step()
+    assert calls == [1]
+    core.scheduler.check_integrity()
 
 
 @pytest.mark.parametrize("eos", ["likely", "always"])

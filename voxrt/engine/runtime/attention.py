@@ -156,6 +156,33 @@ class TorchAttention(AttentionContext):
         return out.reshape(num_tokens, num_q_heads, head_dim).to(q.dtype)
 
 
+class SplitAttention(AttentionContext):
+    """Two contexts in one forward: rows [0, first_rows) attend through `first`, the next `second_rows` through
+    `second` (a decode batch and prompts prefilled in the same LM step: one pass over the weights for both).
+    Fill each part with its own `fill`, then `join()` copies their per-token indices into this context's,
+    which the model reads for the K/V writes. With FlashInfer the two parts need separate workspaces: both
+    are planned before either runs."""
+
+    def __init__(self, first: AttentionContext, second: AttentionContext, first_rows: int, second_rows: int) -> None:
+        super().__init__(first.kv, first.max_seqs + second.max_seqs, first_rows + second_rows, first.device)
+        self.first, self.second, self.first_rows, self.second_rows = first, second, first_rows, second_rows
+
+    def join(self) -> None:
+        a, b = self.first_rows, self.second_rows
+        for name in ("page_idx", "page_off", "positions"):
+            torch.cat([getattr(self.first, name)[:a], getattr(self.second, name)[:b]], out=getattr(self, name))
+
+    def fill(self, seqs: Sequence[SeqSlice]) -> None:
+        raise TypeError("a SplitAttention is filled part by part (first.fill, second.fill), then join()")
+
+    def _fill(self, seqs: Sequence[SeqSlice]) -> None:  # pragma: no cover (fill refuses)
+        raise TypeError("a SplitAttention is filled part by part")
+
+    def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        a = self.first_rows
+        return torch.cat([self.first.attend(layer, q[:a]), self.second.attend(layer, q[a:])])
+
+
 class FlashInferAttention(AttentionContext):
     """FlashInfer paged kernels. Decode (one new token per sequence) uses the decode wrapper; anything else
     the prefill wrapper. `plan()` runs on the host from CPU index tensors, so it never syncs the device

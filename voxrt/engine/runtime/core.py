@@ -23,6 +23,7 @@ import torch
 from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
                                    SubmitRequest)
+from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
 from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
@@ -89,7 +90,8 @@ class EngineCore:
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
             max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len,
-            max_codec_batch=config.max_codec_batch, frame_path=config.frame_path), self.lanes)
+            max_codec_batch=config.max_codec_batch, frame_path=config.frame_path,
+            mixed_prefill=config.mixed_prefill), self.lanes)
         self.program = self.runner.program
         self.scheduler = policy(
             program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
@@ -121,7 +123,9 @@ class EngineCore:
             voices=tuple(program.voices), default_voice=program.default_voice,
             consumes_text_incrementally=program.consumes_text_incrementally, device=str(device),
             attention_backend=backend, use_cuda_graphs=self.runner.use_graphs, lanes=self.lanes.describe(),
-            scheduler_type=config.scheduler_type, frame_path=self.runner.frame_path)
+            scheduler_type=config.scheduler_type, frame_path=self.runner.frame_path,
+            accepts_instructions=program.accepts_instructions,
+            max_instructions_bytes=max_instructions_bytes(config.max_seq_len) if program.accepts_instructions else 0)
         self.num_steps = 0
         self.num_failed_steps = 0
         log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens, "
@@ -153,6 +157,11 @@ class EngineCore:
     def submit(self, msg: SubmitRequest, now_ns: int | None = None) -> Request:
         if msg.voice not in self.info.voices:
             raise UnknownVoiceError(f"unknown voice {msg.voice!r}; available: {', '.join(self.info.voices)}")
+        info = self.info
+        problem = instructions_problem(msg.params.instructions, info.name, info.accepts_instructions,
+                                       info.max_instructions_bytes)
+        if problem is not None:
+            raise InvalidParamsError(problem[1])
         request = self.scheduler.add(msg.request_id, msg.voice, msg.params, msg.arrival_ns or now_ns or time.monotonic_ns(),
                                      msg.streaming)
         if msg.text or msg.is_text_final:

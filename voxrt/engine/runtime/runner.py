@@ -5,9 +5,10 @@ an event (`LMLaunch.wait`), so the host plans the next step while this one runs.
 last frame stay on the device (`last_codes`): the next decode step reads its codec-track input there, not
 from the host, which has not seen them yet.
 
-Stages: prefill (eager: variable lengths), decode (LM step + code 0 sampling), depth (code predictor) and
-codec (streaming decode of chunks). Decode, depth and codec are `GraphedStage`s: CUDA graphs per
-batch-size bucket on the GPU, the same bodies eagerly on the CPU. Per-request device state (codec caches,
+Stages: prefill (prompts padded to a length bucket), decode (LM step + code 0 sampling), mixed (a decode
+batch and short prompts in one LM pass, when `RunnerConfig.mixed_prefill`), depth (code predictor) and codec
+(streaming decode of chunks). They are `GraphedStage`s: CUDA graphs per batch-size bucket on the GPU, the
+same bodies eagerly on the CPU. Per-request device state (codec caches,
 the repetition history of code 0) lives in rows indexed by the request's slot; the last row is scratch
 for padding rows.
 """
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from voxrt.engine.runtime.attention import (AttentionContext, FlashInferAttention, KVCache, SeqSlice,
-                                            TorchAttention, flashinfer_available)
+                                            SplitAttention, TorchAttention, flashinfer_available)
 from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
 from voxrt.engine.runtime.lanes import LM, Lanes
 from voxrt.engine.runtime.program import ModelProgram
@@ -111,6 +112,7 @@ class RunnerConfig:
     max_seq_len: int
     max_codec_batch: int = 16  # chunks per codec launch: its activations grow with batch x frames x 1920
     frame_path: str = "auto"  # ModelProgram.use_frame_path: "auto", "reference" or "fused"
+    mixed_prefill: bool = False  # prompts of <= MIXED_LENGTH tokens join the decode batch's LM pass
 
 
 def resolve_backend(requested: str, device: torch.device) -> str:
@@ -138,6 +140,9 @@ class DecodeBuffers:
 # nearly all of them; longer prompts than the last bucket prefill eagerly.
 PREFILL_LENGTHS = (16, 32, 64)
 PREFILL_BATCH = 8
+# Mixed steps: up to PREFILL_BATCH prompts of at most MIXED_LENGTH tokens (padded to it) ride in the decode
+# batch's forward, so a step with admissions streams the LM's weights once instead of twice.
+MIXED_LENGTH = PREFILL_LENGTHS[0]
 
 
 @dataclass
@@ -150,6 +155,13 @@ class PrefillBuffers:
     attn: AttentionContext
     hidden: torch.Tensor  # [b, H] out
     code0: torch.Tensor  # [b] out
+
+
+@dataclass
+class MixedBuffers:
+    dec: DecodeBuffers  # b decode rows (their attention: attn.first)
+    pre: "PrefillBuffers"  # p prompts x MIXED_LENGTH tokens after them (attn.second)
+    attn: SplitAttention
 
 
 @dataclass
@@ -188,10 +200,12 @@ class ModelRunner:
         self._true = torch.ones((), dtype=torch.bool, device=cfg.device)  # a device value: no H2D copy in capture
         use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
         self.use_graphs = use_graphs
-        self._workspace = None
-        self._eager_ctx: dict[str, FlashInferAttention] = {}
+        self._workspace = self._workspace2 = None
+        self._eager_ctx: dict[tuple[str, bool], FlashInferAttention] = {}
         if cfg.attention_backend == "flashinfer":
             self._workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=cfg.device)
+            if cfg.mixed_prefill:  # a mixed step plans its decode and prefill parts before either runs
+                self._workspace2 = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=cfg.device)
         pool = torch.cuda.graph_pool_handle() if use_graphs else None
         lm_pool = self.lanes.pool(LM) or pool  # lanes replay at the same time: one memory pool each
         buckets = batch_buckets(cfg.max_batch_size)
@@ -211,6 +225,12 @@ class ModelRunner:
                              lambda b, g, t=t: self._make_prefill_buffers(b, t, g), self._prefill_body, use_graphs,
                              lm_pool) for t in lengths}
             for m in range(num_modes)]
+        # per SM mode, per prompt-count bucket: graphs per decode batch bucket (None: mixed steps off)
+        self.mixed_stages = [
+            {n: GraphedStage(f"mixed[{n}x{MIXED_LENGTH}]" + suffix[m], buckets,
+                             lambda b, g, n=n: self._make_mixed_buffers(b, n, g), self._mixed_body, use_graphs,
+                             lm_pool) for n in prefill_buckets}
+            for m in range(num_modes)] if cfg.mixed_prefill and MIXED_LENGTH <= cfg.max_seq_len else None
         codec_buckets = batch_buckets(min(cfg.max_codec_batch, cfg.max_batch_size))
         sizes = codec_sizes(program.first_chunk_frames, program.chunk_frames)
 
@@ -240,6 +260,10 @@ class ModelRunner:
         return self.prefill_stages[self.lanes.active]
 
     @property
+    def mixed_stage_by_count(self) -> dict[int, GraphedStage] | None:
+        return self.mixed_stages[self.lanes.active] if self.mixed_stages is not None else None
+
+    @property
     def codec_stages(self) -> dict[int, GraphedStage]:
         """The background (or, without lanes, the only) codec stages of the active SM mode."""
         return self.background_stages[self.lanes.active]
@@ -267,6 +291,7 @@ class ModelRunner:
                                               lm_stream)
                     self.depth_stage.capture(lambda b: None, lm_stream)
                     self._capture_prefill(lm_stream)
+                    self._capture_mixed(lm_stream)
                 lanes = (BACKGROUND, URGENT) if mode == 0 else (BACKGROUND,)  # the urgent lane has one set
                 for lane, stages in self.codec_stages_by_lane.items():
                     if lane not in lanes:
@@ -292,6 +317,19 @@ class ModelRunner:
                 stage.buffers.clear()
                 self.synchronize()
 
+    def _capture_mixed(self, stream) -> None:
+        """The mixed-step graphs of the active SM mode; on a failed capture mixed steps are off (the prefill
+        and decode stages run them apart), logged."""
+        if self.mixed_stage_by_count is None:
+            return
+        try:
+            for stage in self.mixed_stage_by_count.values():
+                stage.capture(lambda b: self._fill_mixed(b, b.dec.text_ids.shape[0], [], []), stream)
+        except Exception:  # noqa: BLE001
+            log.exception("mixed prefill+decode graphs failed to capture; prefills run as their own stage")
+            self.mixed_stages = None
+            self.synchronize()
+
     def synchronize(self) -> None:
         """Waits for every lane (a device-wide synchronize does not cover green-context streams)."""
         if self.cfg.device.type != "cuda":
@@ -302,22 +340,24 @@ class ModelRunner:
         torch.cuda.synchronize()
 
     def _attention(self, num_seqs: int, num_tokens: int, is_decode: bool, graphed: bool,
-                   max_pages: int | None = None) -> AttentionContext:
-        """`max_pages`: pages per sequence of a graphed context (default: the longest sequence's)."""
+                   max_pages: int | None = None, second: bool = False) -> AttentionContext:
+        """`max_pages`: pages per sequence of a graphed context (default: the longest sequence's). `second`:
+        on the second FlashInfer workspace (the prefill part of a mixed step)."""
         max_pages = max_pages or self.max_pages_per_seq
         if self.cfg.attention_backend == "torch":
             return TorchAttention(self.kv, num_seqs, num_tokens, max_pages if graphed else None, self.cfg.device)
+        workspace = self._workspace2 if second else self._workspace
         if graphed:
             return FlashInferAttention(self.kv, num_seqs, num_tokens, max_pages, self.cfg.device,
                                        self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
-                                       is_decode=is_decode, use_cuda_graph=True, workspace=self._workspace)
-        kind = "decode" if is_decode else "prefill"
+                                       is_decode=is_decode, use_cuda_graph=True, workspace=workspace)
+        kind = ("decode" if is_decode else "prefill", second)
         ctx = self._eager_ctx.get(kind)  # long-lived: wrappers own pinned buffers, too costly per step
         if ctx is None or ctx.max_tokens < num_tokens or ctx.max_seqs < num_seqs:
             cap = max(num_tokens, self.cfg.max_batch_size if is_decode else 4096)
             ctx = FlashInferAttention(self.kv, max(num_seqs, self.cfg.max_batch_size), cap, self.max_pages_per_seq,
                                       self.cfg.device, self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
-                                      is_decode=is_decode, use_cuda_graph=False, workspace=self._workspace)
+                                      is_decode=is_decode, use_cuda_graph=False, workspace=workspace)
             self._eager_ctx[kind] = ctx
         return ctx
 
@@ -343,10 +383,10 @@ class ModelRunner:
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
 
-    def _make_prefill_buffers(self, b: int, length: int, graphed: bool) -> PrefillBuffers:
+    def _make_prefill_buffers(self, b: int, length: int, graphed: bool, second: bool = False) -> PrefillBuffers:
         dev = self.cfg.device
         n = b * length
-        attn = self._attention(b, n, False, graphed, max_pages=-(-length // self.cfg.page_size))
+        attn = self._attention(b, n, False, graphed, max_pages=-(-length // self.cfg.page_size), second=second)
         return PrefillBuffers(text_ids=torch.full((n,), -1, dtype=torch.int64, device=dev),
                               codec_ids=torch.full((n,), -1, dtype=torch.int64, device=dev),
                               last=torch.arange(b, dtype=torch.int64, device=dev) * length,
@@ -368,6 +408,32 @@ class ModelRunner:
         self._mark_history(bufs.slots, code0)
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
+
+    def _make_mixed_buffers(self, b: int, prompts: int, graphed: bool) -> MixedBuffers:
+        dec = self._make_decode_buffers(b, graphed)
+        pre = self._make_prefill_buffers(prompts, MIXED_LENGTH, graphed, second=True)
+        return MixedBuffers(dec=dec, pre=pre, attn=SplitAttention(dec.attn, pre.attn, b, prompts * MIXED_LENGTH))
+
+    def _mixed_body(self, bufs: MixedBuffers) -> None:
+        """The decode body and the prefill body over one forward: rows [decode batch; prompts x MIXED_LENGTH].
+        Each part samples code 0 as its own stage would (a prompt's slot starts clean first)."""
+        p, d, q = self.program, bufs.dec, bufs.pre
+        b = d.text_ids.shape[0]
+        x = torch.cat([p.embed_step(d.text_ids, self.last_codes[d.slots]), p.embed_prompt(q.text_ids, q.codec_ids)])
+        hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
+        dec_hidden, pre_hidden = hidden[:b], hidden[b:][q.last]
+        self.history.index_fill_(0, q.slots, False)  # a new owner of the slot starts clean
+        p.reset_codec_slots(self.codec_state, q.slots)
+        for part, h in ((d, dec_hidden), (q, pre_hidden)):
+            code0 = p.sample_first_code(h, part.sampling, self.history[part.slots])
+            self._mark_history(part.slots, code0)
+            part.hidden.copy_(h)
+            part.code0.copy_(code0)
+
+    def _fill_mixed(self, b: MixedBuffers, size: int, items: Sequence[DecodeItem], prompts: Sequence) -> None:
+        self.decode_filler(items)(b.dec, size)
+        self._fill_prefill(b.pre, b.pre.slots.shape[0], MIXED_LENGTH, prompts)
+        b.attn.join()
 
     def _fill_prefill(self, b: PrefillBuffers, size: int, length: int, requests: Sequence) -> None:
         ps, scratch = self.cfg.page_size, self.kv.scratch_page
@@ -451,11 +517,16 @@ class ModelRunner:
     def _lm_codes(self, plan: StepPlan) -> torch.Tensor:
         """[n, K] device codes of the plan's LM requests (prefill, code 0, depth), queued on the current stream."""
         hidden_parts, code0_parts = [], []
-        if plan.prefill:
+        mixed = self._mixed_stage_for(plan)
+        if mixed is not None:  # prompts and decodes in one pass; rows come back in the plan's order
+            bufs = mixed.run(len(plan.decode), lambda b, size: self._fill_mixed(b, size, plan.decode, plan.prefill))
+            hidden_parts += [bufs.pre.hidden[: len(plan.prefill)], bufs.dec.hidden[: len(plan.decode)]]
+            code0_parts += [bufs.pre.code0[: len(plan.prefill)], bufs.dec.code0[: len(plan.decode)]]
+        elif plan.prefill:
             hidden, code0 = self._run_prefill(plan.prefill)
             hidden_parts.append(hidden)
             code0_parts.append(code0)
-        if plan.decode:
+        if plan.decode and mixed is None:
             n = len(plan.decode)
             bufs = self.decode_stage.run(n, self.decode_filler(plan.decode))
             hidden_parts.append(bufs.hidden[:n])
@@ -471,6 +542,15 @@ class ModelRunner:
             b.sampling.fill_from_params(params, pad_to=size)
 
         return self.depth_stage.run(n, fill_depth).codes[:n]
+
+    def _mixed_stage_for(self, plan: StepPlan) -> GraphedStage | None:
+        """The mixed stage for this plan's prompts, when it has decodes too and every prompt fits one."""
+        stages = self.mixed_stage_by_count
+        if stages is None or not plan.prefill or not plan.decode or len(plan.prefill) > max(stages):
+            return None
+        if any(len(r.prompt) > MIXED_LENGTH for r in plan.prefill):
+            return None
+        return stages[min(n for n in stages if n >= len(plan.prefill))]
 
     def _run_prefill(self, requests: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden state and code 0 of every prompt, in the plan's order: prompts grouped by length bucket, up
