@@ -148,6 +148,14 @@ class Qwen3TTSConfig:
         return cls(talker=talker, assistant_token_id=top.get("assistant_token_id", int, None),
                    tts_model_type=model_type, tts_model_size=top.get("tts_model_size", str, None), **ids)
 
+    @property
+    def accepts_instructions(self) -> bool:
+        """Whether the checkpoint takes a style instruction (the "instruct" prompt). The reference's
+        `Qwen3TTSModel.generate_custom_voice` drops `instruct` when `tts_model_size in "0b6"` (the 0.6B
+        CustomVoice; the 1.7B, "1b7", keeps it); a checkpoint without a size fails there, so it is refused
+        instructions here rather than guessed."""
+        return self.tts_model_size is not None and self.tts_model_size not in "0b6"
+
 
 def _parse_talker(f: _Fields) -> TalkerConfig:
     lm = TransformerConfig.parse(f)

@@ -13,6 +13,18 @@ Prompt (`generate()`, the non-ICL branch; both tracks are summed per position, -
 
 The tags are [nothink, think_bos, think_eos] when the language is "auto", else [think, think_bos,
 language, think_eos] (a dialect speaker turns "auto" and "chinese" into its dialect's id): 9 or 10 positions.
+
+With a style instruction (`SamplingParams.instructions`; checkpoints whose `Qwen3TTSConfig.accepts_instructions`),
+the prompt starts with its own chat turn on the text track alone, "<|im_start|>user\\n{instructions}<|im_end|>\\n"
+(`Qwen3TTSModel._build_instruct_text`), embedded as text (`generate()`: text_projection(text_embedding(
+instruct_id)), concatenated before the role tokens), with nothing on the codec track:
+
+    text : <|im_start|> user \\n {instructions...} <|im_end|> \\n | <|im_start|> assistant \\n | ...
+    codec:      -1       -1  -1         -1...          -1     -1  |      -1         -1     -1  | ...
+
+The reference drops instructions on the 0.6B (`generate_custom_voice`); we refuse them there (the engine
+checks `accepts_instructions` at submit), as for any program that does not take them.
+
 Decode step t (generation_step t in the reference) reads text[t+1], then tts_eos once the text is final
 and used up, then tts_pad (the reference's `trailing_text_hidden`, padded with `tts_pad_embed`); our
 scheduler feeds them through `ProgramSpec.text_eos_id` / `text_pad_id`. The codec track of step t is the
@@ -43,6 +55,8 @@ from voxrt.models.qwen3_tts.talker import Talker
 log = logging.getLogger("voxrt.models.qwen3_tts")
 
 ROLE_TEXT = "<|im_start|>assistant\n"  # Qwen3TTSModel._build_assistant_text: the first 3 tokens
+USER_ROLE = "user\n"  # Qwen3TTSModel._build_instruct_text: "<|im_start|>user\n{instruct}<|im_end|>\n"
+INSTRUCT_END_TEXT = "<|im_end|>\n"
 NUM_SPECIAL_CODES = 1024  # generate(): suppress_tokens = range(vocab_size - 1024, vocab_size) minus EOS
 MIN_FRAMES_BEFORE_EOS = 2  # generate(): talker_kwargs["min_new_tokens"]; sample_first_code counts to exactly 2
 
@@ -75,6 +89,8 @@ class Qwen3TTSProgram(ModelProgram):
             raise ValueError(f"unknown language {language!r}; supported: {', '.join(supported)}")
         self.language = language.lower()
         self.role_ids = self._role_ids()
+        self.accepts_instructions = cfg.accepts_instructions
+        self._instruct_end_ids: tuple[int, ...] | None = None  # tokenized on first use
         suppress = torch.zeros(tc.vocab_size, dtype=torch.bool)
         suppress[max(0, tc.vocab_size - NUM_SPECIAL_CODES):] = True
         suppress[tc.codec_eos_id] = False
@@ -169,12 +185,34 @@ class Qwen3TTSProgram(ModelProgram):
             prefix = [tc.codec_think_id, tc.codec_think_bos_id, language_id, tc.codec_think_eos_id]
         return prefix + [tc.speaker_ids[voice], tc.codec_pad_id, tc.codec_bos_id]
 
+    def instruction_ids(self, instructions: str) -> list[int]:
+        """Ids of the reference's instruct turn "<|im_start|>user\\n{instructions}<|im_end|>\\n", which
+        `Qwen3TTSModel._tokenize_texts` tokenizes whole. A tokenizer splits at special tokens before BPE, so the
+        reference's pieces are <|im_start|>, BPE("user\\n" + instructions), <|im_end|>, BPE("\\n"): the same ids
+        as here, except that special-token strings inside the instruction stay plain text here (as in
+        `tokenize`), where the reference would read them as markers."""
+        if not self.accepts_instructions:
+            raise ValueError(f"this checkpoint (tts_model_size {self.cfg.tts_model_size!r}) takes no instructions")
+        body = self.tokenizer(USER_ROLE + instructions, add_special_tokens=False, split_special_tokens=True)
+        return [self.cfg.im_start_token_id, *body["input_ids"], *self._instruct_end()]
+
+    def _instruct_end(self) -> tuple[int, ...]:
+        if self._instruct_end_ids is None:
+            ids = tuple(self.tokenizer(INSTRUCT_END_TEXT, add_special_tokens=False)["input_ids"])
+            if len(ids) != 2 or ids[1] != self.role_ids[2]:
+                raise CheckpointError(f"the tokenizer encodes {INSTRUCT_END_TEXT!r} as {list(ids)}; the reference "
+                                      f"expects 2 tokens [<|im_end|>, newline {self.role_ids[2]}]")
+            self._instruct_end_ids = ids
+        return self._instruct_end_ids
+
     def build_prompt(self, request: Request) -> PromptTokens:
         codec = self.codec_prefix(request.voice)
         cfg = self.cfg
-        text = (*self.role_ids, *[cfg.tts_pad_token_id] * (len(codec) - 2), cfg.tts_bos_token_id,
+        instructions = request.params.instructions
+        instruct = self.instruction_ids(instructions) if instructions is not None else []
+        text = (*instruct, *self.role_ids, *[cfg.tts_pad_token_id] * (len(codec) - 2), cfg.tts_bos_token_id,
                 request.feed.token_ids[0])
-        codec_ids = (-1,) * len(self.role_ids) + tuple(codec)
+        codec_ids = (-1,) * (len(instruct) + len(self.role_ids)) + tuple(codec)
         return PromptTokens(text, codec_ids, num_text_tokens_used=1)
 
     # ---- LM ------------------------------------------------------------------------------------------------

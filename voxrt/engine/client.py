@@ -46,7 +46,7 @@ from voxrt.engine.errors import (EngineDeadError, EngineError, InvalidParamsErro
 from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, EngineConfig, EngineFatal, EngineReady,
                                    EngineStats, GetStats, Heartbeat, HeartbeatAck, ModelInfo, RequestCancelled,
                                    RequestFailed, SetPlayback, Shutdown, SubmitRequest)
-from voxrt.engine.params import SamplingParams
+from voxrt.engine.params import SamplingParams, instructions_problem
 from voxrt.engine.supervisor import SupervisorConfig, Supervision
 
 log = logging.getLogger("voxrt.engine.client")
@@ -149,6 +149,10 @@ class EngineClient:
             params = SamplingParams.from_dict(params)
         elif not isinstance(params, SamplingParams):
             raise InvalidParamsError(f"params must be SamplingParams or a dict, got {type(params).__name__}")
+        problem = instructions_problem(params.instructions, info.name, info.accepts_instructions,
+                                       info.max_instructions_bytes)
+        if problem is not None:
+            raise InvalidParamsError(problem[1])
         request_id = request_id or f"{self._id_prefix}{next(self._ids)}"
         if request_id in self._streams:
             raise InvalidParamsError(f"request id {request_id!r} is already in use")

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from voxrt.audio import pcm16_encode, wav_header
 from voxrt.engine.errors import EngineError
+from voxrt.engine.params import SamplingParams
 from voxrt.gateway.admission import Busy
 from voxrt.gateway.context_core import CAPPED_REASONS, resume_point
 from voxrt.protocol.events import replace_lone_surrogates
@@ -126,8 +127,8 @@ class _Synthesis:
     """One HTTP synthesis: its admission slot and engine request(s), released exactly once (`close`) when the
     audio was all read, the client left, or the response never started."""
 
-    def __init__(self, state, engine, text: str, voice: str | None) -> None:
-        self.state, self.engine, self.text, self.voice = state, engine, text, voice
+    def __init__(self, state, engine, text: str, voice: str | None, params: SamplingParams | None = None) -> None:
+        self.state, self.engine, self.text, self.voice, self.params = state, engine, text, voice, params
         self.request_id: str | None = None
         self.is_finished = False
         self._has_slot = False
@@ -139,8 +140,8 @@ class _Synthesis:
             raise HTTPError(429, "server_busy", busy.message, busy.retry_after_ms) from None
         self._has_slot = True
         try:
-            self.request_id = await self.engine.submit(voice=self.voice, text=self.text, final=True,
-                                                       streaming=False)
+            self.request_id = await self.engine.submit(voice=self.voice, params=self.params, text=self.text,
+                                                       final=True, streaming=False)
         except BaseException:
             await self.close()
             raise
@@ -166,8 +167,8 @@ class _Synthesis:
                                     len(self.text) - resume_at)
                     break
                 offset = resume_at
-                self.request_id = await self.engine.submit(voice=self.voice, text=self.text[offset:], final=True,
-                                                           streaming=False)
+                self.request_id = await self.engine.submit(voice=self.voice, params=self.params,
+                                                           text=self.text[offset:], final=True, streaming=False)
             self.is_finished = True
         finally:
             await asyncio.shield(self.close())
@@ -205,7 +206,8 @@ async def _wav_stream(pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) ->
         yield pcm16_encode(pcm)
 
 
-async def _start(request: Request, text, voice) -> _Synthesis:
+async def _start(request: Request, text, voice, params: SamplingParams | None = None) -> _Synthesis:
+    """`params`: the engine request's (the same for each request of a long turn; None: the defaults)."""
     state = request.app.state.voxrt
     engine = _require_engine(request)
     if not isinstance(text, str) or not text.strip():
@@ -214,7 +216,7 @@ async def _start(request: Request, text, voice) -> _Synthesis:
         raise HTTPError(400, "text_too_long", f"input has {len(text)} characters; the limit is {state.config.max_http_input_chars}")
     if voice is not None and (not isinstance(voice, str) or voice not in engine.info.voices):
         raise HTTPError(400, "unknown_voice", f"unknown voice {voice!r}; available: {', '.join(engine.info.voices)}")
-    synthesis = _Synthesis(state, engine, _speakable(replace_lone_surrogates(text)), voice)
+    synthesis = _Synthesis(state, engine, _speakable(replace_lone_surrogates(text)), voice, params)
     await synthesis.start()
     return synthesis
 

@@ -51,6 +51,9 @@ class ModelProgram(nn.Module, abc.ABC):
     consumes_text_incrementally: bool
     voices: Sequence[str]
     default_voice: str
+    # True: `build_prompt` puts `request.params.instructions` (a style instruction) into the prompt. The engine
+    # refuses instructions for a program without them (EngineCore.submit), never ignores them.
+    accepts_instructions: bool = False
 
     @property
     def frame_rate_hz(self) -> float:

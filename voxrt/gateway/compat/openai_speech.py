@@ -4,8 +4,10 @@ Request: JSON `{model, input, voice, response_format?, speed?, instructions?, st
 OpenAI's reference. `model` and `voice` go through the alias table (aliases.py: `tts-1` means the served
 model, `alloy` one of its voices). `response_format` mp3 (the default, as OpenAI's), opus (Ogg), aac (ADTS),
 flac, wav, pcm (s16le at 24 kHz, as OpenAI's), and the voxrt extension mulaw (8 kHz G.711). `speed`
-(0.25-4.0) is applied with FFmpeg's atempo (pitch kept; av_codec.py). `instructions` go only to
-models that take them; every model served now refuses them with a 400 rather than ignore them.
+(0.25-4.0) is applied with FFmpeg's atempo (pitch kept; av_codec.py). `instructions` go into the prompt of
+models that take them (ModelInfo.accepts_instructions: Qwen3-TTS 1.7B CustomVoice), up to
+ModelInfo.max_instructions_bytes; any other model refuses them with a 400 rather than ignore them. Empty or
+blank instructions are none.
 
 Streaming: every format streams as it is generated, except `wav` without `stream_format`: then the whole
 file is generated first so that its RIFF and data sizes are exact (with `stream_format: "audio"` it streams
@@ -29,8 +31,10 @@ from voxrt.audio import OggOpusWriter, StreamEncoder, pcm16_encode, wav_header
 from voxrt.gateway.compat.av_codec import ContainerEncoder, TimeStretcher
 from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.aliases import AliasError
+from voxrt.engine.params import SamplingParams, instructions_problem
 from voxrt.gateway.http import (HTTPError, _read_json_object, _require_auth, _require_engine, _start,
                                 _SynthesisResponse, handle_errors)
+from voxrt.protocol.events import replace_lone_surrogates
 
 MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
                "wav": "audio/wav", "pcm": "audio/pcm", "mulaw": "audio/basic"}
@@ -77,13 +81,15 @@ def parse_speech_request(body, info, aliases) -> SpeechRequest:
     stream_format = body.get("stream_format")
     if stream_format is not None and stream_format not in STREAM_FORMATS:
         raise HTTPError(400, "invalid_stream_format", f"stream_format must be one of {', '.join(STREAM_FORMATS)}")
-    instructions = _string(body, "instructions") or None
-    # A program that takes instructions says so in its ModelInfo (`accepts_instructions`); none served now does
-    # (Qwen3-TTS CustomVoice's instruct prompt is not wired into the engine yet), so they are refused, not dropped.
-    if instructions is not None and not getattr(info, "accepts_instructions", False):
-        raise HTTPError(400, "unsupported_parameter", f"model {info.name} does not take 'instructions'; send the "
-                                                      f"request without them")
-    return SpeechRequest(body.get("input"), voice, fmt, float(speed), stream_format, instructions)
+    instructions = _string(body, "instructions")
+    # Normalized as the engine reads them (blank: none), then the engine's own rule (params.instructions_problem)
+    # against the served model, so that a refusal is a 400 before any audio starts
+    params = SamplingParams(instructions=replace_lone_surrogates(instructions) if instructions else None)
+    problem = instructions_problem(params.instructions, info.name, info.accepts_instructions,
+                                   info.max_instructions_bytes)
+    if problem is not None:
+        raise HTTPError(400, *problem)
+    return SpeechRequest(body.get("input"), voice, fmt, float(speed), stream_format, params.instructions)
 
 
 def _string(body: dict, name: str) -> str | None:
@@ -162,7 +168,7 @@ async def speech(request: Request) -> Response:
     state = request.app.state.voxrt
     info = _require_engine(request).info
     req = parse_speech_request(body, info, state.config.aliases)
-    synthesis = await _start(request, req.text, req.voice)
+    synthesis = await _start(request, req.text, req.voice, SamplingParams(instructions=req.instructions))
     state.metrics.http_requests.labels("speech").inc()
     pcm = _stretched(synthesis.pcm_chunks(), info.sample_rate, req.speed)
     pieces = encode_stream(req.fmt, pcm, info.sample_rate)
