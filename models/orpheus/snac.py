@@ -24,7 +24,8 @@ the same seed gives the same audio; `noise="off"` leaves it out (deterministic: 
 streaming, and a choice for serving).
 
 Not causal: every conv pads both sides, so one latent frame moves the waveform up to `reach_samples` (4,757,
-~9.3 latent frames) either way (snac_stream.py holds the streaming rule).
+~9.3 latent frames) either way: snac_stream.py streams by the reference's window rule, snac_exact.py with
+carried state and that lookahead (equal to this whole decode).
 """
 
 from __future__ import annotations

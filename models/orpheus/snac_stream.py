@@ -11,9 +11,9 @@ Why this rule and not a causal state. The decoder is not causal: each conv pads 
 frame reaches 4,756 samples (2.3 frames of 2048) either way (measured: tests/models/orpheus). A window keeps
 only 2048 samples of left and 4096 of right context around the frame it releases, so its audio differs
 from the whole-sequence decode near every frame edge (with random weights ~1% RMS; the first released
-frame, which sees the same left edge as the whole decode, is nearly equal). A decode equal to the whole one
-would need every layer's context carried and a fixed lookahead of 4,757 samples; that is a possible later
-step (it would also decode each frame once instead of four times).
+frame, which sees the same left edge as the whole decode, is nearly equal). snac_exact.ExactStreamer carries
+every layer's context instead and holds the output back by 4,757 samples: equal to the whole decode, each
+frame decoded once, first audio after 3 frames. This rule stays for parity with the reference's output.
 
 State per slot (device tensors, one row each; `new_state` adds no scratch row, the caller sizes it):
 `window` [S, 4, 7] the last 4 frames' codes in token order, `frames` [S] frames seen. `decode_stream` gathers
