@@ -156,6 +156,9 @@ def frame_codes(audio_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def frames_to_codebooks(codes: torch.Tensor) -> list[torch.Tensor]:
     """[B, F, 7] frame codes -> SNAC's codes [B, F], [B, 2F], [B, 4F] (`SNAC.decode`'s input)."""
     batch, num_frames, _ = codes.shape
+    # clamped (a no-op on frame_codes' output): an out-of-range gather is a device-side assert, which would take
+    # the whole CUDA context down instead of one request
+    codes = codes.clamp(0, CODEBOOK_SIZE - 1)
     # positions in (codebook, index) order, 0 | 1 4 | 2 3 5 6 (FRAME_LAYOUT), by slices: no index tensor to upload
     ordered = torch.cat([codes[..., 0:2], codes[..., 4:5], codes[..., 2:4], codes[..., 5:7]], dim=-1)  # [B, F, 7]
     bounds = [0, 1, 3, 7]
