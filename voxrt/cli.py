@@ -20,8 +20,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frame-path", default="auto", choices=["auto", "reference", "fused"],
                    help="how the LM frame runs: fused (packed weights, Triton kernels; auto on a GPU with triton) "
                    "or reference (the modules as loaded; auto on the CPU)")
-    p.add_argument("--mixed-prefill", action="store_true", help="admitted prompts of <= 16 tokens ride in the "
-                   "decode batch's LM pass instead of a prefill pass of their own")
+    p.add_argument("--mixed-prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="admitted prompts of <= 16 tokens ride in the decode batch's LM pass instead of a prefill "
+                   "pass of their own (default: on with CUDA, off on the CPU)")
     p.add_argument("--max-batch-size", type=int, default=None, help="requests decoded in one LM step (default: "
                    "128 on a GPU, 64 on the CPU; on the H200 at 80 req/s of LibriTTS, 64 held 54.7%% of requests "
                    "within the SLO and 128 held 100%%: bench/results/2026-12-02-knee-codec)")

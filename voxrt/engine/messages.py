@@ -23,8 +23,11 @@ class EngineConfig:
     use_cuda_graphs: bool = True  # only on cuda
     frame_path: str = "auto"  # "auto" (fused on cuda with triton), "reference" (the modules as loaded), "fused"
     # True: prompts of <= 16 tokens join the decode batch's LM pass (one pass over the weights for a step
-    # with admissions) instead of a prefill pass of their own before it (runtime/runner.py, MIXED_LENGTH)
-    mixed_prefill: bool = False
+    # with admissions) instead of a prefill pass of their own before it (runtime/runner.py, MIXED_LENGTH).
+    # None (default): True on CUDA (H200: a step with 1-8 prompts 1.0-1.7 ms shorter; 96 req/s held 100%
+    # within the SLO against 87.4% apart: bench/results/2026-12-02-mixed), False on the CPU (the CPU suite
+    # tests both).
+    mixed_prefill: bool | None = None
     scheduler_type: str = "base"
     page_size: int = 16  # tokens per KV page
     num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)

@@ -91,7 +91,8 @@ class EngineCore:
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
             max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len,
             max_codec_batch=config.max_codec_batch, frame_path=config.frame_path,
-            mixed_prefill=config.mixed_prefill), self.lanes)
+            mixed_prefill=device.type == "cuda" if config.mixed_prefill is None else config.mixed_prefill),
+            self.lanes)
         self.program = self.runner.program
         self.scheduler = policy(
             program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
