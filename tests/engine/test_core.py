@@ -392,6 +392,7 @@ def test_mixed_prefill_steps_give_the_separate_stages_frames_and_audio():
         results.append(([r.frames for r in reqs], {rid: pcm(c) for rid, c in chunks.items()}))
         used.append(runs)
         assert_pools_empty(core)
+    assert make_core().runner.mixed_stages is None  # the default on the CPU: off (on with CUDA)
     assert used[0] == [] and (1, 1) in used[1] and any(p == 3 for _, p in used[1]), used
     (frames_s, audio_s), (frames_m, audio_m) = results
     assert frames_m == frames_s and all(frames_s)
