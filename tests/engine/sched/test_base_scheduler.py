@@ -13,7 +13,7 @@ import pytest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.base_policy import BaseScheduler
 from voxrt.engine.sched.pages import PagePool, SlotPool
-from voxrt.engine.sched.plan import CodecJob, ProgramSpec, StepPlan
+from voxrt.engine.sched.plan import CodecJob, ProgramSpec, StepPlan, codec_sizes
 from voxrt.engine.sched.policies import POLICIES, policy_class
 from voxrt.engine.sched.request import PromptTokens, Request, RequestState
 from voxrt.engine.sched.scheduler import SchedulerConfig
@@ -815,6 +815,10 @@ def test_chunk_schedule_grows_from_the_first_chunk_and_codec_sizes_cover_starved
     # after a chunk cut short the next one follows the audio cut so far: 2 + 2 (short) -> 4, then 8, 16, 25
     assert [spec.next_chunk_size(n) for n in (4, 8, 16, 32)] == [4, 8, 16, 25]
     assert [spec.largest_codec_size(n) for n in (1, 3, 7, 15, 24, 40)] == [1, 2, 4, 8, 16, 25]
+    sizes = codec_sizes(spec.first_chunk_frames, spec.chunk_frames)  # the lookup table is the max rule
+    assert [spec.largest_codec_size(n) for n in range(1, 80)] == [max(x for x in sizes if x <= n) for n in range(1, 80)]
+    with pytest.raises(ValueError):
+        spec.largest_codec_size(0)
 
 
 # ---- the engine's asynchronous loop: results a step late -------------------------------------------------------

@@ -95,9 +95,11 @@ class DeadlineScheduler(Scheduler):
         # A background launch's time from cut to `complete_codec` over its `codec_launch_ms` (module docstring)
         self.background_slowdown = 1.0
         self._background_batch: _LaunchRecord | None = None
+        self._slack_parts: dict[int, tuple[int, int, float]] = {}  # id(request) -> (due, frames missing, codec ms)
 
     def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
+        self._slack_parts.clear()  # what `_slack_ns` computed for the previous step
         running = self.running()
         # streams by first-audio deadline (arrival + startup), then the non-streaming ones
         by_first_audio = sorted(self.waiting(), key=lambda r: (not r.is_streaming, r.arrival_ns))
@@ -105,6 +107,22 @@ class DeadlineScheduler(Scheduler):
         self.decode(plan, self._by_urgency(running, plan, now_ns))
         self._plan_codec(plan, now_ns)
         return plan
+
+    def _slack_ns(self, request: Request, now_ns: int, step_ms: float) -> float:
+        """`next_chunk_slack_ns` of a running request, its parts computed once per step: the planner asks for
+        every stream up to three times a step (admission, decode order, early chunks), at different step
+        times. Exact: nothing it reads changes within `plan_step` before chunks are cut, but for the
+        generation ending (read each time)."""
+        parts = self._slack_parts.get(id(request))
+        if parts is None:
+            first_frame = request.num_frames_chunked
+            size = self.spec.next_chunk_size(first_frame)
+            parts = (chunk_deadline_ns(request, first_frame, self.spec, self._startup_ns, self._margin_ns),
+                     size - (request.num_frames - first_frame), self.costs.codec_ms(1, size))
+            self._slack_parts[id(request)] = parts
+        due_ns, short, codec_ms = parts
+        missing = 0 if request.is_generation_done else max(0, short)
+        return due_ns - now_ns - (missing * step_ms + codec_ms) * 1e6
 
     def _by_urgency(self, running: list[Request], plan: StepPlan, now_ns: int) -> list[Request]:
         """The running requests in the order `decode` serves them when they are more than a batch: streams by
@@ -116,8 +134,7 @@ class DeadlineScheduler(Scheduler):
         def key(request: Request) -> tuple[bool, float]:
             if not request.is_streaming:
                 return (True, 0.0)
-            return (False, next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
-                                               self._margin_ns))
+            return (False, self._slack_ns(request, now_ns, step_ms))
 
         return sorted(running, key=key)
 
@@ -138,15 +155,17 @@ class DeadlineScheduler(Scheduler):
             return None
         batch = min(len(generating), self.config.max_batch_size)
         step_ms = self.costs.lm_step_ms(batch)
-        min_slack_ns = min(next_chunk_slack_ns(r, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
-                                               self._margin_ns)
-                           for r in streams)
         max_deferral_ns = round(self.config.max_prefill_deferral_ms * 1e6)
+        least: list[float] = []  # the streams' least slack, computed at the first prompt asked about (most
+        # steps admit nothing: a pass over every stream then costs ~1 ms of a ~10 ms step for nothing)
 
         def may_admit(request: Request, prefill_tokens: int) -> bool:
             prompt = self.admission_prompt(request)
             if prompt is None:
                 return True  # nothing to prefill yet: `try_admit` decides (waits, or ends an empty text)
+            if not least:
+                least.append(min(self._slack_ns(r, now_ns, step_ms) for r in streams))
+            min_slack_ns = least[0]
             new_batch = batch + len(plan.prefill) + 1
             extra_ns = (self.costs.lm_step_ms(new_batch, prefill_tokens + len(prompt)) - step_ms) * 1e6
             step_ns = self.costs.lm_step_ms(new_batch - 1, prefill_tokens) * 1e6  # this step without it
@@ -228,8 +247,7 @@ class DeadlineScheduler(Scheduler):
             if request.state is RequestState.STARVED:  # held frames: one statement of when (`starved_cut_ns`)
                 is_due = now_ns >= self.starved_cut_ns(request)
             else:
-                is_due = next_chunk_slack_ns(request, now_ns, self.spec, self.costs, step_ms, self._startup_ns,
-                                             self._margin_ns) < step_ms * 1e6
+                is_due = self._slack_ns(request, now_ns, step_ms) < step_ms * 1e6
             if is_due:
                 job = self.peek_chunk(request, early=True)
                 if job is not None:

@@ -64,7 +64,10 @@ class ProgramSpec:
     def __post_init__(self) -> None:
         if not (1 <= self.first_chunk_frames <= self.chunk_frames):
             raise ValueError("need 1 <= first_chunk_frames <= chunk_frames")
-        object.__setattr__(self, "_sizes", codec_sizes(self.first_chunk_frames, self.chunk_frames))
+        sizes = codec_sizes(self.first_chunk_frames, self.chunk_frames)
+        object.__setattr__(self, "_sizes", sizes)
+        # largest_codec_size(n) for n in 0..max(sizes): the planner asks it for every live request every step
+        object.__setattr__(self, "_largest", [0] + [max(x for x in sizes if x <= n) for n in range(1, sizes[-1] + 1)])
 
     def next_chunk_size(self, frames_chunked: int) -> int:
         """Frames of a request's next chunk, from the frames already cut: the first chunk, then each chunk as
@@ -78,7 +81,10 @@ class ProgramSpec:
 
     def largest_codec_size(self, available: int) -> int:
         """The largest codec size that fits in `available` (>= 1) frames."""
-        return max(s for s in self._sizes if s <= available)  # type: ignore[attr-defined]
+        if available < 1:
+            raise ValueError(f"no codec size fits in {available} frames")
+        table = self._largest  # type: ignore[attr-defined]
+        return table[available if available < len(table) else -1]
 
 
 @dataclass(frozen=True)

@@ -359,7 +359,13 @@ class Scheduler(abc.ABC):
     def ready_chunks(self) -> list[CodecJob]:
         """Every live request's next chunk that is ready now, uncut, in arrival order (`peek_chunk`)."""
         jobs = []
+        next_size = self.spec.next_chunk_size
         for request in self.requests.values():
+            # the commonest answer first: a running request still short of its next chunk has none (what
+            # `next_chunk` says for it; every live request is asked every step)
+            if (request.state is RequestState.RUNNING and not request.is_generation_done
+                    and request.num_frames - request.num_frames_chunked < next_size(request.num_frames_chunked)):
+                continue
             job = self.peek_chunk(request)
             if job is not None:
                 jobs.append(job)

@@ -1,0 +1,81 @@
+"""The deadline policy's host time per step, on the CPU (issue 13: the host loop must keep up with the GPU).
+
+    python bench/host_plan.py --rates 48,96,120 --repeats 3
+
+Runs `sched/sim.py` (the real policy and pools, a simulated runtime with lanes) on LibriTTS test-clean texts
+at each Poisson rate for --duration seconds of arrivals, and times each phase of `DeadlineScheduler.plan_step`
+(wall ms per step, the least of --repeats runs: the machine's other load only adds). `decisions` is an md5 of
+every request's outcome (frames, TTFA, stalls, chunk order, admission): equal before and after a change that
+must not change what the policy decides. The simulated step times come from the default CostModel, not from
+a GPU: the live request counts are this model's, so compare trees on one machine, not against GPU figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+
+from voxrt.engine.sched import deadline_policy as dp
+from voxrt.engine.sched.scheduler import SchedulerConfig
+from voxrt.engine.sched.sim import simulate
+
+PHASES = ["plan_step", "admit", "decode", "ready_chunks", "_early_chunks", "_plan_codec", "update_lm"]
+
+
+def run(rate: float, duration_s: float, texts: list[str], batch: int) -> dict:
+    spent: dict[str, float] = {}
+    saved = {}
+    for name in PHASES:
+        original = getattr(dp.DeadlineScheduler, name)
+        saved[name] = original
+
+        def timed(self, *args, _name=name, _original=original, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - start
+        setattr(dp.DeadlineScheduler, name, timed)
+    try:
+        result = simulate("deadline", rate=rate, duration_s=duration_s, seed=0, texts=texts, has_lanes=True,
+                          lm_share=0.45, bg_share=0.55, config=SchedulerConfig(max_batch_size=batch))
+    finally:
+        for name, original in saved.items():
+            setattr(dp.DeadlineScheduler, name, original)
+    fields = ("request_id", "num_frames", "status", "ttfa_ms", "num_stalls", "stall_ms", "chunk_order", "admitted_ns",
+              "deferred_since_ns")
+    decisions = repr([tuple(getattr(r, f) for f in fields) for r in result.records]) + repr(result.end_ns)
+    live = max(len(result.records), 1)
+    return dict(rate=rate, steps=result.num_steps, requests=live,
+                ms_per_step={k: v / result.num_steps * 1e3 for k, v in spent.items()},
+                decisions=hashlib.md5(decisions.encode()).hexdigest())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rates", default="48,96,120")
+    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    with open(args.workload) as f:
+        texts = [json.loads(line)["text"] for line in f][:2000]
+    rows = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        runs = [run(rate, args.duration, texts, args.batch) for _ in range(args.repeats)]
+        assert len({r["decisions"] for r in runs}) == 1, "the simulation is not deterministic"
+        best = {k: min(r["ms_per_step"][k] for r in runs) for k in PHASES}
+        rows.append(dict(runs[0], ms_per_step={k: round(v, 3) for k, v in best.items()}))
+        print(f"rate {rate:5.0f}: {runs[0]['steps']} steps, plan_step {best['plan_step']:.3f} ms/step "
+              f"({', '.join(f'{k} {best[k]:.3f}' for k in PHASES[1:])}); decisions {runs[0]['decisions']}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
