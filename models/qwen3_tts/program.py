@@ -49,6 +49,7 @@ from voxrt.engine.runtime.program import LMGeometry, ModelProgram, check_frame_p
 from voxrt.engine.runtime.sampling import SamplingTensors, apply_repetition_penalty, sample
 from voxrt.engine.sched.plan import ProgramSpec
 from voxrt.engine.sched.request import PromptTokens, Request
+from voxrt.models.common.checkpoint import load_strict
 from voxrt.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from voxrt.models.qwen3_tts.talker import Talker
 
@@ -334,17 +335,7 @@ def load_talker(cfg: Qwen3TTSConfig, state: dict[str, torch.Tensor], source: str
     tensors = select_talker_state(state, source)
     with torch.device("meta"):
         talker = Talker(cfg.talker)
-    expected = talker.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(f"{source}: talker weights: {len(missing)} missing keys {missing[:8]}, "
-                              f"{len(unexpected)} unexpected keys {unexpected[:8]}")
-    wrong = [f"{k}: {tuple(tensors[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
-             if tuple(tensors[k].shape) != tuple(v.shape)]
-    if wrong:
-        raise CheckpointError(f"{source}: talker weights of the wrong shape for config.json: {wrong[:8]}")
-    talker.load_state_dict(tensors, strict=True, assign=True)
+    load_strict(talker, tensors, f"{source}: talker weights", assign=True)
     return talker
 
 
