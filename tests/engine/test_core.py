@@ -398,3 +398,35 @@ def test_mixed_prefill_steps_give_the_separate_stages_frames_and_audio():
     assert frames_m == frames_s and all(frames_s)
     for rid in audio_s:
         np.testing.assert_allclose(audio_m[rid], audio_s[rid], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("async_lm", [False, True])
+def test_cancel_during_a_mixed_step_returns_every_page_and_slot(async_lm):
+    """A prompt admitted beside decodes (a mixed step) and cancelled while that launch is queued: its pages
+    and slot return at once, the stream beside it finishes, nothing leaks."""
+    core = make_core(async_lm=async_lm, mixed_prefill=True)
+    other = submit(core, "other", OTHERS[0])
+    core.step()
+    core.step()
+    request = submit(core, "victim", TEXT)
+    real_launch, seen = core.runner.launch_lm, []
+
+    def launch_then_cancel(plan, **kw):
+        launch = real_launch(plan, **kw)
+        if request in plan.prefill:
+            seen.append(core.runner._mixed_stage_for(plan) is not None)
+            assert core.cancel("victim")
+        return launch
+
+    core.runner.launch_lm = launch_then_cancel
+    try:
+        for _ in range(3):
+            core.step()
+    finally:
+        core.runner.launch_lm = real_launch
+    assert seen == [True]  # it was prefilled in a mixed step
+    assert request.state is RequestState.CANCELLED and not request.pages and request.slot is None
+    chunks, failures = drain(core)
+    assert "victim" not in failures and all(not c.is_last for c in chunks.get("victim", []))
+    assert other.state is RequestState.FINISHED
+    assert_pools_empty(core)
