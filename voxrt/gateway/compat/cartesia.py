@@ -23,8 +23,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.aliases import AliasError
-from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot
+from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
 from voxrt.protocol.frames import AudioFrameHeader
+from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
+                                          ServerEvent, SessionStarted)
 
 log = logging.getLogger("voxrt.gateway.compat.cartesia")
 
@@ -81,8 +83,9 @@ class CartesiaAdapter:
 
     def __init__(self, ws: WebSocket, state) -> None:
         self.ws, self.state = ws, state
-        self.outbox = Outbox(ws)
-        self.link = NativeLink(self._on_event, self._on_frame, self._on_close)
+        self.outbox = Outbox(ws, stall_timeout_s=state.config.limits.inactivity_timeout_s,
+                             stall_message=lambda code, message: self._error_body(None, message, code, 408))
+        self.link = NativeLink(self._on_event, self._on_frame, self._on_close, (self.outbox,))
         self.session_key: tuple | None = None  # (voice, encoding, rate) of the native session
         self.contexts: dict[str, ContextOut] = {}
         self.by_index: dict[int, str] = {}
@@ -91,6 +94,7 @@ class CartesiaAdapter:
 
     async def read(self) -> None:
         while True:
+            await self.link.wait_room()  # backpressure: the peer's next message once the last ones are taken
             try:
                 raw = await self.ws.receive_text()
             except (WebSocketDisconnect, RuntimeError, KeyError):
@@ -159,26 +163,32 @@ class CartesiaAdapter:
 
     # ---- native -> client ----------------------------------------------------------------------------------
 
-    async def _on_event(self, event: dict) -> None:
-        kind, context_id = event["type"], event.get("context_id")
-        out = self.contexts.get(context_id)
-        if kind == "context.started":
-            self.by_index[event["index"]] = context_id
-        elif kind == "alignment" and out is not None and out.add_timestamps and event.get("words"):
-            words = event["words"]
-            self.outbox.json({"type": "timestamps", "context_id": context_id, "status_code": 200, "done": False,
-                              "word_timestamps": {"words": [w["word"] for w in words],
-                                                  "start": [w["start_ms"] / 1000 for w in words],
-                                                  "end": [w["end_ms"] / 1000 for w in words]}})
-        elif kind == "flushed" and out is not None and out.flush_ids:
-            self.outbox.json({"type": "flush_done", "context_id": context_id, "status_code": 200, "done": False,
-                              "flush_done": True, "flush_id": out.flush_ids.pop(0)})
-        elif kind == "context.done":
-            if event["reason"] != "cancelled":  # Cartesia sends nothing more for a cancelled context
-                self.outbox.json({"type": "done", "context_id": context_id, "status_code": 200, "done": True})
-            self.outbox.call(lambda: self._forget(context_id))
-        elif kind == "error":
-            self._error(context_id, event["message"], code=event["code"])
+    async def _on_event(self, event: ServerEvent) -> None:
+        match event:
+            case ContextStarted(context_id=context_id, index=index):
+                self.by_index[index] = context_id
+            case Alignment(context_id=context_id, words=words):
+                out = self.contexts.get(context_id)
+                if out is not None and out.add_timestamps and words:
+                    self.outbox.json({"type": "timestamps", "context_id": context_id, "status_code": 200,
+                                      "done": False, "word_timestamps": {"words": [w["word"] for w in words],
+                                                                         "start": [w["start_ms"] / 1000 for w in words],
+                                                                         "end": [w["end_ms"] / 1000 for w in words]}})
+            case Flushed(context_id=context_id):
+                out = self.contexts.get(context_id)
+                if out is not None and out.flush_ids:
+                    self.outbox.json({"type": "flush_done", "context_id": context_id, "status_code": 200,
+                                      "done": False, "flush_done": True, "flush_id": out.flush_ids.pop(0)})
+            case ContextDone(context_id=context_id, reason=reason):
+                if reason != "cancelled":  # Cartesia sends nothing more for a cancelled context
+                    self.outbox.json({"type": "done", "context_id": context_id, "status_code": 200, "done": True})
+                self.outbox.call(lambda: self._forget(context_id))
+            case Error(code=code, message=message, context_id=context_id):
+                self._error(context_id, message, code=code)
+            case SessionStarted() | Cancelled() | Pong():
+                pass  # nothing to say in Cartesia's terms (a cancelled context just stops)
+            case _:
+                unknown_event("cartesia", event)
 
     def _forget(self, context_id: str) -> None:
         self.contexts.pop(context_id, None)
@@ -187,7 +197,7 @@ class CartesiaAdapter:
     async def _on_frame(self, header: AudioFrameHeader, payload: bytes) -> None:
         context_id = self.by_index.get(header.index)
         if context_id is not None:
-            self.outbox.frame(context_id, (header.is_last, payload), self._chunk)
+            self.outbox.frame(context_id, (header.is_last, payload), self._chunk, len(payload))
 
     def _chunk(self, context_id: str, payloads: list, extras: list) -> dict | None:
         out = self.contexts.get(context_id)
@@ -198,11 +208,15 @@ class CartesiaAdapter:
                 "data": base64.b64encode(data).decode(), "step_time": 0.0} if data else None
 
     def _error(self, context_id: str | None, message: str, code: str = "invalid_request") -> None:
-        body = {"type": "error", "done": True, "status_code": 400, "error_code": code, "title": code,
+        self.outbox.json(self._error_body(context_id, message, code))
+
+    @staticmethod
+    def _error_body(context_id: str | None, message: str, code: str, status_code: int = 400) -> dict:
+        body = {"type": "error", "done": True, "status_code": status_code, "error_code": code, "title": code,
                 "message": message}
         if context_id is not None:
             body["context_id"] = context_id
-        self.outbox.json(body)
+        return body
 
     async def _on_close(self, code: int, reason: str) -> None:
         self.outbox.close(code, reason)

@@ -27,8 +27,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxrt.audio import OggOpusWriter
 from voxrt.gateway.compat.av_codec import ContainerEncoder
 from voxrt.gateway.compat.aliases import AliasError
-from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot
+from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
 from voxrt.protocol.frames import AudioFrameHeader
+from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
+                                          ServerEvent, SessionStarted)
 
 log = logging.getLogger("voxrt.gateway.compat.elevenlabs")
 
@@ -108,8 +110,9 @@ def char_alignment(text: str, spans: list[dict], offset_ms: int) -> dict:
 class ElevenLabsAdapter:
     def __init__(self, ws: WebSocket, state, voice: str, fmt: OutputFormat, *, multi: bool) -> None:
         self.ws, self.state, self.voice, self.fmt, self.multi = ws, state, voice, fmt, multi
-        self.outbox = Outbox(ws)
-        self.link = NativeLink(self._on_event, self._on_frame, self._on_close)
+        self.outbox = Outbox(ws, stall_timeout_s=state.config.limits.inactivity_timeout_s,
+                             stall_message=self._error_body)
+        self.link = NativeLink(self._on_event, self._on_frame, self._on_close, (self.outbox,))
         self.native_rate = fmt.native_output()["sample_rate"]
         self.texts: dict[str, str] = {}  # context id -> the text sent to it (alignment offsets index it)
         self.audio: dict[str, ContextAudio] = {}
@@ -126,6 +129,7 @@ class ElevenLabsAdapter:
 
     async def read(self) -> None:
         while True:
+            await self.link.wait_room()  # backpressure: the peer's next message once the last ones are taken
             try:
                 data = await self.ws.receive_text()
             except (WebSocketDisconnect, RuntimeError, KeyError):
@@ -185,34 +189,36 @@ class ElevenLabsAdapter:
 
     # ---- native -> client ----------------------------------------------------------------------------------
 
-    async def _on_event(self, event: dict) -> None:
-        kind = event["type"]
-        context_id = event.get("context_id")
-        if kind == "context.started":
-            self.by_index[event["index"]] = context_id
-            self.audio[context_id] = ContextAudio(self.fmt, self.native_rate)
-        elif kind == "alignment":
-            spans = event.get("words") or event["segments"]
-            # rides on its chunk's audio message while that is still being built; when the paced frames went
-            # out already, it goes alone (no audio; times from its own first character)
-            self.outbox.attach(context_id, {"spans": spans}, self._alignment_alone(context_id, spans))
-        elif kind == "flushed":
-            self.flushing.discard(context_id)
-            if self.multi:
+    async def _on_event(self, event: ServerEvent) -> None:
+        match event:
+            case ContextStarted(context_id=context_id, index=index):
+                self.by_index[index] = context_id
+                self.audio[context_id] = ContextAudio(self.fmt, self.native_rate)
+            case Alignment(context_id=context_id):
+                spans = event.words or event.segments
+                # rides on its chunk's audio message while that is still being built; when the paced frames went
+                # out already, it goes alone (no audio; times from its own first character)
+                self.outbox.attach(context_id, {"spans": spans}, self._alignment_alone(context_id, spans))
+            case Flushed(context_id=context_id):
+                self.flushing.discard(context_id)
+                if self.multi:
+                    self._final(context_id)
+            case ContextDone(context_id=context_id):
                 self._final(context_id)
-        elif kind == "context.done":
-            self._final(context_id)
-            self.outbox.call(lambda: self._forget(context_id))  # after its queued frames went out
-            if not self.multi:  # stream-input: one generation per socket, as ElevenLabs'
-                self.outbox.close(1000, "done")
-        elif kind == "error":
-            self._error(event["code"], event["message"], context_id)
-        # session.started, cancelled, pong: nothing to say in ElevenLabs' terms (isFinal follows a cancel)
+                self.outbox.call(lambda: self._forget(context_id))  # after its queued frames went out
+                if not self.multi:  # stream-input: one generation per socket, as ElevenLabs'
+                    self.outbox.close(1000, "done")
+            case Error(code=code, message=message, context_id=context_id):
+                self._error(code, message, context_id)
+            case SessionStarted() | Cancelled() | Pong():
+                pass  # nothing to say in ElevenLabs' terms (isFinal follows a cancel, with its context.done)
+            case _:
+                unknown_event("elevenlabs", event)
 
     async def _on_frame(self, header: AudioFrameHeader, payload: bytes) -> None:
         context_id = self.by_index.get(header.index)
         if context_id is not None:
-            self.outbox.frame(context_id, (header.pts_ms, header.is_last, payload), self._audio_message)
+            self.outbox.frame(context_id, (header.pts_ms, header.is_last, payload), self._audio_message, len(payload))
 
     def _audio_message(self, context_id: str, payloads: list, extras: list[dict]) -> dict | None:
         audio = self.audio.get(context_id)
@@ -252,10 +258,13 @@ class ElevenLabsAdapter:
         self.outbox.json({"isFinal": True, "contextId": context_id} if self.multi else {"isFinal": True})
 
     def _error(self, code: str, message: str, context_id: str | None = None) -> None:
+        self.outbox.json(self._error_body(code, message, context_id))
+
+    def _error_body(self, code: str, message: str, context_id: str | None = None) -> dict:
         body = {"message": message, "error": code, "code": code}
         if self.multi and context_id is not None:
             body["contextId"] = context_id
-        self.outbox.json(body)
+        return body
 
     async def _on_close(self, code: int, reason: str) -> None:
         self.outbox.close(code, reason)

@@ -19,20 +19,30 @@ Marks are the listener's playback clock: each echoed mark becomes a native `play
 (`played_ms` = the end of the frame the mark followed), so the engine's deadlines follow the phone's real
 playout rather than the send clock. A `cancel` from the agent sends `clear` at once and drops the context's
 frames at this edge while the native cancel completes; nothing at all is sent to Twilio after `stop`.
+
+Both sockets are bounded as every adapter's are (bridge.py): a media stream or control connection that reads
+nothing for the session's inactivity timeout while messages wait for it is closed with 4008 (the control
+connection after an `inactivity_timeout` error); a stalled media stream ends the call as `stop` does (the
+agent gets `call.stopped`, then close 1000), a stalled control connection ends its session (the call gets
+`clear`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot
+from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
+from voxrt.protocol.errors import INACTIVITY_TIMEOUT
 from voxrt.protocol.frames import AudioFrameHeader
+from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
+                                          ServerEvent, SessionStarted)
 
 log = logging.getLogger("voxrt.gateway.compat.twilio")
 
@@ -113,20 +123,31 @@ async def media_endpoint(ws: WebSocket) -> None:
         await _close(ws, 1008, "missing or invalid token (customParameters.token)")
         return
     call_id = str(params.get("call_id") or start.get("callSid") or start.get("streamSid"))
-    call = Call(call_id, str(start.get("streamSid")), str(start.get("callSid")), params, Outbox(ws))
+    # Twilio takes no error messages: a stalled media stream just gets its close (4008, bridge.py)
+    outbox = Outbox(ws, stall_timeout_s=state.config.limits.inactivity_timeout_s)
+    call = Call(call_id, str(start.get("streamSid")), str(start.get("callSid")), params, outbox)
     calls = registry(ws.app)
     if call_id in calls.calls:
         await _close(ws, 1008, f"call {call_id} already has a media stream")
         return
     calls.add(call)
-    try:
-        await _read_call(ws, call)
+    reader = asyncio.create_task(_read_call(ws, call), name="voxrt-twilio-media")
+    gone = asyncio.create_task(call.outbox.gone.wait(), name="voxrt-twilio-gone")
+    try:  # until Twilio's stop or disconnect, or the stream stalled (then the call ends as at stop)
+        await asyncio.wait({reader, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in (reader, gone):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         call.is_stopped = True
         call.stopped.set()
         calls.remove(call)
         await call.outbox.stop()  # nothing more to Twilio after stop (or its disconnect)
-        await _close(ws, 1000, "call stopped")
+        if call.outbox.is_stalled:
+            state.metrics.errors.labels(INACTIVITY_TIMEOUT).inc()
+        else:  # a stalled stream's close is written already (its transport would make this wait)
+            await _close(ws, 1000, "call stopped")
 
 
 async def _read_start(ws: WebSocket) -> dict | None:
@@ -181,8 +202,9 @@ class CallBridge:
 
     def __init__(self, ws: WebSocket, call: Call) -> None:
         self.ws, self.call = ws, call
-        self.control = Outbox(ws)
-        self.link = NativeLink(self._on_event, self._on_frame, self._on_close)
+        self.control = Outbox(ws, stall_timeout_s=call.outbox.stall_timeout_s,
+                              stall_message=lambda code, message: Error(code, message, True).to_wire())
+        self.link = NativeLink(self._on_event, self._on_frame, self._on_close, (self.control, call.outbox))
         self.by_index: dict[int, str] = {}
         self.live: set[str] = set()  # contexts whose marks still matter
         self.muted: set[str] = set()  # cancelled here: their frames are dropped, clear was sent
@@ -199,6 +221,7 @@ class CallBridge:
         stopped = asyncio.create_task(self.call.stopped.wait())
         try:
             while True:
+                await self.link.wait_room()  # backpressure: the agent's next message once the last ones are taken
                 receive = asyncio.create_task(self.ws.receive())
                 done, _ = await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
                 if stopped in done:
@@ -237,18 +260,28 @@ class CallBridge:
             data = json.dumps(message)
         self.link.send_text_raw(data)  # as received, otherwise: the native session answers bad input
 
-    async def _on_event(self, event: dict) -> None:
-        kind, context_id = event["type"], event.get("context_id")
-        if kind == "context.started":
-            self.by_index[event["index"]] = context_id
-            self.live.add(context_id)
-        elif kind == "cancelled" and context_id in self.live and context_id not in self.muted:
-            self.muted.add(context_id)
-            self.call.send({"event": "clear"})
-        elif kind == "context.done":
-            self.live.discard(context_id)
-            self.muted.discard(context_id)
-        self.control.json(event)
+    async def _on_event(self, event: ServerEvent) -> None:
+        """Every native event goes to the agent as it is (the control API is the native protocol); some act on
+        the call first."""
+        match event:
+            case ContextStarted(context_id=context_id, index=index):
+                self.by_index[index] = context_id
+                self.live.add(context_id)
+            case Cancelled(context_id=context_id):
+                if context_id in self.live and context_id not in self.muted:
+                    self.muted.add(context_id)
+                    self.call.send({"event": "clear"})
+            case ContextDone(context_id=context_id):
+                self.live.discard(context_id)
+                self.muted.discard(context_id)
+            case SessionStarted() | Alignment() | Flushed() | Error() | Pong():
+                pass  # nothing for the call to do
+            case _:
+                if not hasattr(event, "to_wire"):
+                    unknown_event("twilio", event)
+                    return
+                unknown_event("twilio", event, "passed to the agent as it is")
+        self.control.json(event.to_wire())
 
     async def _on_frame(self, header: AudioFrameHeader, payload: bytes) -> None:
         context_id = self.by_index.get(header.index)
