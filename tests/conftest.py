@@ -53,6 +53,7 @@ SLOW_FIRST = {
     "tests/web/test_browser.py": 70,
     "tests/reliability/test_gateway_reliability.py": 60,
     "tests/models/qwen3_tts/test_fused.py": 50,
+    "tests/models/qwen3_tts/test_instructions.py": 45,
     "tests/gateway/test_realtime.py": 45,
     "tests/compat/test_openai_sdk.py": 35,
     "tests/engine/test_core.py": 30,
