@@ -6,7 +6,16 @@ Before the session: the Origin check (a browser page of another origin may not o
 `--allow-origin` lists it; same-origin pages and non-browser clients may) and auth. At `session.start` the
 session takes an admission slot (gateway/admission.py), waiting in the bounded queue if need be; refused, it
 gets `server_busy` with `retry_after_ms` and close 4029. Each message first takes a token of the session's
-rate limit. A client that goes away mid-session is one info line in the log, not a traceback."""
+rate limit. A client that goes away mid-session is one info line in the log, not a traceback.
+
+A client that stops reading is inactive too (gateway/stall.py, the compat adapters' rule): a send waits while
+the connection cannot take more (uvicorn pauses writing while its transport's buffer is over its high-water
+mark) and the context's AudioOut waits behind it, so the idle timer, which counts a context that owes audio as
+activity, would never fire. So one send (a frame, an event, the close) that waits longer than the session's
+`limits.inactivity_timeout_s` ends it: nothing more is sent, the fatal `inactivity_timeout` error and close 4008
+are written after what the connection holds (`close_stalled`), the receive loop stops at once and the
+session's teardown runs (every context cancelled: engine requests, pages and slots return; the admission slot
+is freed), and the connection is dropped `CLOSE_GRACE_S` later if the client has not read to the close."""
 
 from __future__ import annotations
 
@@ -22,11 +31,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxrt.engine.errors import EngineError
 from voxrt.gateway.admission import Busy, TokenBucket
 from voxrt.gateway.context import ContextRunner, now_ms
-from voxrt.gateway.wire import RAW_SEND_KEY, FrameWriter
+from voxrt.gateway.stall import CLOSE_STALLED, close_stalled
+from voxrt.gateway.wire import RAW_SEND_KEY, FrameWriter, _direct_protocol
 from voxrt.logs import access
 from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
                                     OpenContext, ReportPlayback, SendText, StartSession)
-from voxrt.protocol.errors import CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, SERVER_BUSY, SERVER_SHUTTING_DOWN
+from voxrt.protocol.errors import (CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, INACTIVITY_TIMEOUT, SERVER_BUSY,
+                                   SERVER_SHUTTING_DOWN)
 from voxrt.protocol.events import encode_error
 from voxrt.protocol.server_events import Error, ServerEvent, encode_event
 from voxrt.protocol.session import Session
@@ -119,7 +130,9 @@ class RealtimeSession:
         self.runners: dict[str, ContextRunner] = {}
         self._send_lock = asyncio.Lock()
         # frames written at once where the server allows it (wire.py); a compat bridge's link has no scope
-        self._writer = FrameWriter(getattr(ws, "scope", {}).get(RAW_SEND_KEY))
+        raw_send = getattr(ws, "scope", {}).get(RAW_SEND_KEY)
+        self._writer = FrameWriter(raw_send)
+        self._protocol = _direct_protocol(raw_send)  # uvicorn's sansio protocol, where sends can be seen to wait
         self._exec_lock = asyncio.Lock()  # actions of one input are executed in order, one input at a time
         self.is_closed = False
         self.config = None
@@ -130,16 +143,32 @@ class RealtimeSession:
         self.num_contexts = 0  # opened, for the access line
         self.num_frames = 0  # audio frames sent
         self.close_code: int | None = None  # ours when we closed, else the client's
+        # the stall rule (module docstring): how long one send may wait for the connection; None for a peer
+        # that takes events (a compat adapter's NativeLink: its Outbox keeps the same rule at its own socket)
+        self.stall_timeout_s: float | None = None if hasattr(ws, "send_event") else \
+            self.session.limits.inactivity_timeout_s
+        self.is_stalled = False
+        self._run_task: asyncio.Task | None = None
+        self._is_receiving = False  # the receive loop waits in ws.receive() (where a stall may stop it)
 
     async def run(self) -> None:
         poller = asyncio.create_task(self._poll_forever())
+        self._run_task = asyncio.current_task()
         close_code = None
         try:
             while not self.is_closed:
+                self._is_receiving = True
                 try:
                     message = await self.ws.receive()
                 except (WebSocketDisconnect, RuntimeError):
                     break
+                except asyncio.CancelledError:
+                    if not self.is_stalled:
+                        raise
+                    self._run_task.uncancel()  # the stall's stop (_on_stalled), not the server's cancel
+                    break
+                finally:
+                    self._is_receiving = False
                 if message["type"] == "websocket.disconnect":
                     close_code = message.get("code")
                     if self.close_code is None:
@@ -281,9 +310,63 @@ class RealtimeSession:
         self.is_closed = True
         self.close_code = code
         try:
-            await self.ws.close(code, reason)
+            if self.stall_timeout_s is None:
+                await self.ws.close(code, reason)
+            else:
+                await asyncio.wait_for(self.ws.close(code, reason), self.stall_timeout_s)
+        except TimeoutError:  # the client reads nothing: the close goes after what the connection holds
+            if not self.is_stalled:
+                self.is_stalled = True
+                log.info("session %s: the client read nothing for %g s; its close (%d) was written without waiting",
+                         self.session.session_id, self.stall_timeout_s, code)
+                close_stalled(self.ws, code, reason, None)
+                self._stop_receiving()
         except Exception:  # noqa: BLE001 (already gone)
             pass
+
+    def _on_stalled(self) -> None:
+        """One send waited `stall_timeout_s`: the client is inactive (module docstring). Nothing more is sent,
+        its fatal error and close 4008 are written after what the connection holds, and the receive loop is
+        stopped so that the session's teardown (run's `finally`) runs now."""
+        if self.is_stalled:
+            return
+        self.is_stalled = True
+        was_closed, self.is_closed = self.is_closed, True
+        if not was_closed:
+            self.close_code = CLOSE_STALLED
+        message = f"the client read nothing for {self.stall_timeout_s:g} s while messages waited for it"
+        actions = self.session.fail(INACTIVITY_TIMEOUT, message)  # [] when the session is closing already
+        text = next((a.data for a in actions if isinstance(a, SendText)), None)
+        close = next((a for a in actions if isinstance(a, CloseConnection)), None)
+        if text is not None:
+            self.state.metrics.errors.labels(INACTIVITY_TIMEOUT).inc()
+        log.info("session %s: the client read nothing for %g s with %d open contexts; closing it (%d, %s)",
+                 self.session.session_id, self.stall_timeout_s, len(self.runners), CLOSE_STALLED, INACTIVITY_TIMEOUT)
+        close_stalled(self.ws, close.code if close is not None else CLOSE_STALLED,
+                      close.reason if close is not None else INACTIVITY_TIMEOUT, text)
+        self._stop_receiving()
+
+    def _stop_receiving(self) -> None:
+        """The receive loop stops now (its `finally` is the session's teardown), not when the dropped connection
+        reports its end; when it is not waiting in receive it stops at its next check of `is_closed`."""
+        if self._is_receiving and self._run_task is not None and self._run_task is not asyncio.current_task():
+            self._run_task.cancel()
+
+    async def _send(self, send) -> None:
+        """One send under the stall rule: TimeoutError (the client is then stalled) if it waits longer than
+        `stall_timeout_s`. Called with the send lock held. A send that cannot wait (uvicorn's transport is
+        writable) is awaited as is, in the caller's task, so that `start_eagerly` (pacer.py) still finishes it
+        in its first step; one that may wait runs under `wait_for`, whose timer cancels the send itself (not
+        `asyncio.timeout`, which before Python 3.12 would cancel the task of an eager first step: the
+        caller's, not the one that goes on with the send)."""
+        if self.stall_timeout_s is None or (self._protocol is not None and self._protocol.writable.is_set()):
+            await send
+            return
+        try:
+            await asyncio.wait_for(send, self.stall_timeout_s)
+        except TimeoutError:
+            self._on_stalled()
+            raise
 
     async def send_event(self, event: ServerEvent | None, data: str | None = None) -> None:
         """One server message: `data` (its encoding; `encode_event(event)` when None) on a WebSocket, the
@@ -303,7 +386,7 @@ class RealtimeSession:
                 if send_event is not None:
                     await send_event(event)
                 else:
-                    await self.ws.send_text(data)
+                    await self._send(self.ws.send_text(data))
             except Exception:  # noqa: BLE001 (the client is gone; the receive loop ends the session)
                 pass
 
@@ -333,7 +416,9 @@ class RealtimeSession:
             if self.is_closed:
                 raise ConnectionError("session closed")
             try:
-                await self.ws.send_bytes(data)
+                await self._send(self.ws.send_bytes(data))
+            except TimeoutError:
+                raise ConnectionError("the client read nothing: stalled") from None
             except Exception as exc:  # noqa: BLE001 (gone mid-send: the context ends quietly, the reader ends the session)
                 raise ConnectionError(f"the client went away: {type(exc).__name__}") from None
             self._num_frames_sent += 1

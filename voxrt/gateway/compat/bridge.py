@@ -27,7 +27,8 @@ that writes without reading meets TCP backpressure. A peer that takes nothing at
 gives up, the adapter's error (code `inactivity_timeout`) and a close frame with code 4008 are written after
 what the connection holds already, the session ends at once (its contexts are cancelled: engine requests, KV
 pages and codec slots return; its admission slot is freed) and the connection is dropped `CLOSE_GRACE_S`
-later if the peer has not read its way to the close by then.
+later if the peer has not read its way to the close by then (the rule and `close_stalled`: gateway/stall.py,
+shared with the native session).
 """
 
 from __future__ import annotations
@@ -41,11 +42,10 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from starlette.websockets import WebSocket
-from websockets.protocol import State
 
 from voxrt.gateway.realtime import RealtimeSession
-from voxrt.gateway.wire import RAW_SEND_KEY, _direct_protocol
-from voxrt.protocol.errors import FATAL_CLOSE_CODES, INACTIVITY_TIMEOUT
+from voxrt.gateway.stall import CLOSE_GRACE_S, CLOSE_STALLED, close_stalled  # noqa: F401 (also bridge's names)
+from voxrt.protocol.errors import INACTIVITY_TIMEOUT
 from voxrt.protocol.frames import AudioFrameHeader, decode_audio_frame
 from voxrt.protocol.server_events import ServerEvent
 
@@ -56,8 +56,6 @@ log = logging.getLogger("voxrt.gateway.compat")
 # and about one chunk per socket is all a slow peer can make the server hold (the native AudioOut holds one).
 MAX_QUEUED_BYTES = 256 * 1024
 MAX_INBOX_MESSAGES = 16  # the peer's messages waiting for the native session: as server.MAX_QUEUED_MESSAGES
-CLOSE_GRACE_S = 5.0  # a stalled peer's connection is dropped this long after its close frame was written
-CLOSE_STALLED = FATAL_CLOSE_CODES[INACTIVITY_TIMEOUT]  # 4008, protocol/errors.py
 
 OnEvent = Callable[[ServerEvent], Awaitable[None]]
 OnFrame = Callable[[AudioFrameHeader, bytes], Awaitable[None]]
@@ -338,38 +336,6 @@ class Outbox:
         body = self._stall_message(INACTIVITY_TIMEOUT, message) if self._stall_message is not None else None
         self._end()
         close_stalled(self.ws, CLOSE_STALLED, "inactivity timeout", None if body is None else _dumps(body))
-
-
-def close_stalled(ws: WebSocket, code: int, reason: str, text: str | None) -> None:
-    """Closes a connection whose transport cannot take more, without waiting for it (a WebSocket close would
-    wait for the transport like any send): on uvicorn's sansio protocol (gateway/wire.py) `text` and the close
-    frame are framed by its websockets connection and written after what the transport holds, the transport
-    is closed (it ends once the peer read them) and aborted CLOSE_GRACE_S later if it has not; that is what
-    uvicorn's own keepalive timeout does, but for the abort. Any other server: its close, in a task, given up
-    after CLOSE_GRACE_S."""
-    protocol = _direct_protocol(getattr(ws, "scope", {}).get(RAW_SEND_KEY))
-    if protocol is None:
-        async def bounded_close() -> None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code, reason), CLOSE_GRACE_S)
-
-        asyncio.ensure_future(bounded_close())
-        return
-    if protocol.disconnected or protocol.close_sent:
-        return
-    conn = protocol.conn
-    if conn.state is State.OPEN and not conn.expect_continuation_frame:
-        if text is not None:
-            conn.send_text(text.encode())
-        conn.send_close(code, reason)
-        protocol.transport.write(b"".join(conn.data_to_send()))
-    protocol.close_sent = True
-    protocol.transport.close()
-    def abort() -> None:  # (once the connection is lost its transport has no loop to abort on)
-        if not protocol.disconnected:
-            protocol.transport.abort()
-
-    protocol.loop.call_later(CLOSE_GRACE_S, abort)
 
 
 @contextlib.asynccontextmanager
