@@ -64,6 +64,7 @@ SLOW_FIRST = {
     "tests/compat/test_elevenlabs.py": 20,
     "tests/compat/test_cartesia.py": 20,
     "tests/compat/test_slow_peers.py": 30,
+    "tests/gateway/test_native_slow_peer.py": 50,
     "tests/gateway/test_http.py": 20,
     "tests/packaging/test_wheel.py": 20,
 }
