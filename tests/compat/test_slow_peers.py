@@ -9,17 +9,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import socket
-import struct
 import time
 
 import pytest
 import websockets
 
 from compat_audio import TINY_CHARS_PER_S
+from raw_ws import RawWebSocket, assert_returned, engine_figures, small_server_buffers
 from voxrt.gateway.compat import bridge
-from voxrt.gateway.wire import RAW_SEND_KEY
 from voxrt.protocol.config import Limits
 from voxrt_live import live_server, run
 
@@ -48,78 +45,8 @@ def outboxes(monkeypatch):
     return made
 
 
-class RawPeer:
-    """A WebSocket client on a plain socket: it reads only when the test says so (no library reading behind
-    its back), with a small receive buffer."""
-
-    def __init__(self, port: int, path: str) -> None:
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.sock.connect(("127.0.0.1", port))
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                          .encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.sock.recv(1)
-        assert b" 101 " in head.split(b"\r\n", 1)[0], head
-        self._buffer = bytearray()
-        self.texts: list[str] = []
-        self.close_code: int | None = None
-        self.num_bytes = 0
-
-    def send(self, message: dict) -> None:
-        data, mask = json.dumps(message).encode(), os.urandom(4)
-        size = len(data)
-        head = bytes([0x81]) + (bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + struct.pack("!H", size))
-        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-
-    def read(self, timeout_s: float) -> bool:
-        """Reads what arrives within `timeout_s`; False once the server closed the connection."""
-        self.sock.settimeout(timeout_s)
-        try:
-            data = self.sock.recv(1 << 16)
-        except (socket.timeout, BlockingIOError):
-            return True
-        except ConnectionError:
-            return False
-        if not data:
-            return False
-        self.num_bytes += len(data)
-        self._buffer += data
-        self._parse()
-        return True
-
-    def _parse(self) -> None:
-        buf = self._buffer
-        while len(buf) >= 2:
-            opcode, size, start = buf[0] & 0x0F, buf[1] & 0x7F, 2
-            if size == 126:
-                if len(buf) < 4:
-                    return
-                size, start = struct.unpack_from("!H", buf, 2)[0], 4
-            elif size == 127:
-                if len(buf) < 10:
-                    return
-                size, start = struct.unpack_from("!Q", buf, 2)[0], 10
-            if len(buf) < start + size:
-                return
-            payload = bytes(buf[start:start + size])
-            del buf[:start + size]
-            if opcode == 1:
-                self.texts.append(payload.decode())
-            elif opcode == 8:
-                self.close_code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
-
-    def read_to_the_end(self, timeout_s: float = 20) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.close_code is None and self.read(0.5):
-            pass
-
-    @property
-    def messages(self) -> list[dict]:
-        return [json.loads(text) for text in self.texts]
+class RawPeer(RawWebSocket):
+    """A compat peer on a plain socket (tests/support/raw_ws.py)."""
 
 
 def _with_bound(monkeypatch, max_queued_bytes: int) -> None:
@@ -138,34 +65,8 @@ def _new_outbox(outboxes: list, before: int, timeout_s: float = 10) -> bridge.Ou
 
 
 def _small_server_buffers(live, outbox: bridge.Outbox) -> None:
-    """The server side of this connection with small socket and transport buffers (what a long network path's
-    buffers are next to loopback's megabytes), so that the Outbox, not the kernel, is where audio waits."""
-    transport = outbox.ws.scope[RAW_SEND_KEY].__self__.transport
-
-    def shrink() -> None:
-        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
-        transport.set_write_buffer_limits(high=16384)
-
-    live.state.loop.call_soon_threadsafe(shrink)
-    time.sleep(0.05)
-
-
-def _engine(live):
-    stats = asyncio.run_coroutine_threadsafe(live.state.engine.stats(check_pools=True), live.state.loop).result(10)
-    return stats, {"requests": stats.num_requests, "streams": live.state.engine.num_streams,
-                   "pages_used": stats.num_pages_total - stats.num_pages_free,
-                   "slots_used": stats.num_slots_total - stats.num_slots_free,
-                   "sessions": live.state.num_sessions, "admitted": live.state.admission.num_active}
-
-
-def _assert_returned(live, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        stats, figures = _engine(live)
-        if stats.pool_ok and not any(figures.values()):
-            return
-        assert time.monotonic() < deadline, f"not returned {timeout_s} s after the stall: {figures}"
-        time.sleep(0.1)
+    """Small server buffers for this connection, so that the Outbox, not the kernel, is where audio waits."""
+    small_server_buffers(live, outbox.ws)
 
 
 def _start_eleven(live, outboxes) -> tuple[RawPeer, bridge.Outbox]:
@@ -204,7 +105,7 @@ ERROR_CODE = {"elevenlabs": lambda m: m.get("code"), "cartesia": lambda m: m.get
 
 @pytest.mark.parametrize("kind", ["elevenlabs", "cartesia"])
 def test_a_peer_that_stops_reading_is_bounded_then_closed_4008_and_its_requests_cancelled(live, outboxes, kind):
-    _assert_returned(live, 30)
+    assert_returned(live, 30)
     peer, outbox = STARTS[kind](live, outboxes)
     try:
         _say(kind, peer, LONG_TEXT)
@@ -215,7 +116,7 @@ def test_a_peer_that_stops_reading_is_bounded_then_closed_4008_and_its_requests_
         while not outbox.is_stalled:
             assert time.monotonic() < deadline, "the stalled peer was never closed"
             assert outbox.num_queued_bytes <= bridge.MAX_QUEUED_BYTES + FRAME_BYTES_48K
-            requests = _engine(live)[1]["requests"]
+            requests = engine_figures(live)[1]["requests"]
             if outbox.num_queued_bytes > 0 and not outbox.is_stalled:
                 num_requests_blocked = requests
             time.sleep(0.05)
@@ -224,7 +125,7 @@ def test_a_peer_that_stops_reading_is_bounded_then_closed_4008_and_its_requests_
         # still generating while the peer was blocked (ElevenLabs' first message, " ", opened a context of its own)
         assert num_requests_blocked >= (2 if kind == "elevenlabs" else 1)
         # the session ends at the stall: its contexts are cancelled, not generated to their end
-        _assert_returned(live, 3)
+        assert_returned(live, 3)
         assert time.monotonic() - stalled_at < 3
         # what the connection held, then the adapter's error and close 4008 (within bridge.CLOSE_GRACE_S)
         peer.read_to_the_end()
@@ -263,7 +164,7 @@ def test_a_peer_that_reads_in_bursts_gets_all_its_audio_and_the_server_holds_at_
                                                                                                 monkeypatch):
     """With a bound of a third of a second of audio (here), so that it bites on any machine, even where the
     model generates slower than the peer reads between its pauses."""
-    _assert_returned(live, 30)
+    assert_returned(live, 30)
     text = "Hello there, my good friend. How are you doing today? " * 3  # 5 to 13 s of tiny-lite's audio
     reference = _audio(kind, run(_fast_reader(live, kind, text), 120))
     bound = 32 * 1024
@@ -285,14 +186,14 @@ def test_a_peer_that_reads_in_bursts_gets_all_its_audio_and_the_server_holds_at_
         assert len(_audio(kind, peer.messages)) == len(reference) > 48000 * 2 * 3
     finally:
         peer.sock.close()
-    _assert_returned(live, 10)
+    assert_returned(live, 10)
 
 
 def test_a_twilio_stream_that_stops_reading_ends_the_call_and_its_session(live, outboxes, monkeypatch, request):
     """Real-time pacing: a stalled media stream fills the (here smaller) bound at the call's rate, is closed
     4008, and the agent's control connection hears call.stopped and is closed, its session's requests
     cancelled."""
-    _assert_returned(live, 30)
+    assert_returned(live, 30)
     _with_bound(monkeypatch, 8192)
     before = len(outboxes)
     media = RawPeer(live.port, "/v1/twilio/media")
@@ -318,6 +219,6 @@ def test_a_twilio_stream_that_stops_reading_ends_the_call_and_its_session(live, 
     events, code = run(agent(), 90)
     assert outbox.is_stalled and outbox.max_num_queued_bytes <= 8192 + 400  # one media message beyond
     assert events[-1]["type"] == "call.stopped" and code == 1000
-    _assert_returned(live, 3)
+    assert_returned(live, 3)
     media.read_to_the_end()
     assert media.close_code == 4008
