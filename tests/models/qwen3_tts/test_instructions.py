@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_talker import SPEAKERS, SilentCodec, assistant_ids, cached_checkpoint, load_program
+from tiny_talker import SPEAKERS, SilentCodec, assistant_ids, cached_checkpoint, load_program, reference_prompt
 from voxrt.engine.errors import InvalidParamsError
 from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams, instructions_problem, max_instructions_bytes
@@ -34,30 +34,6 @@ INSTRUCTIONS = ["Speak slowly, in a warm and calm voice.", "\nA leading newline.
 def instruct_ids(tokenizer, instructions: str) -> torch.Tensor:
     """What Qwen3TTSModel.generate_custom_voice hands the model: [1, T] ids of the instruct turn."""
     return tokenizer(f"<|im_start|>user\n{instructions}<|im_end|>\n", return_tensors="pt")["input_ids"]
-
-
-def reference_prompt(model, ids: torch.Tensor, instruct: torch.Tensor | None, speaker: str) -> dict:
-    """The reference generate()'s talker inputs (as tiny_talker.reference_prompt, with `instruct_ids`)."""
-    captured = {}
-
-    class Captured(Exception):
-        pass
-
-    def fake_generate(**kwargs):
-        captured.update(kwargs)
-        raise Captured
-
-    original = model.talker.generate
-    model.talker.generate = fake_generate
-    try:
-        with torch.no_grad():
-            model.generate(input_ids=[ids], instruct_ids=[instruct], languages=["auto"], speakers=[speaker],
-                           non_streaming_mode=False, do_sample=False, subtalker_dosample=False)
-    except Captured:
-        pass
-    finally:
-        model.talker.generate = original
-    return captured
 
 
 def make_request(program, voice: str, text: str, instructions: str | None) -> Request:
@@ -97,7 +73,8 @@ def test_prompt_layout_with_instructions(ckpt):
 @pytest.mark.parametrize("instructions", INSTRUCTIONS[:2])
 def test_prompt_embeddings_equal_the_reference_with_instructions(ckpt, voice, instructions):
     _, model, tokenizer, program = ckpt
-    theirs = reference_prompt(model, assistant_ids(tokenizer, TEXT), instruct_ids(tokenizer, instructions), voice)
+    theirs = reference_prompt(model, assistant_ids(tokenizer, TEXT), voice,
+                              instruct=instruct_ids(tokenizer, instructions))
     prompt = program.build_prompt(make_request(program, voice, TEXT, instructions))
     tokens = program.tokenize(TEXT)[0]
     with torch.inference_mode():

@@ -216,8 +216,10 @@ def load_program(directory: Path, **kwargs):
     return _load_dir(directory, codec=codec, **kwargs).eval()
 
 
-def reference_prompt(model, ids: torch.Tensor, speaker: str, language: str = "auto") -> dict:
-    """What the reference's generate() hands `talker.generate` (the prompt embeddings and trailing text)."""
+def reference_prompt(model, ids: torch.Tensor, speaker: str, language: str = "auto",
+                     instruct: torch.Tensor | None = None) -> dict:
+    """What the reference's generate() hands `talker.generate` (the prompt embeddings and trailing text);
+    `instruct`: [1, T] ids of an instruct turn (generate's `instruct_ids`)."""
     captured = {}
 
     class Captured(Exception):
@@ -231,8 +233,8 @@ def reference_prompt(model, ids: torch.Tensor, speaker: str, language: str = "au
     model.talker.generate = fake_generate
     try:
         with torch.no_grad():
-            model.generate(input_ids=[ids], languages=[language], speakers=[speaker], non_streaming_mode=False,
-                           do_sample=False, subtalker_dosample=False)
+            model.generate(input_ids=[ids], instruct_ids=[instruct], languages=[language], speakers=[speaker],
+                           non_streaming_mode=False, do_sample=False, subtalker_dosample=False)
     except Captured:
         pass
     finally:
