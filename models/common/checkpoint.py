@@ -85,6 +85,14 @@ def load_state(directory: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def key_listing(kind: str, keys: list[str], limit: int = 10) -> str:
+    """`keys` for an error message: "3 missing keys: a, b, c", at most `limit` named."""
+    if not keys:
+        return f"no {kind} keys"
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"{len(keys)} {kind} keys: {', '.join(keys[:limit])}{more}"
+
+
 def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str, assign: bool = False) -> None:
     """`load_state_dict(strict=True)` with an error that lists the missing and unexpected keys and any shape
     mismatch: a wrong key must never leave random weights in place silently."""

@@ -41,6 +41,7 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
 from voxrt.engine.errors import CheckpointError
+from voxrt.models.common.checkpoint import key_listing
 
 NOISE_MODES = ("random", "off")
 _WN = ".parametrizations.weight.original"  # + "0" (g) / "1" (v)
@@ -258,7 +259,7 @@ class SnacDecoder(nn.Module):
         missing, unexpected = sorted(expected - own.keys()), sorted(own.keys() - expected)
         if missing or unexpected:
             raise CheckpointError("SNAC checkpoint does not match its config: "
-                                  f"{_listing('missing', missing)}; {_listing('unexpected', unexpected)}")
+                                  f"{key_listing('missing', missing, 8)}; {key_listing('unexpected', unexpected, 8)}")
         try:
             self.load_state_dict(own, strict=True)
         except RuntimeError as exc:  # shape mismatches
@@ -278,13 +279,6 @@ def _modern_key(key: str) -> str:
         if key.endswith("." + old):
             return key[: -len(old) - 1] + _WN + new
     return key
-
-
-def _listing(kind: str, keys: list[str], limit: int = 8) -> str:
-    if not keys:
-        return f"no {kind} keys"
-    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return f"{len(keys)} {kind} keys: {', '.join(keys[:limit])}{more}"
 
 
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors")

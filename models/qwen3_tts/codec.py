@@ -37,6 +37,7 @@ from torch import nn
 
 from voxrt.engine.errors import CheckpointError
 from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
+from voxrt.models.common.checkpoint import key_listing
 from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, SnakeBeta,
                                                  StatefulLayer, UpsampleStage)
 from voxrt.models.qwen3_tts.codec_quantizer import SplitResidualVectorQuantizer
@@ -148,7 +149,7 @@ class Qwen3TTSCodec(nn.Module):
         unexpected = sorted(CHECKPOINT_PREFIX + k for k in own.keys() - expected)
         if missing or unexpected:
             raise CheckpointError("codec checkpoint does not match the decoder config: "
-                                  f"{_listing('missing', missing)}; {_listing('unexpected', unexpected)}")
+                                  f"{key_listing('missing', missing)}; {key_listing('unexpected', unexpected)}")
         try:
             self.load_state_dict(own, strict=True)
         except RuntimeError as exc:  # shape mismatches
@@ -278,13 +279,6 @@ class CodecState(dict):
                 for key, offset, size, shape in self.layout}
         rows[FRAMES_KEY] = self[FRAMES_KEY].index_select(0, slots)
         return rows
-
-
-def _listing(kind: str, keys: list[str], limit: int = 10) -> str:
-    if not keys:
-        return f"no {kind} keys"
-    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return f"{len(keys)} {kind} keys: {', '.join(keys[:limit])}{more}"
 
 
 def load_codec(directory: str | Path, device: torch.device | str = "cpu") -> Qwen3TTSCodec:
