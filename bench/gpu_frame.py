@@ -77,18 +77,20 @@ def throughput(core: EngineCore, num_requests: int = 64, num_frames: int = 50) -
                 realtime_factor=round(wall_s / audio_s, 5), ttfa_p50_ms=round(statistics.median(first.values()), 1))
 
 
-def run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool = False) -> dict:
+def run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool = False,
+             lanes: str = "auto") -> dict:
     """`path`: reference, fused (PDL as configured: off unless VOXRT_PDL=1), fused-pdl / fused-nopdl (PDL on /
     off while this path's graphs are captured and run), or fused-cublas (the fused path with cuBLAS products instead of kernels/gemv.py's skinny ones: what the skinny
     products buy)."""
     set_pdl({"fused-nopdl": False, "fused-pdl": True}.get(path))
     try:
-        return _run_path(program, checkpoint, path, batches, context, kernels_only)
+        return _run_path(program, checkpoint, path, batches, context, kernels_only, lanes)
     finally:
         set_pdl(None)
 
 
-def _run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool) -> dict:
+def _run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool,
+              lanes: str = "auto") -> dict:
     t0 = time.monotonic()
     frame_path = "reference" if path == "reference" else "fused"
     cuda = torch.device("cuda")
@@ -97,9 +99,11 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     elif frame_path == "fused" and program.fused is not None and program.fused.gemm_impl != "triton":
         program.use_frame_path("fused", cuda, impl="triton", gemm_impl="triton")  # after fused-cublas
     core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=checkpoint, device="cuda", frame_path=frame_path,
-                                   max_batch_size=max(batches), max_seq_len=2048), program=program)
+                                   max_batch_size=max(batches), max_seq_len=2048, lanes=lanes), program=program)
     core.warmup()
-    out = dict(path=path, start_s=round(time.monotonic() - t0, 1), pdl=frame_path == "fused" and pdl_enabled(cuda))
+    out = dict(path=path, start_s=round(time.monotonic() - t0, 1), pdl=frame_path == "fused" and pdl_enabled(cuda),
+               lanes=core.info.lanes)
+    print(path, "lanes:", core.info.lanes, flush=True)
     print(path, "PDL", "on" if out["pdl"] else "off", flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor
@@ -135,7 +139,8 @@ PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl")
 
 
 def print_table(name: str, results: dict) -> None:
-    print(f"\n== {name}: frame on {torch.cuda.get_device_name()}, bf16, CUDA graphs, KV context {results['context']}")
+    print(f"\n== {name}: frame on {torch.cuda.get_device_name()}, bf16, CUDA graphs, KV context {results['context']}, "
+          f"lanes {results.get('lanes', 'auto')}")
     cols = ["batch", "decode_graph_ms", "depth_graph_ms", "frame_graph_ms", "frame_floor_ms", "ratio_to_floor",
             "kernels_per_frame"]
     print(f"{'path':>12} " + " ".join(f"{c:>17}" for c in cols))
@@ -168,6 +173,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--paths", default="reference,fused", help=f"comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--kernels-only", action="store_true", help="skip the TTFA and throughput runs")
+    ap.add_argument("--lanes", default="auto", help="the engine's --lanes: auto runs the LM on its green-context "
+                    "partition (60 SMs on an H200 by default), off on the whole GPU")
     args = ap.parse_args()
     unknown = set(args.paths.split(",")) - set(PATHS)
     if unknown:
@@ -180,9 +187,10 @@ def main() -> None:
         t0 = time.monotonic()
         program = build_program("qwen3-tts", checkpoint)
         name = f"{checkpoint} ({program.cfg.talker.lm.hidden_size} hidden)"
-        results = dict(context=args.context, load_s=round(time.monotonic() - t0, 1))
+        results = dict(context=args.context, load_s=round(time.monotonic() - t0, 1), lanes=args.lanes)
         for path in args.paths.split(","):
-            results[path] = run_path(program, checkpoint, path, batches, args.context, args.kernels_only)
+            results[path] = run_path(program, checkpoint, path, batches, args.context, args.kernels_only,
+                                     args.lanes)
         all_results[checkpoint] = results
         with open(os.path.join(args.out, "frame.json"), "w") as f:
             json.dump(all_results, f, indent=2)

@@ -6,7 +6,7 @@
 #      per-kernel profile at batch 1 and 64; TTFA alone; 64 x 50 frames in-process; per checkpoint; per path of
 #      FRAME_PATHS (reference, fused = with PDL, fused-nopdl = the same kernels launched plainly, fused-cublas)
 #   3. `voxrt bench` (the engine process) with 64 requests on each path (BENCH=0 skips it)
-# KERNELS_ONLY=1: step 2 without TTFA and throughput. Run from the repository root on the GPU machine:
+# KERNELS_ONLY=1: step 2 without TTFA and throughput. LANES=off: step 2 on the whole GPU (no SM partition). Run from the repository root on the GPU machine:
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_frame.sh
 # PDL against no PDL at 1.7B, about 3-4 minutes:
 #   BATCHES=1,8,64,128 CKPTS=/tmp/q17 BENCH=0 FRAME_PATHS=fused,fused-nopdl OUT=$OUT bash bench/gpu_frame.sh
@@ -20,7 +20,8 @@ CKPTS=${CKPTS:-"/tmp/q17 /tmp/q06"}
 BENCH=${BENCH:-1}
 CHECK=${CHECK:-1}  # 0 skips the fused-vs-reference check
 KERNELS_ONLY=${KERNELS_ONLY:-0}
-extra=(); [ "$KERNELS_ONLY" = 1 ] && extra+=(--kernels-only)
+LANES=${LANES:-auto}  # auto: the LM on its green-context partition (as the engine serves); off: the whole GPU
+extra=(--lanes "$LANES"); [ "$KERNELS_ONLY" = 1 ] && extra+=(--kernels-only)
 if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton; fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"

@@ -46,9 +46,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--lanes", default="auto", help="the engine's --lanes: auto runs the LM (prefill included) on "
+                    "its green-context partition, as the engine serves; off on the whole GPU")
+    ap.add_argument("--lengths", default="13,40", help="prompt lengths to time")
     args = ap.parse_args()
     core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=args.checkpoint, device="cuda", max_batch_size=32,
-                                   max_seq_len=1024))
+                                   max_seq_len=1024, lanes=args.lanes))
     core.warmup()
     runner = core.runner
     rows, ok = [], True
@@ -61,15 +64,17 @@ def main() -> int:
             same = int(code0[i]) == int(c[0])
             ok = ok and err < 0.05 and same
             rows.append(dict(check="mixed", length=len(r.prompt), rel_err=round(err, 5), code0_equal=same))
-        for length in (13, 40):
+        for length in (int(n) for n in args.lengths.split(",")):
             for count in (1, 8):
                 reqs = make_requests(core, [length] * count, seed=length * 10 + count)
                 graphed = time_ms(lambda: runner._run_prefill(reqs), iters=20)
                 eager = time_ms(lambda: runner._prefill_eager(reqs), iters=10)
                 rows.append(dict(length=length, prompts=count, graphed_ms=round(graphed, 3), eager_ms=round(eager, 3)))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "prefill.json"), "w") as f:
-        json.dump(dict(gpu=torch.cuda.get_device_name(), frame_path=core.info.frame_path, rows=rows), f, indent=2)
+    with open(os.path.join(args.out, f"prefill-{args.lanes}.json"), "w") as f:
+        json.dump(dict(gpu=torch.cuda.get_device_name(), frame_path=core.info.frame_path, lanes=core.info.lanes,
+                       rows=rows), f, indent=2)
+    print("lanes:", core.info.lanes)
     for row in rows:
         print(row)
     print(f"graphed prefill {'EQUALS' if ok else 'DIFFERS from'} the exact-length prefill")

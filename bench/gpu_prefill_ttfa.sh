@@ -18,7 +18,7 @@ if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.tr
 cat "$R/gpu.txt"
 [ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
   --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
-(cd bench && timeout 200 python -u gpu_prefill.py --checkpoint $CKPT --out "$R") > "$R/prefill.log" 2>&1
+(cd bench && timeout 200 python -u gpu_prefill.py --checkpoint $CKPT --out "$R" --lanes "${LANES:-auto}") > "$R/prefill.log" 2>&1
 echo "== prefill (rc $?)"; grep -v " INFO \|^ *warn" "$R/prefill.log" | tail -16
 if [ "${KERNELS:-1}" = 1 ]; then
   (cd bench && timeout 150 python -u gpu_kernels.py --only attention,sampler --out "$R") > "$R/kernels.log" 2>&1

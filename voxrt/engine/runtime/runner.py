@@ -138,7 +138,7 @@ class DecodeBuffers:
 # Prefill graphs: prompts padded to one of these lengths (tokens), up to PREFILL_BATCH prompts per launch. A
 # Qwen3-TTS CustomVoice prompt is 12-14 tokens (role, codec prefix, the first text token): the 16 bucket holds
 # nearly all of them; longer prompts than the last bucket prefill eagerly.
-PREFILL_LENGTHS = (16, 32, 64)
+PREFILL_LENGTHS = (16, 32, 48, 64)  # prompt-length buckets of the separate prefill stage (a 40-token prompt pads to 48)
 PREFILL_BATCH = 8
 # Mixed steps: up to PREFILL_BATCH prompts of at most MIXED_LENGTH tokens (padded to it) ride in the decode
 # batch's forward, so a step with admissions streams the LM's weights once instead of twice.
