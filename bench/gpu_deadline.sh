@@ -12,13 +12,16 @@
 #
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_deadline.sh
 #
-# Knobs: SPLIT (codec-lane SMs, from `voxrt profile-split`), RATES, DURATION (s of arrivals per point), STOP,
-# SEED, PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among
+# Knobs: SPLIT (codec-lane SMs; empty: the engine's default partition), RATES (RATES_deadline_lanes=... sets one
+# config's grid: a config's sweep may start higher up the same grid), DURATION (s of arrivals per point), STOP,
+# SEED, WORKLOAD (bench/workloads/*.jsonl, default LibriTTS test-clean), MAX_REQUESTS (per point), TRACE=1 (a
+# --trace-dir for (c), summarised by bench/trace_summary.py),
+# PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among
 # base-sync base-lanes deadline-lanes smoke split, and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
 # adaptive-smoke (its audio against the loop, switching every step)). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
-SPLIT=${SPLIT:-32}
+SPLIT=${SPLIT:-}
 MODES=${MODES:-32,64}  # deadline-adaptive: the SM modes it moves between
 RATES=${RATES:-6,8,10,12,14,16,18,20,22,24}
 DURATION=${DURATION:-15}
@@ -27,33 +30,47 @@ SEED=${SEED:-0}
 PER_RUN_S=${PER_RUN_S:-280}
 GROUP0=${GROUP0:-base-sync base-lanes}
 GROUP1=${GROUP1:-deadline-lanes smoke split}
+WORKLOAD=${WORKLOAD:-bench/workloads/libritts_test_clean.jsonl}
+MAX_REQUESTS=${MAX_REQUESTS:-600}
+TRACE=${TRACE:-0}
 CKPT=/tmp/q17
 MODEL=${MODEL:-qwen3-tts}  # MODEL=tiny: a CPU dry run of the script (GROUP1="deadline-lanes", tiny RATES)
 MODEL_ARGS=(--model "$MODEL")
 [ "$MODEL" = qwen3-tts ] && MODEL_ARGS+=(--checkpoint $CKPT)
 R=$OUT/runs
 mkdir -p "$R"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt" 2>&1
-python -c "import torch, flashinfer; print('torch', torch.__version__, 'flashinfer', flashinfer.__version__)" \
-  >> "$R/gpu.txt" 2>&1
-[ "$MODEL" = qwen3-tts ] && python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+if [ "$MODEL" = qwen3-tts ]; then
+  source bench/gpu_setup.sh  # the tokenizer and Triton caches, $R/gpu.txt, the checkpoint at $CKPT
+else
+  python -c "import torch; print('torch', torch.__version__)" > "$R/gpu.txt" 2>&1
+fi
+split_args=(); [ -n "$SPLIT" ] && split_args=(--sm-modes "$SPLIT")
 
 limit() {  # the time limit of one config: LIMIT_<config with _ for -> or PER_RUN_S
   local var="LIMIT_${1//-/_}"; echo "${!var:-$PER_RUN_S}"
 }
+rates() {  # the grid of one config: RATES_<config with _ for -> or RATES
+  local var="RATES_${1//-/_}"; echo "${!var:-$RATES}"
+}
 loadgen() {  # TAG SCHED EXTRA...
   local tag=$1 sched=$2; shift 2
   timeout "$(limit "$tag")" python -m voxrt.cli -v loadgen --engine-direct "${MODEL_ARGS[@]}" \
-    --scheduler-type "$sched" "$@" --workload bench/workloads/libritts_test_clean.jsonl --sweep "$RATES" \
-    --stop-below "$STOP" --duration "$DURATION" --seed "$SEED" --max-requests 600 --out "$R/$tag" \
+    --scheduler-type "$sched" "$@" --workload "$WORKLOAD" --sweep "$(rates "$tag")" \
+    --stop-below "$STOP" --duration "$DURATION" --seed "$SEED" --max-requests "$MAX_REQUESTS" --out "$R/$tag" \
     > "$R/$tag.log" 2>&1
   echo "== $tag (rc $?)"; sed -n '/rate   reqs/,$p' "$R/$tag.log"
 }
 config() {
   case $1 in
     base-sync) loadgen base-sync base --lanes off ;;
-    base-lanes) loadgen base-lanes base --lanes auto --sm-modes "$SPLIT" ;;
-    deadline-lanes) loadgen deadline-lanes deadline --lanes auto --sm-modes "$SPLIT" ;;
+    base-lanes) loadgen base-lanes base --lanes auto "${split_args[@]}" ;;
+    deadline-lanes) if [ "$TRACE" = 1 ]; then
+                      loadgen deadline-lanes deadline --lanes auto "${split_args[@]}" --trace-dir "$R/trace-deadline"
+                      python bench/trace_summary.py "$R/trace-deadline" --json "$R/trace-deadline.json" | tail -30
+                      gzip -q "$R"/trace-deadline/*.jsonl
+                    else
+                      loadgen deadline-lanes deadline --lanes auto "${split_args[@]}"
+                    fi ;;
     deadline-adaptive) loadgen deadline-adaptive deadline --lanes auto --sm-modes "$MODES" --sm-mode adaptive \
                          --trace-dir "$R/trace-adaptive"
                        echo "SM mode switches: $(cat "$R"/trace-adaptive/*.jsonl | grep -c '"kind":"sm_mode"')" ;;
@@ -86,3 +103,4 @@ done
 [ ${#runs[@]} -gt 0 ] && python -m voxrt.loadgen.compare --out "$R" "${runs[@]}"
 cp "$R"/compare.md "$OUT"/ 2>/dev/null
 tar czf "$OUT/deadline.tgz" -C "$OUT" runs && rm -rf "$R"
+ls -la "$OUT"
