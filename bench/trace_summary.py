@@ -72,6 +72,16 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
         "prefills_per_step_mean": round(float(np.mean([r.get("prefill", 0) for r in lm if r.get("prefill")] or [0])), 2),
         "decode_batch_p50": _pct(batch, 50), "decode_batch_max": int(batch.max()) if len(batch) else None,
     }
+    if any("gc_ms" in r for r in lm):
+        # the host's garbage collections (gc_ms: since the previous lm record, i.e. while the step before was
+        # finished and this one planned): their share of the window, and how many long idle gaps had one next
+        # to them (the record's own or the one before it)
+        gc_ms = np.array([r.get("gc_ms") or 0.0 for r in lm])
+        long_gaps = [i for i, r in enumerate(lm) if (r.get("gpu_idle_ms") or 0.0) > 1.0]
+        out["lm"].update(gc_ms_total=round(float(gc_ms.sum()), 1), gc_pct=round(100 * float(gc_ms.sum()) / window_ms, 2),
+                         gc_ms_max=round(float(gc_ms.max()), 2), gc_collections=int(sum(r.get("gc_count") or 0 for r in lm)),
+                         idle_gaps_over_1ms=len(long_gaps),
+                         idle_gaps_over_1ms_beside_gc=sum(1 for i in long_gaps if gc_ms[i] > 0 or (i and gc_ms[i - 1] > 0)))
     if plans:
         waiting = np.array([r.get("waiting", 0) for r in plans])
         out["plan"] = {"plans": len(plans), "waiting_p50": _pct(waiting, 50), "waiting_p99": _pct(waiting, 99),

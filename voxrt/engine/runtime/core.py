@@ -26,6 +26,7 @@ from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, Engi
 from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
+from voxrt.engine.runtime.gcpause import GcPauses
 from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram
@@ -108,6 +109,7 @@ class EngineCore:
         if cost_overrides:
             self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
         self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
+        self.gc_pauses = GcPauses().install() if self.tracer is not None else None  # gc_ms on each lm record
         self._last_lm_end = None  # with the trace on CUDA: the previous LM step's end event (GPU idle between them)
         self._lm_in_flight = None  # the LM launch whose frames the scheduler has not seen yet
         self.codec = make_executor(self.runner, self._live, self.lanes.enabled, timing=self.tracer is not None)
@@ -275,10 +277,12 @@ class EngineCore:
                 if self._last_lm_end is not None:
                     idle_ms = self._last_lm_end.elapsed_time(launch.start_event)
                 self._last_lm_end = launch.event
+            gc_ms, gc_count = self.gc_pauses.take()  # the host's collections since the previous lm record
             self.tracer.write(kind="lm", t_ms=launch.launched_ns / 1e6,
                               ms=(time.monotonic_ns() - launch.launched_ns) / 1e6, gpu_ms=gpu_ms,
                               gpu_idle_ms=idle_ms, prefill=len(plan.prefill), decode=len(plan.decode),
-                              prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None))
+                              prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None),
+                              gc_ms=round(gc_ms, 3), gc_count=gc_count)
 
     def _lm_failed(self, plan) -> None:
         log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
@@ -356,6 +360,8 @@ class EngineCore:
                           deferred=sum(1 for r in waiting if r.deferred_since_ns is not None))
 
     def close(self) -> None:
+        if self.gc_pauses is not None:
+            self.gc_pauses.uninstall()
         if self.tracer is not None:
             self.tracer.close()
 

@@ -1,0 +1,44 @@
+"""The garbage-collector pause meter and the start-up heap freeze (runtime/gcpause.py)."""
+
+import gc
+
+from voxrt.engine.runtime.gcpause import GcPauses, settle_heap
+
+
+def test_pauses_count_collections_and_reset_on_take():
+    pauses = GcPauses().install()
+    try:
+        gc.collect()
+        gc.collect(0)
+        ms, count = pauses.take()
+        assert count >= 2
+        assert ms >= 0.0 and pauses.max_ms >= 0.0
+        assert pauses.total_count >= 2
+        assert pauses.take() == (0.0, 0)  # take() starts a new interval
+    finally:
+        pauses.uninstall()
+    gc.collect()
+    assert pauses.take() == (0.0, 0)  # uninstalled: nothing more is counted
+    pauses.uninstall()  # a second uninstall is harmless
+
+
+def test_install_twice_registers_once():
+    pauses = GcPauses()
+    pauses.install()
+    pauses.install()
+    try:
+        assert sum(1 for cb in gc.callbacks if cb == pauses._callback) == 1
+    finally:
+        pauses.uninstall()
+
+
+def test_settle_heap_freezes_survivors():
+    before = gc.get_freeze_count()
+    try:
+        frozen = settle_heap()
+        assert frozen >= before
+        assert frozen > 0  # this test process holds many long-lived objects
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
