@@ -17,7 +17,7 @@
 # SEED, WORKLOAD (bench/workloads/*.jsonl, default LibriTTS test-clean), MAX_REQUESTS (per point), TRACE=1 (a
 # --trace-dir for (c), summarised by bench/trace_summary.py),
 # PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among
-# base-sync base-lanes deadline-lanes smoke split, and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
+# base-sync base-lanes deadline-lanes smoke split (GROUP1="" runs none), and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
 # adaptive-smoke (its audio against the loop, switching every step)). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
@@ -28,8 +28,8 @@ DURATION=${DURATION:-15}
 STOP=${STOP:-0.8}
 SEED=${SEED:-0}
 PER_RUN_S=${PER_RUN_S:-280}
-GROUP0=${GROUP0:-base-sync base-lanes}
-GROUP1=${GROUP1:-deadline-lanes smoke split}
+GROUP0=${GROUP0-base-sync base-lanes}
+GROUP1=${GROUP1-deadline-lanes smoke split}
 WORKLOAD=${WORKLOAD:-bench/workloads/libritts_test_clean.jsonl}
 MAX_REQUESTS=${MAX_REQUESTS:-600}
 TRACE=${TRACE:-0}
