@@ -233,12 +233,11 @@ def test_prepare_encodes_a_bounded_run_only_once_the_encoded_frames_are_used_up(
             pass
         out, encoder = audio_out(send, config("realtime"))
         frames = encoder.split(speech(1.0))  # ~45 frames
-        out._queue.extend((f, False, trace()) for f in frames)  # queued, as play() does, without sending
+        out._raw.extend((f, False, trace()) for f in frames)  # queued, as play() does, without sending
         out.prepare()
-        encoded = [isinstance(f, bytes) for f, _, _ in out._queue]
-        assert encoded == [True] * ENCODE_AHEAD_FRAMES + [False] * (len(frames) - ENCODE_AHEAD_FRAMES)
+        assert len(out._ready) == ENCODE_AHEAD_FRAMES and len(out._raw) == len(frames) - ENCODE_AHEAD_FRAMES
+        assert all(isinstance(p, bytes) for p, _, _ in out._ready)
         out.prepare()  # frames still encoded: nothing more
-        assert sum(isinstance(f, bytes) for f, _, _ in out._queue) == ENCODE_AHEAD_FRAMES
+        assert len(out._ready) == ENCODE_AHEAD_FRAMES
         await out.aclose()
-        assert not out._queue and out._num_ready == 0
-    run(main())
+        assert not out._raw and not out._ready

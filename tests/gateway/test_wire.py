@@ -185,7 +185,7 @@ def test_a_write_that_fails_ends_play_and_nothing_is_left_queued():
         out, encoder = _audio_out(send_bytes, send_now, mode="burst")
         with pytest.raises(ConnectionError, match="went away"):
             await out.play(encoder.split(_speech(0.3)), False, 0.0, _trace())
-        assert not out._queue and not out._unsent and out.num_frames_sent == 0
+        assert not out._raw and not out._ready and not out._unsent and out.num_frames_sent == 0
         await out.aclose()
         with pytest.raises(ConnectionError):
             await out.play([], True, 0.0, _trace())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from voxrt.gateway.access import AccessLogMiddleware
 from voxrt.gateway.auth import Authenticator
 from voxrt.gateway.compat import cartesia, elevenlabs, openai_speech, twilio
 from voxrt.gateway.config import GatewayConfig
+from voxrt.gateway.encode_worker import EncodeWorker
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
 from voxrt.gateway.stats import StatsWriter, TraceWriter
@@ -43,7 +43,7 @@ class AppState:
     engine_ready: bool = False
     num_sessions: int = 0
     trace: TraceWriter | None = None  # --trace-file: each finished context's chunk timestamps
-    encode_pool: ThreadPoolExecutor | None = None  # --encode-threads
+    encode_worker: EncodeWorker | None = None  # --encode-threads (encode_worker.py)
     draining: bool = False  # SIGTERM (gateway/drain.py): not ready, new sessions refused
     sessions: set = field(default_factory=set)  # the open RealtimeSessions, for the drain
     admission: Admission | None = None  # slots shared by sessions and HTTP syntheses, and their queue
@@ -86,7 +86,7 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
             stats.start()
         state.trace = TraceWriter(config.trace_path) if config.trace_path else None
         if config.encode_threads:
-            state.encode_pool = ThreadPoolExecutor(config.encode_threads, thread_name_prefix="voxrt-encode")
+            state.encode_worker = EncodeWorker(config.encode_threads)
         try:
             yield
         finally:
@@ -96,8 +96,8 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
                 await stats.stop()
             if state.trace is not None:
                 state.trace.close()
-            if state.encode_pool is not None:
-                state.encode_pool.shutdown(wait=False, cancel_futures=True)
+            if state.encode_worker is not None:
+                state.encode_worker.shutdown()
             await state.engine.close()
 
     routes = [

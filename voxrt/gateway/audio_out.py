@@ -27,17 +27,21 @@ Encoding ahead: after a tick has sent every due frame, each stream it served enc
 arrives while its stream is already playing is encoded that far at once, so a frame is ready when it is due
 and the pacer only frames and writes it. The same libopus call costs ~125 us a frame in such a run and up to
 ~200 us when each stream's encoder state has gone cold in the caches between its frames, as when every frame
-was encoded just before it left (bench/results/2026-12-02-gateway-5/). Not a whole chunk at once: a 25-frame
-chunk is 100 Opus frames, ~13 ms of libopus that would hold up every other stream's frames; a run of 8 is
-~1 ms. A context's first frame is still encoded and sent alone the moment it is due (time to first audio).
-Encoded frames are only bytes (~150 of them a frame, against 3.8 kB of float32 samples), and only the queued
-chunk's: memory per context is bounded as before.
+was encoded just before it left (bench/results/2026-12-02-gateway-5/). Not a whole chunk at once on the loop: a
+25-frame chunk is 100 Opus frames, ~13 ms of libopus that would hold up every other stream's frames; a run of
+8 is ~1 ms. With an `EncodeWorker` (`--encode-threads`, encode_worker.py) a chunk's frames are handed to a
+worker thread as soon as the chunk is queued, and the loop encodes only a frame that is due before the worker
+got to it. Either way a stream's frames pass from `_raw` (PCM frames) to `_ready` (Opus packets) in order,
+one at a time under the stream's `_encode_lock`, whoever encodes them. A context's first frame is encoded and
+sent alone the moment it is due (time to first audio). Encoded frames are only bytes (~150 of them a frame,
+against 3.8 kB of float32 samples), and only the queued chunks': memory per context is bounded as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections import deque
 from typing import Awaitable, Callable
@@ -61,16 +65,22 @@ ENCODE_AHEAD_FRAMES = 8  # frames encoded in one run ahead of their sending (~1 
 
 class AudioOut:
     def __init__(self, index: int, config: SessionConfig, encoder: StreamEncoder, clock: PlaybackClock,
-                 metrics: GatewayMetrics, send_bytes: SendBytes, opened_ms: float, *, encode_pool=None,
+                 metrics: GatewayMetrics, send_bytes: SendBytes, opened_ms: float, *, encode_worker=None,
                  pacer: Pacer | None = None, send_now: SendNow | None = None) -> None:
         self.index, self.config, self.encoder, self.clock, self.metrics = index, config, encoder, clock, metrics
-        self._send_bytes, self.opened_ms, self._encode_pool = send_bytes, opened_ms, encode_pool
+        self._send_bytes, self.opened_ms, self._encode_worker = send_bytes, opened_ms, encode_worker
         self._send_now = send_now
         self._pacer = pacer or Pacer.for_running_loop()
         self._rule = PacingRule(config.pacing, clock)  # the pacing decision (context_core.py, sans I/O)
         self._frame_ms = config.output.frame_ms
-        self._queue: deque[tuple[np.ndarray | bytes, bool, list]] = deque()  # frame, is_last, its chunk's trace
-        self._num_ready = 0  # the queue's first frames that are encoded already (bytes)
+        # A frame's way out: `_raw` (as split: PCM, or bytes already), then `_ready` (its wire payload), each
+        # (frame, is_last, its chunk's trace). Frames move from one to the other in order, under the encode lock
+        # (the loop or a worker thread; see the module docstring); only the loop takes from `_ready`.
+        self._raw: deque[tuple[np.ndarray | bytes, bool, list]] = deque()
+        self._ready: deque[tuple[bytes, bool, list]] = deque()
+        self._encode_lock = threading.Lock()
+        self._is_encode_queued = False  # submitted to the worker and not yet finished by it
+        self._encode_error: BaseException | None = None  # a worker's, raised on the loop when its frame is due
         # encoded and counted on the clock: wire bytes, due time, whether the pacing rule set it, chunk trace
         self._unsent: deque[tuple[bytes, float, bool, list]] = deque()
         self._num_frames_encoded = 0  # the next frame's seq
@@ -87,19 +97,19 @@ class AudioOut:
             raise ConnectionError("audio out closed")
         if is_last_chunk and not frames:
             frames = [self._silent_frame()]
-        if self._encode_pool is not None and frames:  # libopus releases the GIL: encode beside the loop
-            encode = self.encoder.encode
-            frames = await asyncio.get_running_loop().run_in_executor(
-                self._encode_pool, lambda: [f if isinstance(f, bytes) else encode(f) for f in frames])
         if not frames:
             return
         self._ready_ms = ready_ms
         last = len(frames) - 1
-        self._queue.extend((frame, is_last_chunk and i == last, trace) for i, frame in enumerate(frames))
+        self._raw.extend((frame, is_last_chunk and i == last, trace) for i, frame in enumerate(frames))
         self._waiter = asyncio.get_running_loop().create_future()
         wait_ms = max(0.0, self._wait_ms(now_ms()))
         if wait_ms > self._pacer.tick_ms:  # not due at once (a chunk that came ahead of its time): encode now
-            self._encode_ahead()
+            if self._encode_worker is not None:
+                self._submit()
+            else:
+                self._encode_ahead(ENCODE_AHEAD_FRAMES)
+        # else the frames due now are encoded and sent on the loop first, the rest after them (`prepare`)
         if self._in_flight is None:
             self._pacer.schedule(self, now_ms() + wait_ms)
         try:
@@ -107,11 +117,15 @@ class AudioOut:
         finally:
             self._waiter = None
 
+    @property
+    def _has_frames(self) -> bool:
+        return bool(self._raw or self._ready or self._unsent)
+
     def on_due(self, now: float) -> float | None:
         """The pacer's call: send every frame the pacing rule lets out now; the next one's due time."""
         tick_ms = self._pacer.tick_ms
-        queue, unsent = self._queue, self._unsent
-        while (queue or unsent) and self._in_flight is None and not self.is_closed:
+        unsent = self._unsent
+        while self._has_frames and self._in_flight is None and not self.is_closed:
             try:
                 if not unsent:
                     wait_ms = self._wait_ms(now)
@@ -124,46 +138,91 @@ class AudioOut:
                 self._fail(exc)
                 return None
             now = now_ms()
-        if not queue and not unsent:
+        if not self._has_frames:
             self._resolve()
         return None
 
     def prepare(self) -> None:
         """The pacer's call once its tick has sent every due frame: the next frames encoded, in one run, when
-        the encoded ones are used up (see the module docstring)."""
-        if self._num_ready == 0 and self._queue and not self.is_closed:
+        the encoded ones are used up, or handed to the worker (see the module docstring)."""
+        if not self._raw or self.is_closed:
+            return
+        if self._encode_worker is not None:
+            self._submit()
+        elif not self._ready:
             try:
-                self._encode_ahead()
+                self._encode_ahead(ENCODE_AHEAD_FRAMES)
             except Exception as exc:  # noqa: BLE001 (a bad frame: play() raises it)
                 self._fail(exc)
 
-    def _encode_ahead(self) -> None:
-        """Encodes the queue's first `ENCODE_AHEAD_FRAMES` frames (in order: Opus is stateful)."""
-        queue, encode = self._queue, self.encoder.encode
-        num = min(len(queue), ENCODE_AHEAD_FRAMES)
-        for i in range(self._num_ready, num):
-            frame, is_last, trace = queue[i]
-            if not isinstance(frame, bytes):
-                queue[i] = (encode(frame), is_last, trace)
-        self._num_ready = max(self._num_ready, num)
+    def _submit(self) -> None:
+        """The raw frames to the worker, unless it has this stream queued already."""
+        if not self._is_encode_queued:
+            self._is_encode_queued = True
+            self._encode_worker.submit(self)
+
+    def encode_queued(self) -> None:
+        """A worker thread's call (encode_worker.py): every raw frame encoded, in order, the lock taken per
+        frame so that the loop can step in between (`_next_ready`). Keeps an encoding error for the loop."""
+        lock, raw = self._encode_lock, self._raw
+        while True:
+            with lock:
+                if self.is_closed or self._encode_error is not None:
+                    self._is_encode_queued = False
+                    return
+                if raw:
+                    try:
+                        self._encode_one()
+                    except Exception as exc:  # noqa: BLE001 (a bad frame: raised on the loop when it is due)
+                        self._encode_error = exc
+                    continue
+                self._is_encode_queued = False
+            # play() may have queued frames after the check above yet seen the flag still set (and not
+            # submitted): look again now that it is clear. Both may claim them; encoding under the lock, in
+            # order, makes a second worker on the same stream harmless.
+            if not raw or self._is_encode_queued or self.is_closed:
+                return
+            self._is_encode_queued = True
+
+    def _encode_one(self) -> None:
+        """The first raw frame encoded into `_ready`. Called with the encode lock held."""
+        frame, is_last, trace = self._raw[0]
+        payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
+        self._raw.popleft()
+        self._ready.append((payload, is_last, trace))
+
+    def _encode_ahead(self, num_frames: int) -> None:
+        """Encodes raw frames until `num_frames` are ready (or no raw frame is left), in one run."""
+        with self._encode_lock:
+            ready, raw = self._ready, self._raw
+            while len(ready) < num_frames and raw:
+                self._encode_one()
+
+    def _next_ready(self) -> tuple[bytes, bool, list]:
+        """The next frame's payload: encoded already (by a worker, or ahead), else encoded now, on the loop; if a
+        worker is encoding it right now, this waits for that one frame."""
+        ready = self._ready
+        if not ready:
+            with self._encode_lock:
+                if self._encode_error is not None:
+                    raise self._encode_error
+                if not ready:
+                    self._encode_one()
+        return ready.popleft()
 
     def _take_due(self, now: float, tick_ms: float) -> None:
-        """Encodes the frames the pacing rule lets out now into `_unsent` (at least one), counting each on the
+        """Frames the pacing rule lets out now, framed into `_unsent` (at least one), each counted on the
         playback clock as it is queued. The context's first frame goes alone (time to first audio)."""
-        queue, unsent, clock = self._queue, self._unsent, self.clock
-        while queue and len(unsent) < MAX_FRAMES_PER_WRITE:
+        unsent, clock, rule = self._unsent, self.clock, self._rule
+        while (self._ready or self._raw) and len(unsent) < MAX_FRAMES_PER_WRITE:
             if unsent and (self._num_frames_encoded == 1 or self._wait_ms(now) > tick_ms):
                 break
-            frame, is_last, trace = queue[0]
+            payload, is_last, trace = self._next_ready()
             seq = self._num_frames_encoded
-            payload = frame if isinstance(frame, bytes) else self.encoder.encode(frame)
             data = encode_audio_frame(self.index, seq, seq * self._frame_ms, payload, is_first=seq == 0,
                                       is_last=is_last)
-            queue.popleft()
-            if self._num_ready:
-                self._num_ready -= 1
             # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
-            due = self._rule.due_ms(self._ready_ms)
+            due = rule.due_ms(self._ready_ms)
             now = now_ms()
             clock.on_audio_sent(self._frame_ms, now)
             self._num_frames_encoded += 1
@@ -197,7 +256,7 @@ class AudioOut:
             self._fail(task.exception())
             return
         self._on_sent(trace, due, is_paced, time.monotonic_ns())
-        if self._queue or self._unsent:
+        if self._has_frames:
             self._pacer.schedule(self, now_ms())
         else:
             self._resolve()
@@ -227,19 +286,21 @@ class AudioOut:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def _fail(self, exc: BaseException) -> None:
-        self._queue.clear()
-        self._num_ready = 0
+    def _drop_frames(self) -> None:
+        with self._encode_lock:  # a worker encoding one of them finishes that one first
+            self._raw.clear()
+            self._ready.clear()
         self._unsent.clear()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._drop_frames()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
 
     async def aclose(self) -> None:
         """No frame leaves after this returns: the queue is dropped and a send in flight is cancelled."""
         self.is_closed = True
-        self._queue.clear()
-        self._num_ready = 0
-        self._unsent.clear()
+        self._drop_frames()
         self._pacer.remove(self)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()

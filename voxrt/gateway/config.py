@@ -40,8 +40,8 @@ class GatewayConfig:
     # finished context appends its chunks' path timestamps to `<trace_path>.<pid>.jsonl`. None: off.
     stats_path: str | None = None
     trace_path: str | None = None
-    # Audio out: worker threads that encode each chunk beside the event loop (libopus releases the GIL); 0
-    # encodes each frame on the loop just before it is sent. `opus_signal`: libopus's mode hint ("auto" lets its
+    # Audio out: worker threads that encode each chunk's frames as it arrives, beside the event loop (libopus
+    # releases the GIL; gateway/encode_worker.py); 0 encodes a few frames ahead on the loop (audio_out.py). `opus_signal`: libopus's mode hint ("auto" lets its
     # speech/music detector choose; "music" keeps CELT, ~4x cheaper per frame here; voxrt/audio/opus.py).
     encode_threads: int = 0
     opus_signal: str = "auto"

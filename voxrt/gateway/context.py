@@ -2,8 +2,8 @@
 
 Text goes to one engine request word by word, or in segments (text_in.py; original offsets kept); the
 engine's chunks are resampled and cut into fixed frames and handed to the context's `AudioOut`
-(audio_out.py), which encodes each frame just before it leaves (or the whole chunk in a worker thread,
-`--encode-threads`) and sends it when the pacing rule lets it out, from the process's one timer (pacer.py).
+(audio_out.py), which encodes a few frames ahead of their sending (or hands each chunk to a worker thread,
+`--encode-threads`, encode_worker.py) and sends it when the pacing rule lets it out, from the process's one timer (pacer.py).
 No frame is held back: the engine marks its last chunk, whose final frame carries the LAST flag (a last
 chunk without audio gets a frame of silence for it), so the listener never waits for the next chunk to get
 the end of this one. Cancel is a hard stop: the pump task is cancelled and awaited and the audio out closed
@@ -55,7 +55,7 @@ def now_ms() -> float:
 class ContextRunner:
     def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
                  send_event: SendEvent, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics,
-                 num_frames: int | None = None, *, encode_pool=None, opus_signal: str = "auto",
+                 num_frames: int | None = None, *, encode_worker=None, opus_signal: str = "auto",
                  trace=None, send_now=None) -> None:
         self.context_id = context_id
         self.num_frames = num_frames  # pinned output length (benchmark extension), None: the model decides
@@ -67,7 +67,7 @@ class ContextRunner:
         out = config.output
         self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms,
                                      opus_signal=opus_signal)
-        self._trace = trace  # a TraceWriter or None (encode_pool: a ThreadPoolExecutor or None, for AudioOut)
+        self._trace = trace  # a TraceWriter or None (encode_worker: an EncodeWorker or None, for AudioOut)
         self.segmenter = Segmenter(config.segmentation)
         self.clock = PlaybackClock()
         # word forwarding or segments; the audio side reads `segmenter.text` and `alignment`
@@ -79,7 +79,7 @@ class ContextRunner:
         self._params: SamplingParams | None = None
         self.opened_ms = now_ms()
         self.audio_out = AudioOut(index, config, self.encoder, self.clock, metrics, send_bytes, self.opened_ms,
-                                  encode_pool=encode_pool, send_now=send_now)
+                                  encode_worker=encode_worker, send_now=send_now)
         self._pump: asyncio.Task | None = None
         self._chunk_trace: list[list] = []  # per chunk: index, first frame, frames, then the path's timestamps
         self.is_cancelled = False

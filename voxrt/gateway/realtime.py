@@ -222,7 +222,7 @@ class RealtimeSession:
             num_frames = action.num_frames if self.state.config.allow_pinned_lengths else None
             runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_event,
                                    self.send_bytes, self._on_context_done, self.state.metrics, num_frames=num_frames,
-                                   encode_pool=self.state.encode_pool, opus_signal=self.state.config.opus_signal,
+                                   encode_worker=self.state.encode_worker, opus_signal=self.state.config.opus_signal,
                                    trace=self.state.trace, send_now=self.send_bytes_now)
             self.runners[action.context_id] = runner
             self.num_contexts += 1
