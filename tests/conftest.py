@@ -16,6 +16,11 @@ from voxrt_live import live_server
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # scripts/test.sh: two workers on two cores, one torch thread each
     torch.set_num_threads(1)
+    # ... and so do the processes a worker starts (a live server's engine process, `voxrt bench`, the wheel's
+    # server), which read it when they import torch: at torch's default of one thread per core, two workers'
+    # engines spin four OpenMP threads on two cores, and the tiny model's small matmuls ran 2-4x slower
+    # (the openai instructions test: 127 s alone -> 33 s).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.hookimpl(wrapper=True)
