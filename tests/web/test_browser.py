@@ -201,39 +201,45 @@ def _speak_and_check(page):
     assert page.locator("#noise-note").is_visible() and "noise" in page.inner_text("#noise-note")
 
 
-def test_keyed_server_key_field_mints_a_token(browser):
-    with live_server(api_keys=("page-key",)) as keyed:
-        page = _open_keyed(browser, keyed)
-        try:
-            wait_for(page, "window.voxrt && window.voxrt.needsKey")
-            assert page.locator("#auth-card").is_visible() and counters(page)["state"] == "closed"
-            page.fill("#api-key", "wrong-key")
-            page.click("#auth-submit")
-            wait_for(page, "!document.getElementById('auth-error').hidden")
-            assert "refused" in page.inner_text("#auth-error")
-            page.fill("#api-key", "page-key")
-            page.click("#auth-submit")
-            wait_for(page, "window.voxrt.state === 'ready'")
-            assert page.locator("#auth-card").is_hidden()
-            _speak_and_check(page)
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "browser-keyed.png"), full_page=True)
-            assert page.page_errors == []
-        finally:
-            page.close()
+@pytest.fixture(scope="module")
+def keyed():
+    """A server that asks for an API key, shared by the keyed tests (each opens its own page: a new browser
+    context, so nothing the page stores carries over)."""
+    with live_server(api_keys=("page-key",)) as server:
+        yield server
 
 
-def test_keyed_server_token_from_the_url(browser):
+def test_keyed_server_key_field_mints_a_token(browser, keyed):
+    page = _open_keyed(browser, keyed)
+    try:
+        wait_for(page, "window.voxrt && window.voxrt.needsKey")
+        assert page.locator("#auth-card").is_visible() and counters(page)["state"] == "closed"
+        page.fill("#api-key", "wrong-key")
+        page.click("#auth-submit")
+        wait_for(page, "!document.getElementById('auth-error').hidden")
+        assert "refused" in page.inner_text("#auth-error")
+        page.fill("#api-key", "page-key")
+        page.click("#auth-submit")
+        wait_for(page, "window.voxrt.state === 'ready'")
+        assert page.locator("#auth-card").is_hidden()
+        _speak_and_check(page)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "browser-keyed.png"), full_page=True)
+        assert page.page_errors == []
+    finally:
+        page.close()
+
+
+def test_keyed_server_token_from_the_url(browser, keyed):
     import httpx  # noqa: PLC0415
 
-    with live_server(api_keys=("page-key",)) as keyed:
-        token = httpx.post(f"{keyed.http}/v1/tokens", headers={"authorization": "Bearer page-key"},
-                           timeout=10).json()["token"]
-        page = _open_keyed(browser, keyed, f"?token={token}")
-        try:
-            wait_for(page, "window.voxrt.state === 'ready'")
-            assert page.locator("#auth-card").is_hidden()
-            _speak_and_check(page)
-            assert page.page_errors == []
-        finally:
-            page.close()
+    token = httpx.post(f"{keyed.http}/v1/tokens", headers={"authorization": "Bearer page-key"},
+                       timeout=10).json()["token"]
+    page = _open_keyed(browser, keyed, f"?token={token}")
+    try:
+        wait_for(page, "window.voxrt.state === 'ready'")
+        assert page.locator("#auth-card").is_hidden()
+        _speak_and_check(page)
+        assert page.page_errors == []
+    finally:
+        page.close()
