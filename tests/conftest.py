@@ -58,7 +58,7 @@ SLOW_FIRST = {
     "tests/web/test_browser.py": 70,
     "tests/reliability/test_gateway_reliability.py": 60,
     "tests/models/qwen3_tts/test_fused.py": 50,
-    "tests/models/qwen3_tts/test_instructions.py": 45,
+    "tests/models/qwen3_tts/test_instructions.py": 50,
     "tests/gateway/test_realtime.py": 45,
     "tests/compat/test_openai_sdk.py": 35,
     "tests/engine/test_core.py": 30,
@@ -68,10 +68,11 @@ SLOW_FIRST = {
     "tests/engine/runtime/test_kernels.py": 20,
     "tests/compat/test_elevenlabs.py": 20,
     "tests/compat/test_cartesia.py": 20,
-    "tests/compat/test_slow_peers.py": 30,
+    "tests/compat/test_slow_peers.py": 35,
     "tests/gateway/test_native_slow_peer.py": 50,
     "tests/gateway/test_http.py": 20,
     "tests/packaging/test_wheel.py": 20,
+    "tests/test_cli.py": 15,  # no shared fixture: its tests go one by one, the `voxrt bench` run ~13 s of them
 }
 
 
