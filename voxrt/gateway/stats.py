@@ -3,7 +3,7 @@
 - Stats: every `STATS_EVERY_S` the process replaces `<prefix>.<pid>.json` with its cumulative figures: the
   frame send-lateness histograms (all frames, and split into paced and arrival-bound frames, audio_out.py)
   and the event-loop-lag histogram (voxrt/timing.py), frames sent, open sessions, and its
-  CPU seconds. A benchmark reads the files of every gateway process before and after a window and subtracts
+  CPU seconds (all its threads, and its event loop's thread alone). A benchmark reads the files of every gateway process before and after a window and subtracts
   (voxrt/loadgen/gateway_bench.py), which also works with several processes behind one port, where a
   /metrics scrape reaches one of them at random.
 - Trace: one JSON line per finished context with each chunk's timestamps along the path (engine done,
@@ -53,7 +53,10 @@ class StatsWriter:
             pacer = _PACERS.get(asyncio.get_running_loop())
         except RuntimeError:  # not on the loop (no pacer figures then)
             pacer = None
+        # cpu_s: every thread of the process (the loop, --encode-threads workers, the engine client's reader);
+        # loop_cpu_s: the event loop's thread alone (write() runs on it)
         data = {"pid": os.getpid(), "monotonic_s": time.monotonic(), "cpu_s": time.process_time(),
+                "loop_cpu_s": time.thread_time(),
                 "pacer_wakeups": pacer.num_wakeups if pacer is not None else 0,
                 "sessions": self.state.num_sessions, "frames_sent": m.num_frames_sent,
                 "send_lateness": m.send_lateness.to_dict(), "send_lateness_paced": m.send_lateness_paced.to_dict(),

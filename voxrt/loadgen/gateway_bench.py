@@ -15,7 +15,9 @@ files every gateway process writes (`--stats-file`, voxrt/gateway/stats.py):
   judged on all frames; the table also splits them: "paced", the frames whose due time the pacing rule set
   (steady frames), and "ready", those whose due time their chunk's arrival set (a context's lead fill, up to
   lead_ms of audio released at once, and its share of the frames).
-- CPU: the gateway processes' CPU seconds per second (cores), per session, and sessions per core.
+- CPU: the gateway processes' CPU seconds per second (cores), all their threads (the event loop, any
+  `--encode-threads` workers, the engine client's reader thread), per session, and sessions per core; beside it
+  the event loop's thread alone (loop us/frame).
 - the gateway's event-loop lag, and the clients' (a client that lags is not measuring the gateway).
 The ceiling is the highest session count whose send-jitter p99 stays within `--jitter-bound-ms` (5 ms).
 
@@ -242,9 +244,11 @@ def read_stats(prefix: str) -> dict[int, dict]:
     return out
 
 
-def us_per_frame(row: dict) -> float | None:
-    """The gateway's CPU per frame sent, in microseconds (to set beside libopus alone's)."""
-    return 1e6 * row["cpu_cores"] / row["frames_per_s"] if row.get("cpu_cores") and row.get("frames_per_s") else None
+def us_per_frame(row: dict, key: str = "cpu_cores") -> float | None:
+    """The gateway's CPU per frame sent, in microseconds (to set beside libopus alone's): all its threads
+    (`cpu_cores`, what the ceiling's sessions per core use), or its event loop's thread alone
+    (`loop_cpu_cores`; the rest is --encode-threads workers and the engine client's reader thread)."""
+    return 1e6 * row[key] / row["frames_per_s"] if row.get(key) and row.get("frames_per_s") else None
 
 
 def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
@@ -252,6 +256,7 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
     lateness, lag = MsHistogram(), MsHistogram()
     split = {"send_lateness_paced": MsHistogram(), "send_lateness_ready": MsHistogram()}
     cpu_s = wall_s = 0.0
+    loop_cpu_s: float | None = 0.0  # None when a process writes none (gateways before round 6)
     frames = wakeups = 0
     for pid, end in after.items():
         start = before.get(pid)
@@ -263,11 +268,16 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
                 hist.merge(MsHistogram.from_dict(end[key]).minus(MsHistogram.from_dict(start[key])))
         lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
         cpu_s += end["cpu_s"] - start["cpu_s"]
+        if loop_cpu_s is not None and "loop_cpu_s" in end and "loop_cpu_s" in start:
+            loop_cpu_s += end["loop_cpu_s"] - start["loop_cpu_s"]
+        else:
+            loop_cpu_s = None
         wall_s = max(wall_s, end["monotonic_s"] - start["monotonic_s"])
         frames += end["frames_sent"] - start["frames_sent"]
         wakeups += end.get("pacer_wakeups", 0) - start.get("pacer_wakeups", 0)
     return {"jitter": lateness.summary(), "jitter_paced": split["send_lateness_paced"].summary(),
             "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
+            "loop_cpu_cores": loop_cpu_s / wall_s if wall_s and loop_cpu_s is not None else None,
             "frames_per_s": frames / wall_s if wall_s else None,
             "pacer_wakeups_per_s": wakeups / wall_s if wall_s else None, "processes": len(after)}
 
@@ -329,7 +339,7 @@ def run_point(num_sessions: int, args) -> dict:
 
 def format_table(rows: list[dict], bound_ms: float) -> str:
     lines = ["sessions  jitter p50  p99 ms  max ms  paced p99  ready p99 (share)  gw loop lag p99  gw CPU cores  "
-             "CPU/session %  sessions/core  frames/s  us/frame  client stalls  client lag p99"]
+             "CPU/session %  sessions/core  frames/s  us/frame  loop us/frame  client stalls  client lag p99"]
     for r in rows:
         j = r["jitter"]
         ok = "ok" if (j["p99_ms"] is not None and j["p99_ms"] <= bound_ms) else "OVER"
@@ -339,7 +349,8 @@ def format_table(rows: list[dict], bound_ms: float) -> str:
                      f"{paced.get('p99_ms') or 0:9.2f}  {ready.get('p99_ms') or 0:9.2f} ({share:4.1f}%)  "
                      f"{r['loop_lag']['p99_ms'] or 0:15.2f}  {r['cpu_cores'] or 0:12.2f}  "
                      f"{r['cpu_per_session_pct'] or 0:13.3f}  {r['sessions_per_core'] or 0:13.0f}  "
-                     f"{r['frames_per_s'] or 0:8.0f}  {us_per_frame(r) or 0:8.0f}  {r['client_stalls']:13d}  {r['client_loop_lag_p99_ms']:14.1f}  {ok}")
+                     f"{r['frames_per_s'] or 0:8.0f}  {us_per_frame(r) or 0:8.0f}  {us_per_frame(r, 'loop_cpu_cores') or 0:13.0f}  "
+                     f"{r['client_stalls']:13d}  {r['client_loop_lag_p99_ms']:14.1f}  {ok}")
     return "\n".join(lines)
 
 
