@@ -1,14 +1,6 @@
 #!/bin/bash
 # usage: threadcpu.sh TREE NAME SESSIONS LEAD: per-thread CPU (jiffies) of the gateway over 15 s of the window
-tree=$1; name=$2; n=$3; lead=$4
-cd /work/main && . .venv/bin/activate
-if [ "$tree" = base ]; then export PYTHONPATH=/tmp/gw6/base; else unset PYTHONPATH; fi
-echo "$name start $(date +%T) $(cat /proc/loadavg)" >> /tmp/gw6/runs/load.txt
-python -m voxrt.loadgen.gateway_bench --sessions $n --duration 20 --ramp 2 --warmup 3 --gateway-cpus 0 --client-cpus 1 \
-  --nice -10 --lead-ms $lead --out /tmp/gw6/runs/$name.json -- --opus-signal=music $SERVE_EXTRA > /tmp/gw6/runs/$name.log 2>&1 &
-bp=$!
-sleep 12
-f=$(ls -t /tmp/voxrt-gwbench-*/stats.*.json | head -1); pid=$(basename $f | cut -d. -f2)
+source "$(dirname "$0")/start_gateway.sh" "$@"  # tree name n lead, bp, pid
 snap() { for t in /proc/$pid/task/*; do echo "$(basename $t) $(cat $t/comm) $(awk '{print $14+$15, $14, $15}' $t/stat) $(grep -E '^(voluntary|nonvoluntary)' $t/status | awk '{print $2}' | tr '\n' ' ')"; done; }
 snap > /tmp/gw6/runs/$name.t0; sleep 15; snap > /tmp/gw6/runs/$name.t1
 wait $bp
