@@ -58,7 +58,9 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
     try:
         core = _build_core(config)
         core.warmup()
-        frozen = _settle_heap(config)
+        from voxrt.engine.runtime.gcpause import settle_heap  # noqa: PLC0415 (stdlib only, no torch)
+
+        frozen = settle_heap()  # start-up's objects out of later collections (runtime/gcpause.py)
         if frozen:
             log.info("start-up heap settled: %d objects frozen out of later garbage collections", frozen)
         listener = Listener(listen[0], family="AF_UNIX", authkey=listen[1]) if listen else None
@@ -79,19 +81,6 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
         if listener is not None:
             listener.close()
         core.close()
-
-
-def _settle_heap(config: EngineConfig) -> int:
-    """After warm-up: one collection, then the survivors (the model, its graphs, caches) frozen, so that the
-    step loop's collections walk only what it allocates (runtime/gcpause.py). Not for the stand-in engine,
-    which imports no torch."""
-    from voxrt.engine.standin import STANDIN_MODEL  # noqa: PLC0415
-
-    if config.model == STANDIN_MODEL:
-        return 0
-    from voxrt.engine.runtime.gcpause import settle_heap  # noqa: PLC0415
-
-    return settle_heap()
 
 
 def _build_core(config: EngineConfig):
