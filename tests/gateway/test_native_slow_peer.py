@@ -110,12 +110,16 @@ def test_a_client_that_stops_reading_is_closed_4008_and_its_session_ends_at_once
 
 
 def test_a_client_that_reads_slowly_but_steadily_gets_all_its_audio(live):
-    """Pauses of a second (a third of the stall bound) between reads, against a model that generates faster
-    than that: sends wait on the paused transport again and again, and none of them as long as the bound. (The
-    client pings each round: one that sends nothing is idle once the server has sent it everything, slow
-    reader or not.)"""
+    """Rounds of a 0.6 s pause and then at most READ_PER_ROUND bytes (under a second of the audio, the pause a
+    fifth of the stall bound), against a model that generates faster than that: the server's sends wait on
+    the paused transport round after round, none of them as long as the bound. What the client takes in a
+    round is bounded in bytes, not only in time, so that the server's backlog outlasts several rounds however
+    fast the model ran (a round that read for a fixed time took all of it at once on loopback). (The client
+    pings each round: one that sends nothing is idle once the server has sent it everything, slow reader or
+    not.)"""
     assert_returned(live, 30)
     text = "Hello there, my good friend. How are you doing today? " * 2  # 3 to 9 s of tiny-lite's audio
+    read_per_round = 64 * 1024  # 0.68 s of 48 kHz pcm16; 3 s of audio is 288 KB: over 4 rounds of backlog
     client, session = _open(live, **PCM_BURST)
     try:
         client.send({"type": "text", "context_id": "a", "text": text})
@@ -123,13 +127,13 @@ def test_a_client_that_reads_slowly_but_steadily_gets_all_its_audio(live):
         deadline, is_open, num_rounds_paused = time.monotonic() + 180, True, 0
         while is_open and not any(m["type"] == "context.done" for m in client.messages):
             assert time.monotonic() < deadline, f"no end of the audio; the last messages: {client.messages[-2:]}"
-            time.sleep(1.0)
+            time.sleep(0.6)
             num_rounds_paused += not session._protocol.writable.is_set()  # the server's send waits on the client
             # a ping each round: a client that sends nothing is idle (4008) once the server sent all it had
             client.send({"type": "ping"})
-            t_end = time.monotonic() + 0.3
-            while is_open and time.monotonic() < t_end:
-                is_open = client.read(0.05)
+            t_end, round_end = time.monotonic() + 0.3, client.num_bytes + read_per_round
+            while is_open and time.monotonic() < t_end and client.num_bytes < round_end:
+                is_open = client.read(0.05, max_bytes=round_end - client.num_bytes)
         assert is_open and client.close_code is None and not session.is_stalled, \
             (client.close_code, session.close_code, session.is_stalled, client.messages[-1:])
         assert num_rounds_paused >= 2, "the client was not slow enough for the server's sends to wait"

@@ -51,11 +51,12 @@ class RawWebSocket:
                                       bytes([0x80 | 127]) + struct.pack("!Q", size))
         self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
 
-    def read(self, timeout_s: float) -> bool:
-        """Reads what arrives within `timeout_s`; False once the server closed the connection."""
+    def read(self, timeout_s: float, max_bytes: int = 1 << 16) -> bool:
+        """Reads what arrives within `timeout_s`, at most `max_bytes`; False once the server closed the
+        connection."""
         self.sock.settimeout(timeout_s)
         try:
-            data = self.sock.recv(1 << 16)
+            data = self.sock.recv(max_bytes)
         except (socket.timeout, BlockingIOError):
             return True
         except ConnectionError:
