@@ -29,7 +29,7 @@ from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
 from voxrt.engine.runtime.gcpause import GcPauses
 from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
-from voxrt.engine.runtime.program import ModelProgram
+from voxrt.engine.runtime.program import ModelProgram, checked_spec
 from voxrt.engine.runtime.runner import ModelRunner, RunnerConfig, resolve_backend
 from voxrt.engine.runtime.trace import Tracer
 from voxrt.engine.sched.costs import CostModel
@@ -95,8 +95,9 @@ class EngineCore:
             mixed_prefill=device.type == "cuda" if config.mixed_prefill is None else config.mixed_prefill),
             self.lanes)
         self.program = self.runner.program
+        spec = checked_spec(program)
         self.scheduler = policy(
-            program.spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
+            spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
             program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens,
                                               max_codec_batch=config.max_codec_batch,
                                               deadline_startup_ms=config.deadline_startup_ms,
@@ -119,12 +120,12 @@ class EngineCore:
         self.deferred_admissions = 0
         self.early_chunks = 0
         self.sm_mode_switches = 0
-        self.info = ModelInfo(
-            name=program.name, sample_rate=program.sample_rate, frame_rate_hz=program.frame_rate_hz,
-            samples_per_frame=program.samples_per_frame, num_codebooks=program.num_codebooks,
-            chunk_frames=program.chunk_frames, first_chunk_frames=program.first_chunk_frames,
+        self.info = ModelInfo(  # the model's constants from its spec (checked_spec: the one source)
+            name=program.name, sample_rate=spec.sample_rate, frame_rate_hz=spec.sample_rate / spec.samples_per_frame,
+            samples_per_frame=spec.samples_per_frame, num_codebooks=spec.num_codebooks,
+            chunk_frames=spec.chunk_frames, first_chunk_frames=spec.first_chunk_frames,
             voices=tuple(program.voices), default_voice=program.default_voice,
-            consumes_text_incrementally=program.consumes_text_incrementally, device=str(device),
+            consumes_text_incrementally=spec.consumes_text_incrementally, device=str(device),
             attention_backend=backend, use_cuda_graphs=self.runner.use_graphs, lanes=self.lanes.describe(),
             scheduler_type=config.scheduler_type, frame_path=self.runner.frame_path,
             accepts_instructions=program.accepts_instructions,

@@ -1,6 +1,7 @@
-"""Start-up measurement of what the policies' cost model needs: the LM step (decode + code predictor) at the
-smallest and largest batch bucket, and codec launches per chunk size and batch, each replayed as the graphs
-the engine will run, on their lanes. Fitted into a `CostModel` (flags may override any field)."""
+"""Start-up measurement of what the policies' cost model needs: the LM step (decode + code predictor, or the
+program's LM sub-steps of a frame) at the smallest and largest batch bucket, and codec launches per chunk
+size and batch, each replayed as the graphs the engine will run, on their lanes. Fitted into a `CostModel`
+(flags may override any field)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,15 @@ def measure_costs(runner) -> CostModel:
     lm_points = []
     lm_stream = lanes.stream(LM)
     for size in sorted({runner.decode_stage.buckets[0], runner.decode_stage.buckets[-1]}):
-        decode, depth = runner.decode_stage.graphs[size], runner.depth_stage.graphs[size]
+        decode = runner.decode_stage.graphs[size]
+        depth = runner.depth_stage.graphs[size] if runner.program.has_depth else None
 
-        def step(decode=decode, depth=depth) -> None:
+        def step(decode=decode, depth=depth) -> None:  # a frame as the program makes it (its frame shape)
             with lanes.on(LM):
-                decode.replay()
-                depth.replay()
+                for _ in range(runner.tokens_per_frame):
+                    decode.replay()
+                if depth is not None:
+                    depth.replay()
         lm_points.append((size, lane_time_ms(step, lm_stream)))
     codec_points = []
     stages = runner.codec_stages_by_lane.get(BACKGROUND, runner.codec_stages)

@@ -4,6 +4,22 @@ A program is an `nn.Module` holding the LM (talker), an optional depth model (co
 codec. The runner owns the KV cache, batching, padding and CUDA graphs; the program only computes. Every
 batched method takes tensors whose first dim is the (possibly padded) batch, so the runner can capture it
 in a graph per batch-size bucket.
+
+A frame is what the codec turns into `samples_per_frame` samples: a row of `num_codebooks` codes. How a
+program makes one is its frame shape (`lm_tokens_per_frame`, `has_depth`), which fits the families we know:
+
+- one LM token per frame and a depth stage (Qwen3-TTS, `tiny`): the LM step samples code 0 (`sample_code`),
+  `generate_depth` the frame's other codes;
+- several LM tokens per frame and no depth stage (Orpheus: 7 tokens, one code each): the runner runs the LM
+  `lm_tokens_per_frame` times, the sub-step `sub` reading the token sub-step `sub - 1` wrote into the slot's
+  frame row (`embed_step`'s `prev_codes`, `sub` 0 reading the previous frame's) and sampling code `sub`;
+- one LM token per frame and no depth stage (a single-codebook model): code 0 is the frame.
+
+Its prompt is per-position inputs on two tracks (`PromptTokens`: a text id and a code per position, -1 for
+nothing), which covers dual-track prompts (Qwen3-TTS: text and codec summed), prompt-at-once text (Orpheus:
+text ids alone), and prompts with codes only. Its stop rules are `ProgramSpec`'s (`eos_code`, the length
+rules), its token-to-code mapping is its own (`sample_code` returns what the frame row holds; `decode_chunk`
+reads that row), and its constants come from one place: `spec` (`ModelInfo` is built from it, engine side).
 """
 
 from __future__ import annotations
@@ -54,6 +70,14 @@ class ModelProgram(nn.Module, abc.ABC):
     # True: `build_prompt` puts `request.params.instructions` (a style instruction) into the prompt. The engine
     # refuses instructions for a program without them (EngineCore.submit), never ignores them.
     accepts_instructions: bool = False
+    # The frame shape (module docstring): LM steps per frame, and whether a depth stage fills the frame after
+    # them. `num_codebooks` codes a frame either way; with several LM steps and no depth, one code each.
+    lm_tokens_per_frame: int = 1
+    has_depth: bool = True
+    # The streaming codec's output lags its input by this many samples (a codec that is not causal holds
+    # back its lookahead): the runner drops them from the start of each request's audio and, after its last
+    # chunk, appends what `finish_codec` returns, so that N frames are N * samples_per_frame samples. 0: causal.
+    codec_delay_samples: int = 0
 
     @property
     def frame_rate_hz(self) -> float:
@@ -88,6 +112,12 @@ class ModelProgram(nn.Module, abc.ABC):
     def embed_step(self, text_ids: torch.Tensor, prev_codes: torch.Tensor) -> torch.Tensor:
         """Decode input: [B] text ids, [B, K] codes of the previous frame -> [B, H]."""
 
+    def embed_substep(self, text_ids: torch.Tensor, prev_codes: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
+        """Decode input of LM sub-step `sub` [B] (0 .. lm_tokens_per_frame - 1) of a frame: [B, K] the slot's frame
+        row, whose codes before `sub` are this frame's and the rest the previous frame's -> [B, H]. One LM token
+        per frame: `embed_step`."""
+        return self.embed_step(text_ids, prev_codes)
+
     @abc.abstractmethod
     def lm_forward(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionContext) -> torch.Tensor:
         """[N, H] inputs at [N] positions -> [N, H] last hidden states. KV goes through `attn`."""
@@ -97,11 +127,17 @@ class ModelProgram(nn.Module, abc.ABC):
                           history: torch.Tensor) -> torch.Tensor:
         """[B, H] -> [B] code 0, with the repetition penalty over `history` [B, V] (bool)."""
 
+    def sample_code(self, hidden: torch.Tensor, sampling: SamplingTensors, history: torch.Tensor,
+                    sub: torch.Tensor) -> torch.Tensor:
+        """[B, H] -> [B] the code of LM sub-step `sub` [B] (its column of the frame row; also the column of
+        `history` [B, code0_vocab_size] it marks). One LM token per frame: `sample_first_code`."""
+        return self.sample_first_code(hidden, sampling, history)
+
     # ---- depth (code predictor) --------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def generate_depth(self, hidden: torch.Tensor, code0: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
-        """[B, H], [B] -> [B, K] all codes of the frame (code 0 first)."""
+        """[B, H], [B] -> [B, K] all codes of the frame (code 0 first). Programs with `has_depth`."""
+        raise NotImplementedError(f"model {self.name!r} has no depth stage")
 
     # ---- codec -------------------------------------------------------------------------------------------
 
@@ -116,6 +152,11 @@ class ModelProgram(nn.Module, abc.ABC):
     def decode_chunk(self, codes: torch.Tensor, slots: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
         """Streaming decode: [B, F, K] codes, [B] slots -> [B, F * samples_per_frame] audio in [-1, 1];
         reads and advances each slot's state."""
+
+    def finish_codec(self, slots: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """After a request's last chunk: the last `codec_delay_samples` samples of each slot's audio [B, delay]
+        (programs whose codec lags; a causal codec has nothing held back)."""
+        return torch.zeros(slots.shape[0], self.codec_delay_samples, device=slots.device)
 
     @abc.abstractmethod
     def decode_offline(self, codes: torch.Tensor) -> torch.Tensor:
@@ -136,3 +177,23 @@ class ModelProgram(nn.Module, abc.ABC):
         if path == "fused":
             raise InvalidParamsError(f"model {self.name!r} has no fused frame path; use --frame-path reference or auto")
         return "reference"
+
+
+# What a program states twice, as its attributes (the runner's) and in `spec` (the scheduler's, and what
+# `ModelInfo` is built from): the engine refuses a program where the two disagree.
+_SPEC_ATTRIBUTES = ("num_codebooks", "chunk_frames", "first_chunk_frames", "consumes_text_incrementally",
+                    "samples_per_frame", "sample_rate", "lm_tokens_per_frame", "codec_delay_samples")
+
+
+def checked_spec(program: ModelProgram) -> ProgramSpec:
+    """The program's `spec`, once its attributes are known to say the same (ValueError naming each one that
+    does not), and its frame shape is one the runner runs."""
+    spec = program.spec
+    wrong = [f"{name}: {getattr(program, name)!r} (spec {getattr(spec, name)!r})" for name in _SPEC_ATTRIBUTES
+             if getattr(program, name) != getattr(spec, name)]
+    if wrong:
+        raise ValueError(f"model program {program.name!r} disagrees with its spec: {'; '.join(wrong)}")
+    if program.lm_tokens_per_frame > 1 and program.has_depth:
+        raise ValueError(f"model program {program.name!r}: several LM tokens a frame and a depth stage is no "
+                         f"frame shape the runner knows (ModelProgram's docstring)")
+    return spec

@@ -48,6 +48,8 @@ class CodecLaunch:
     event: Any = None  # cuda event recorded after the launch's last copy
     start_event: Any = None  # with timing: recorded before its first kernel
     samples_per_frame: int = 0
+    delay_samples: int = 0  # the codec's lag (ModelProgram.codec_delay_samples)
+    tails: list[tuple[list[int], torch.Tensor]] = field(default_factory=list)  # (last jobs, host [n, delay])
 
     def is_done(self) -> bool:
         return self.event is None or self.event.query()
@@ -63,14 +65,23 @@ class CodecLaunch:
         return self.start_event.elapsed_time(self.event)
 
     def results(self) -> list[np.ndarray]:
-        """Audio per job, in job order; call once `is_done()`."""
+        """Audio per job, in job order; call once `is_done()`. With a lagging codec a request's first
+        `delay_samples` samples (the codec's warm-up) are dropped and its last chunk ends with the held-back
+        tail, so that a request's chunks add up to its frames' samples."""
         out: list[np.ndarray | None] = [None] * len(self.jobs)
         for i in self.empty:
             out[i] = np.zeros(0, dtype=np.float32)
+        spf, delay = self.samples_per_frame, self.delay_samples
         for idx, host in self.parts:
             rows = host.float().numpy()
             for row, i in enumerate(idx):
-                out[i] = rows[row, : self.jobs[i].num_frames * self.samples_per_frame].copy()
+                job = self.jobs[i]
+                drop = max(0, delay - job.first_frame * spf)  # the part of the warm-up in this chunk
+                out[i] = rows[row, drop : job.num_frames * spf].copy()
+        for idx, host in self.tails:
+            rows = host.float().numpy()
+            for row, i in enumerate(idx):
+                out[i] = np.concatenate([out[i], rows[row]])
         return out  # type: ignore[return-value]
 
 
@@ -133,7 +144,8 @@ class DecodeBuffers:
     sampling: SamplingTensors
     attn: AttentionContext
     hidden: torch.Tensor  # [b, H] out
-    code0: torch.Tensor  # [b] out
+    code0: torch.Tensor  # [b] out (the code of LM sub-step `sub`)
+    sub: torch.Tensor  # [b] the LM sub-step of the frame (ModelProgram.lm_tokens_per_frame; 0 with one a frame)
 
 
 # Prefill graphs: prompts padded to one of these lengths (tokens), up to PREFILL_BATCH prompts per launch. A
@@ -211,12 +223,15 @@ class ModelRunner:
                           cfg.device, cfg.dtype)
         self.max_pages_per_seq = -(-cfg.max_seq_len // cfg.page_size)
         self.scratch_slot = cfg.num_slots
+        self.tokens_per_frame = program.lm_tokens_per_frame
+        self._text_pad_id = program.spec.text_pad_id
         self.codec_state = program.new_codec_state(cfg.num_slots + 1, cfg.device, cfg.dtype)
         self.history = torch.zeros(cfg.num_slots + 1, program.code0_vocab_size, dtype=torch.bool, device=cfg.device)
         # each slot's last frame: written by the step that made it, read by the slot's next decode step
         self.last_codes = torch.zeros(cfg.num_slots + 1, program.num_codebooks, dtype=torch.int64, device=cfg.device)
         self._last_lm_event = None  # the newest LM launch's event: a launch on another stream waits for it
         self._true = torch.ones((), dtype=torch.bool, device=cfg.device)  # a device value: no H2D copy in capture
+        self._zero_sub = torch.zeros(max(cfg.max_batch_size, PREFILL_BATCH), dtype=torch.int64, device=cfg.device)
         use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
         self.use_graphs = use_graphs
         self._workspace = self._workspace2 = None
@@ -308,7 +323,8 @@ class ModelRunner:
                 with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
                     self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], []),
                                               lm_stream)
-                    self.depth_stage.capture(lambda b: None, lm_stream)
+                    if self.program.has_depth:
+                        self.depth_stage.capture(lambda b: None, lm_stream)
                     self._capture_prefill(lm_stream)
                     self._capture_mixed(lm_stream)
                 lanes = (BACKGROUND, URGENT) if mode == 0 else (BACKGROUND,)  # the urgent lane has one set
@@ -391,13 +407,14 @@ class ModelRunner:
             attn=self._attention(b, b, True, graphed),
             hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
             code0=torch.zeros(b, dtype=torch.int64, device=dev),
+            sub=torch.zeros(b, dtype=torch.int64, device=dev),
         )
 
     def _decode_body(self, bufs: DecodeBuffers) -> None:
         p = self.program
-        x = p.embed_step(bufs.text_ids, self.last_codes[bufs.slots])
+        x = p.embed_substep(bufs.text_ids, self.last_codes[bufs.slots], bufs.sub)
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
-        code0 = p.sample_first_code(hidden, bufs.sampling, self.history[bufs.slots])
+        code0 = p.sample_code(hidden, bufs.sampling, self.history[bufs.slots], bufs.sub)
         self._mark_history(bufs.slots, code0)
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
@@ -423,7 +440,7 @@ class ModelRunner:
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)[bufs.last]
         self.history.index_fill_(0, bufs.slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, bufs.slots)
-        code0 = p.sample_first_code(hidden, bufs.sampling, self.history[bufs.slots])
+        code0 = p.sample_code(hidden, bufs.sampling, self.history[bufs.slots], self._zero_sub[: hidden.shape[0]])
         self._mark_history(bufs.slots, code0)
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
@@ -438,13 +455,14 @@ class ModelRunner:
         Each part samples code 0 as its own stage would (a prompt's slot starts clean first)."""
         p, d, q = self.program, bufs.dec, bufs.pre
         b = d.text_ids.shape[0]
-        x = torch.cat([p.embed_step(d.text_ids, self.last_codes[d.slots]), p.embed_prompt(q.text_ids, q.codec_ids)])
+        x = torch.cat([p.embed_substep(d.text_ids, self.last_codes[d.slots], d.sub),
+                       p.embed_prompt(q.text_ids, q.codec_ids)])
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
         dec_hidden, pre_hidden = hidden[:b], hidden[b:][q.last]
         self.history.index_fill_(0, q.slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, q.slots)
         for part, h in ((d, dec_hidden), (q, pre_hidden)):
-            code0 = p.sample_first_code(h, part.sampling, self.history[part.slots])
+            code0 = p.sample_code(h, part.sampling, self.history[part.slots], self._zero_sub[: h.shape[0]])
             self._mark_history(part.slots, code0)
             part.hidden.copy_(h)
             part.code0.copy_(code0)
@@ -552,6 +570,10 @@ class ModelRunner:
             code0_parts.append(bufs.code0[:n])
         hidden = torch.cat(hidden_parts) if len(hidden_parts) > 1 else hidden_parts[0]
         code0 = torch.cat(code0_parts) if len(code0_parts) > 1 else code0_parts[0]
+        if self.tokens_per_frame > 1:
+            return self._frame_substeps(plan, code0)
+        if not self.program.has_depth:
+            return code0[:, None]
         params = [r.params for r in plan.lm_requests]
         n = len(params)
 
@@ -561,6 +583,26 @@ class ModelRunner:
             b.sampling.fill_from_params(params, pad_to=size)
 
         return self.depth_stage.run(n, fill_depth).codes[:n]
+
+    def _frame_substeps(self, plan: StepPlan, code0: torch.Tensor) -> torch.Tensor:
+        """The rest of the frame for a program of several LM tokens a frame (no depth stage): sub-step j of
+        every LM request of the plan is one more decode-stage pass, at the position after sub-step j - 1's, its
+        input the code sub-step j - 1 wrote into the slot's frame row (`last_codes`). A prompt's sub-step 0 is
+        its prefill (positions 0 .. P - 1), so its sub-step j sits at P + j - 1; a decode's sub-step j at its
+        item's position + j. The scheduler booked these positions (ProgramSpec.lm_tokens_per_frame)."""
+        slots = upload(torch.tensor([r.slot for r in plan.lm_requests], dtype=torch.int64), self.cfg.device)
+        self.last_codes[:, 0].index_copy_(0, slots, code0)
+        n = len(plan.lm_requests)
+        requests = list(plan.prefill) + [item.request for item in plan.decode]
+        base = [len(r.prompt) - 1 for r in plan.prefill] + [item.position for item in plan.decode]
+        pad = self._text_pad_id
+        for sub in range(1, self.tokens_per_frame):
+            def fill(b: DecodeBuffers, size: int, sub=sub) -> None:
+                self._fill_decode(b, size, [pad] * n, [r.slot for r in requests], [r.params for r in requests],
+                                  [SeqSlice(r.pages, 1, pos + sub + 1) for r, pos in zip(requests, base)], sub=sub)
+            bufs = self.decode_stage.run(n, fill)
+            self.last_codes[:, sub].index_copy_(0, slots, bufs.code0[:n])
+        return self.last_codes.index_select(0, slots)
 
     def _mixed_stage_for(self, plan: StepPlan) -> GraphedStage | None:
         """The mixed stage for this plan's prompts, when it has decodes too and every prompt fits one."""
@@ -617,7 +659,7 @@ class ModelRunner:
         self.history.index_fill_(0, slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, slots)
         sampling = SamplingTensors.from_params([r.params for r in requests], dev)
-        code0 = p.sample_first_code(hidden, sampling, self.history[slots])
+        code0 = p.sample_code(hidden, sampling, self.history[slots], self._zero_sub[: hidden.shape[0]])
         self._mark_history(slots, code0)
         return hidden, code0
 
@@ -633,11 +675,13 @@ class ModelRunner:
         return fill
 
     def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], slots: Sequence[int],
-                     params: Sequence, seqs: Sequence[SeqSlice]) -> None:
+                     params: Sequence, seqs: Sequence[SeqSlice], sub: int = 0) -> None:
         n = len(text_ids)
         pad = size - n
         upload_into(b.text_ids, torch.tensor(list(text_ids) + [0] * pad, dtype=torch.int64))
         upload_into(b.slots, torch.tensor(list(slots) + [self.scratch_slot] * pad, dtype=torch.int64))
+        if self.tokens_per_frame > 1:  # one LM token a frame: always sub-step 0, never uploaded
+            b.sub.fill_(sub)
         b.sampling.fill_from_params(params, pad_to=size)
         b.attn.fill(seqs)
 
@@ -654,7 +698,10 @@ class ModelRunner:
         scheduler keeps one chunk per request in flight, and the codec state is per slot."""
         stages = self.codec_stages_by_lane.get(lane, self.codec_stages)
         is_cuda = self.cfg.device.type == "cuda"
-        launch = CodecLaunch(lane=lane, jobs=list(jobs), launched_ns=time.monotonic_ns())
+        # a lagging codec: each request's last chunk also returns the held-back tail (finish_codec); a last
+        # chunk is never padded (its padding frames would be decoded as frames of the request)
+        delay = self.program.codec_delay_samples
+        launch = CodecLaunch(lane=lane, jobs=list(jobs), launched_ns=time.monotonic_ns(), delay_samples=delay)
         groups: dict[int, list[int]] = {}  # launch size -> jobs
         sizes = sorted(stages)
         for i, job in enumerate(jobs):
@@ -662,7 +709,7 @@ class ModelRunner:
                 launch.empty.append(i)
                 continue
             frames = job.num_frames
-            if frames not in stages and job.is_last and frames < sizes[-1]:
+            if frames not in stages and job.is_last and frames < sizes[-1] and not delay:
                 # a last chunk of an odd size runs padded to the next captured size; the codec is causal, so
                 # the audio of its real frames is exact and the rest is cut (the slot's state is not used again)
                 frames = min(s for s in sizes if s > frames)
@@ -693,6 +740,14 @@ class ModelRunner:
                 else:
                     host = audio.clone()
                 launch.parts.append((idx, host))
+            last = [i for i, job in enumerate(jobs) if job.is_last] if delay else []
+            if last:  # after the last chunks' own frames, on the same stream
+                slots = upload(torch.tensor([jobs[i].request.slot for i in last], dtype=torch.int64), self.cfg.device)
+                tail = self.program.finish_codec(slots, self.codec_state)
+                host = torch.empty(tail.shape, dtype=tail.dtype, pin_memory=True) if is_cuda else tail.clone()
+                if is_cuda:
+                    host.copy_(tail, non_blocking=True)
+                launch.tails.append((last, host))
             if is_cuda:
                 launch.event = torch.cuda.Event(enable_timing=timing)
                 launch.event.record()

@@ -55,6 +55,14 @@ class ProgramSpec:
     text_eos_id: int | None = None
     samples_per_frame: int = 1920  # audio samples per frame at `sample_rate`
     sample_rate: int = 24000
+    # LM tokens per frame (ModelProgram.lm_tokens_per_frame): each takes a KV position, so a decode step books
+    # this many and a prefill the prompt plus this many less one (its prompt's last position makes the first)
+    lm_tokens_per_frame: int = 1
+    codec_delay_samples: int = 0  # ModelProgram.codec_delay_samples: the streaming codec's lag
+
+    def frame_tokens_after_prompt(self) -> int:
+        """KV positions a prefill books past its prompt for the rest of its first frame."""
+        return self.lm_tokens_per_frame - 1
 
     @property
     def frame_ns(self) -> float:
@@ -64,6 +72,11 @@ class ProgramSpec:
     def __post_init__(self) -> None:
         if not (1 <= self.first_chunk_frames <= self.chunk_frames):
             raise ValueError("need 1 <= first_chunk_frames <= chunk_frames")
+        if self.lm_tokens_per_frame < 1:
+            raise ValueError("need lm_tokens_per_frame >= 1")
+        if self.codec_delay_samples >= self.first_chunk_frames * self.samples_per_frame:
+            raise ValueError(f"a first chunk of {self.first_chunk_frames} frames releases no audio through a codec "
+                             f"that lags {self.codec_delay_samples} samples")
         sizes = codec_sizes(self.first_chunk_frames, self.chunk_frames)
         object.__setattr__(self, "_sizes", sizes)
         # largest_codec_size(n) for n in 0..max(sizes): the planner asks it for every live request every step

@@ -192,10 +192,10 @@ class Scheduler(abc.ABC):
             return 0
         if request.prompt is None:
             request.prompt = self._build_prompt(request)
-        num_tokens = len(request.prompt)
+        num_tokens = len(request.prompt) + self.spec.frame_tokens_after_prompt()
         num_pages = self.pages.pages_for_tokens(num_tokens)
         if num_tokens > self.config.max_seq_len or num_pages > self.pages.num_pages:
-            self.fail(request, "capacity", f"prompt of {num_tokens} tokens exceeds the KV capacity "
+            self.fail(request, "capacity", f"prompt of {len(request.prompt)} tokens exceeds the KV capacity "
                       f"(max_seq_len {self.config.max_seq_len}, {self.pages.num_pages} pages of {self.pages.page_size})")
             return 0
         # a prompt over the per-step budget is admitted alone, when the budget is still untouched
@@ -205,7 +205,7 @@ class Scheduler(abc.ABC):
         request.pages = self.pages.allocate(num_pages)
         request.slot = self.slots.allocate()
         request.transition(RequestState.RUNNING)
-        request.num_tokens = num_tokens  # booked now: the next step decodes after the prompt
+        request.num_tokens = num_tokens  # booked now (the prompt and its first frame): the next step decodes after
         request.num_text_consumed = request.prompt.num_text_tokens_used
         request.num_frames_in_flight += 1
         return num_tokens
@@ -213,7 +213,8 @@ class Scheduler(abc.ABC):
     def next_decode(self, request: Request) -> DecodeItem | None:
         """The decode input of a running request, growing its pages; None when it must wait this step
         (starved of text, or no page free)."""
-        if request.num_tokens >= self.config.max_seq_len:
+        per_frame = self.spec.lm_tokens_per_frame
+        if request.num_tokens + per_frame > self.config.max_seq_len:
             self._end_generation(request, "max_frames")
             return None
         if self.spec.consumes_text_incrementally and request.num_text_pending == 0 and not request.feed.is_final:
@@ -222,10 +223,11 @@ class Scheduler(abc.ABC):
             return None
         if request.state is RequestState.STARVED:
             request.transition(RequestState.RUNNING)
-        if request.num_tokens + 1 > len(request.pages) * self.pages.page_size:
-            if not self.pages.can_allocate(1):
+        more = self.pages.pages_for_tokens(request.num_tokens + per_frame) - len(request.pages)
+        if more > 0:
+            if not self.pages.can_allocate(more):
                 return None
-            request.pages.extend(self.pages.allocate(1))
+            request.pages.extend(self.pages.allocate(more))
         text_id = self.spec.text_pad_id
         if self.spec.consumes_text_incrementally:
             if request.num_text_pending > 0:
@@ -237,7 +239,7 @@ class Scheduler(abc.ABC):
                 request.is_text_eos_fed = True
         item = DecodeItem(request=request, text_id=text_id, position=request.num_tokens,
                           text_index=request.num_text_consumed)
-        request.num_tokens += 1
+        request.num_tokens += per_frame
         request.num_frames_in_flight += 1
         return item
 
@@ -415,7 +417,7 @@ class Scheduler(abc.ABC):
             return False
         limit = request.params.num_frames or request.params.max_frames or self.spec.default_max_frames
         return (request.num_frames + request.num_frames_in_flight >= limit
-                or request.num_tokens >= self.config.max_seq_len)
+                or request.num_tokens + self.spec.lm_tokens_per_frame > self.config.max_seq_len)
 
     def _stop_reason(self, request: Request, code0: int) -> str | None:
         pinned = request.params.num_frames
