@@ -16,6 +16,8 @@ MODELS: dict[str, str] = {
     "qwen3-tts": "voxrt.models.qwen3_tts.program:build_qwen3_tts",
     "qwen3-tts-1.7b": "voxrt.models.qwen3_tts.program:build_qwen3_tts_1_7b",
     "qwen3-tts-0.6b": "voxrt.models.qwen3_tts.program:build_qwen3_tts_0_6b",
+    # Orpheus 3B (Llama + SNAC 24 kHz): --checkpoint DIR or repo id (default canopylabs/orpheus-3b-0.1-ft in the cache)
+    "orpheus": "voxrt.models.orpheus.program:build_orpheus",
     # random weights in the real talker/predictor shapes, toy codec: engine benchmarks only
     "qwen3-tts-1.7b-shape": "voxrt.models.tiny.program:build_qwen3_tts_1_7b_shape",
 }
@@ -26,6 +28,8 @@ MODELS: dict[str, str] = {
 CHECKPOINT_MAKERS: dict[str, str] = {
     "qwen3-tts-1.7b": "voxrt.models.qwen3_tts.make_checkpoint:make_checkpoint",
     "qwen3-tts-0.6b": "voxrt.models.qwen3_tts.make_checkpoint:make_checkpoint",
+    "orpheus-3b": "voxrt.models.orpheus.make_checkpoint:make_checkpoint",
+    "orpheus-tiny": "voxrt.models.orpheus.make_checkpoint:make_checkpoint",  # toy width and test tokenizer: CI
 }
 
 

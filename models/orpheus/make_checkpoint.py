@@ -10,7 +10,13 @@ and the quantizers' codebooks and out_proj, in the release's key names; the enco
 to encode audio, are left out, so `SNAC.from_pretrained` would refuse it while our loader takes it).
 No tokenizer unless `tokenizer_dir` gives one (its tokenizer.json, tokenizer_config.json,
 special_tokens_map.json are copied): the Llama-3 vocabulary ships with no package here. A random model never
-learns to stop: pin output lengths for benchmarks.
+learns to stop: voxrt.json marks the weights random (program.py then ends a generation by a length rule, and
+never samples a stop token); pin output lengths for benchmarks.
+
+`--arch orpheus-tiny`: the same layout at toy width (2 layers of 32, the real 156,940-token vocabulary, a SNAC
+decoder of 32 channels with the release's 2048 samples a frame) and a byte-level test tokenizer (`tokenizers`;
+<|begin_of_text|> at Llama-3's id 128000, one token per byte), so that `voxrt serve --model orpheus
+--checkpoint DIR` runs anywhere: the CI's Orpheus pass and the docs' try-it. It is no Llama-3 tokenizer.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from voxrt.engine.errors import CheckpointError
 from voxrt.models.orpheus import tokens
 from voxrt.models.orpheus.checkpoint import SNAC_SUBDIR
 
-ARCHS = ("orpheus-3b",)
+ARCHS = ("orpheus-3b", "orpheus-tiny")
 # canopylabs/orpheus-3b-0.1-ft config.json (Llama-3.2-3B-Instruct's shape with the vocabulary grown to 156,940)
 ORPHEUS_3B_CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False, "attention_dropout": 0.0,
@@ -51,6 +57,12 @@ GENERATION_CONFIG = {"bos_token_id": tokens.BEGIN_OF_TEXT, "eos_token_id": list(
                      "top_p": tokens.SAMPLING_DEFAULTS["top_p"],
                      "repetition_penalty": tokens.SAMPLING_DEFAULTS["repetition_penalty"],
                      "max_new_tokens": tokens.SAMPLING_DEFAULTS["max_tokens"]}
+# orpheus-tiny: a toy width, the real vocabulary (Orpheus's ids need it); the release's 2048 samples a frame
+ORPHEUS_TINY_CONFIG = dict(
+    ORPHEUS_3B_CONFIG, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, torch_dtype="float32", initializer_range=0.3)
+SNAC_TINY_CONFIG = dict(SNAC_24KHZ_CONFIG, encoder_dim=4, decoder_dim=32)
+TINY_FRAMES_PER_TEXT_TOKEN = 0.3  # a byte a token: ~14 characters an audio second, as speech
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MAX_SHARD_BYTES = 5 * 10**9  # transformers' default shard size
 
@@ -59,7 +71,27 @@ def arch_config(arch: str) -> tuple[dict, dict]:
     """(LM config, SNAC config) of `arch`, fresh copies."""
     if arch not in ARCHS:
         raise CheckpointError(f"unknown arch {arch!r}; available: {', '.join(ARCHS)}")
+    if arch == "orpheus-tiny":
+        return copy.deepcopy(ORPHEUS_TINY_CONFIG), copy.deepcopy(SNAC_TINY_CONFIG)
     return copy.deepcopy(ORPHEUS_3B_CONFIG), copy.deepcopy(SNAC_24KHZ_CONFIG)
+
+
+def write_byte_tokenizer(out: Path) -> None:
+    """A byte-level tokenizer.json (one token per byte, ids 0..255) whose post-processor puts
+    <|begin_of_text|> (id 128000, as Llama-3's) in front, as the real one does: a test tokenizer."""
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors  # noqa: PLC0415
+    except ImportError:
+        raise CheckpointError("orpheus-tiny's test tokenizer needs the `tokenizers` package") from None
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {char: i for i, char in enumerate(sorted(alphabet))}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    bos = "<|begin_of_text|>"
+    tokenizer.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A $B",
+                                                             special_tokens=[(bos, tokens.BEGIN_OF_TEXT)])
+    tokenizer.save(str(out / "tokenizer.json"))
 
 
 def save_sharded(state: dict[str, torch.Tensor], out: Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> list[str]:
@@ -92,6 +124,7 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     from voxrt.models.orpheus.snac import SnacConfig, SnacDecoder  # noqa: PLC0415
 
     lm_config, snac_config = configs if configs is not None else arch_config(arch)
+    is_tiny = configs is None and arch == "orpheus-tiny"
     tokenizer = Path(tokenizer_dir) if tokenizer_dir else None
     if tokenizer is not None and not (tokenizer / "tokenizer.json").is_file():
         raise CheckpointError(f"{tokenizer} lacks tokenizer.json (the Llama-3 tokenizer with Orpheus's custom tokens)")
@@ -101,7 +134,7 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     torch.manual_seed(seed)
     t0 = time.monotonic()
     default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)  # initialize in the checkpoint's dtype: 6.6 GB, not 13
+    torch.set_default_dtype(torch.float32 if is_tiny else torch.bfloat16)  # the checkpoint's dtype: 6.6 GB, not 13
     try:
         with torch.device(dev):
             lm = OrpheusLM(LlamaConfig.from_dict(lm_config))
@@ -118,6 +151,12 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     for name in TOKENIZER_FILES:
         if tokenizer is not None and (tokenizer / name).is_file():
             shutil.copy(tokenizer / name, out / name)
+    if tokenizer is None and is_tiny:
+        write_byte_tokenizer(out)
+    marker = {"random_weights": True, "arch": arch}
+    if is_tiny:
+        marker["frames_per_text_token"] = TINY_FRAMES_PER_TEXT_TOKEN
+    (out / "voxrt.json").write_text(json.dumps(marker, indent=2))
     with torch.device(dev):
         codec = SnacDecoder(SnacConfig.from_dict(snac_config))
     codec_state = {k: v.detach().float().cpu().contiguous() for k, v in codec.state_dict().items()}
@@ -127,7 +166,7 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     (out / "README.voxrt.txt").write_text(
         f"Made by `voxrt make-checkpoint --arch {arch}`: RANDOM weights in Orpheus's released layout (the LM as\n"
         "canopylabs/orpheus-3b-0.1-ft, the codec in snac/ as hubertsiuzdak/snac_24khz with its decoding half only),\n"
-        f"for benchmarks only. Tokenizer: {'copied from ' + str(tokenizer) if tokenizer else 'none'}. The audio is noise;\n"
+        f"for benchmarks only. Tokenizer: {'copied from ' + str(tokenizer) if tokenizer else ('a byte-level test tokenizer' if is_tiny else 'none')}. The audio is noise;\n"
         "pin output lengths.\n")
     progress(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     return out
