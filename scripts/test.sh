@@ -40,4 +40,15 @@ SECOND=$(grep -lE "live_server\(|^def test_[a-z0-9_]+\([^)]*\blive\b" tests/gate
          | grep -vE "test_(auth|drain|bad_input|client_errors|client_examples)\.py")
 echo "== $(echo "$SECOND" | wc -w) gateway and client modules again with --scheduler-type deadline --lanes inline"
 VOXRT_TEST_SCHEDULER=deadline VOXRT_TEST_LANES=inline .venv/bin/python -m pytest -q "${PARALLEL[@]}" $SECOND
+# The third pass: a second model family behind the same gateway and client suites. Orpheus (seven LM tokens a
+# frame, no depth stage, the prompt read at once: a request per segment) on a tiny random checkpoint written
+# here. Left out besides the second pass's: test_word_forwarding.py's first test, which checks that a program
+# reading text incrementally speaks before its first sentence ends (Orpheus reads whole segments).
+ORPHEUS_CKPT=$(mktemp -d)
+trap 'rm -rf "$ORPHEUS_CKPT"' EXIT
+.venv/bin/python -m voxrt.cli make-checkpoint --arch orpheus-tiny "$ORPHEUS_CKPT" --device cpu >/dev/null
+THIRD="tests/gateway/test_realtime.py tests/gateway/test_http.py tests/gateway/test_word_forwarding.py tests/client/test_client_session.py"
+echo "== $(echo "$THIRD" | wc -w) gateway and client modules again on Orpheus (make-checkpoint --arch orpheus-tiny)"
+VOXRT_TEST_MODEL=orpheus VOXRT_TEST_CHECKPOINT="$ORPHEUS_CKPT" VOXRT_TEST_VOICES=tara,leo \
+  .venv/bin/python -m pytest -q "${PARALLEL[@]}" $THIRD -k "not first_audio_arrives_while_the_first_sentence"
 echo "test: all passes done in $(( $(date +%s) - start )) s"

@@ -62,7 +62,7 @@ ORPHEUS_TINY_CONFIG = dict(
     ORPHEUS_3B_CONFIG, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=8, torch_dtype="float32", initializer_range=0.3)
 SNAC_TINY_CONFIG = dict(SNAC_24KHZ_CONFIG, encoder_dim=4, decoder_dim=32)
-TINY_FRAMES_PER_TEXT_TOKEN = 0.3  # a byte a token: ~14 characters an audio second, as speech
+TINY_FRAMES_PER_TEXT_TOKEN = 0.8  # a byte a token: ~14 characters an audio second (11.7 frames), as speech
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MAX_SHARD_BYTES = 5 * 10**9  # transformers' default shard size
 

@@ -8,7 +8,7 @@ import pytest
 
 from voxrt.client import (Alignment, AudioFrame, Cancelled, ConnectionClosedError, ContextDone, ContextState,
                           ErrorEvent, Flushed, OutputFormat, VoxrtError, connect)
-from voxrt_live import run  # tests/support, on pytest's pythonpath
+from voxrt_live import TEST_VOICE, run  # tests/support, on pytest's pythonpath
 
 PCM = OutputFormat("pcm16", 24000, 20)
 FRAME_BYTES = 24000 * 20 // 1000 * 2
@@ -36,7 +36,7 @@ def assert_continuous(frames: list[AudioFrame], context_id: str) -> None:
 def test_token_stream_to_done(live):
     async def main():
         async with connect(live.ws, output=PCM, pacing="burst") as session:
-            assert session.output == PCM and session.voice == "default" and session.session_id
+            assert session.output == PCM and session.voice == TEST_VOICE and session.session_id
             ctx = session.context()
             sender = asyncio.ensure_future(ctx.send_all(_tokens(TOKENS)))
             frames = [frame async for frame in ctx.frames()]

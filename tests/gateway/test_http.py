@@ -11,7 +11,7 @@ import numpy as np
 
 from conftest import metric, run
 from voxrt.audio import OpusDecoder
-from voxrt_live import TEST_MODEL
+from voxrt_live import OTHER_VOICE, TEST_MODEL, TEST_VOICE
 
 
 def _ogg_packets(data: bytes) -> list[bytes]:
@@ -37,12 +37,12 @@ def test_health_ready_models_voices(live):
     models = httpx.get(f"{live.http}/v1/models").json()
     assert [m["id"] for m in models["data"]] == [TEST_MODEL]
     voices = httpx.get(f"{live.http}/v1/voices").json()
-    assert voices["default"] == "default" and {"default", "alto"} <= {v["id"] for v in voices["voices"]}
+    assert voices["default"] == TEST_VOICE and {TEST_VOICE, OTHER_VOICE} <= {v["id"] for v in voices["voices"]}
 
 
 def test_speech_wav(live):
     response = httpx.post(f"{live.http}/v1/audio/speech", json={"model": TEST_MODEL, "input": "Hello **world** 👋.",
-                                                               "voice": "alto", "response_format": "wav"}, timeout=60)
+                                                               "voice": OTHER_VOICE, "response_format": "wav"}, timeout=60)
     assert response.status_code == 200 and response.headers["content-type"] == "audio/wav"
     body = response.content
     assert body[:4] == b"RIFF" and body[8:12] == b"WAVE"

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import collect_context, connect, metric, recv_json, run, start_session
 from voxrt.audio import OpusDecoder
-from voxrt_live import TEST_MODEL
+from voxrt_live import TEST_MODEL, TEST_VOICE
 from voxrt.protocol.frames import decode_audio_frame
 
 TOKENS = ["Sure", ",", " Dr", ".", " Smith", "'s", " balance", " is", " $", "3", ".", "50", ".", " Anything",
@@ -33,7 +33,7 @@ def test_token_stream_to_opus_frames(live):
     async def scenario():
         async with connect(live, subprotocols=["voxrt.v1"]) as ws:
             assert ws.subprotocol == "voxrt.v1"
-            started = await start_session(ws, voice="default", output={"codec": "opus", "sample_rate": 48000,
+            started = await start_session(ws, voice=TEST_VOICE, output={"codec": "opus", "sample_rate": 48000,
                                                                        "frame_ms": 20}, **BURST)
             assert started["output"] == {"codec": "opus", "sample_rate": 48000, "frame_ms": 20}
             assert started["model"] == TEST_MODEL and started["limits"]["max_text_chars"] > 0

@@ -16,6 +16,11 @@ from voxrt.gateway.server import make_server
 # The model live servers run: tiny's structure with 4 codebooks (models/tiny/program.py), ~2.5x less CPU per
 # frame than `tiny`; VOXRT_TEST_MODEL=tiny runs the suites on the default model.
 TEST_MODEL = os.environ.get("VOXRT_TEST_MODEL", "tiny-lite")
+# VOXRT_TEST_CHECKPOINT: the model's checkpoint (scripts/test.sh's Orpheus pass: `make-checkpoint --arch orpheus-tiny`)
+TEST_CHECKPOINT = os.environ.get("VOXRT_TEST_CHECKPOINT") or None
+# VOXRT_TEST_VOICES: the test model's default voice and another of its voices, which the suites ask for by
+# name (tiny's: "default,alto")
+TEST_VOICE, OTHER_VOICE = os.environ.get("VOXRT_TEST_VOICES", "default,alto").split(",")
 
 
 @dataclass
@@ -43,7 +48,8 @@ def live_server(engine_kwargs: dict | None = None, **gateway_kwargs):
     (scripts/test.sh runs the gateway and client suites a second time with the deadline policy on inline lanes).
     `engine_kwargs` override EngineConfig fields (e.g. a small max_seq_len)."""
     gateway = GatewayConfig(**gateway_kwargs)
-    engine = EngineConfig(**{"model": TEST_MODEL, "device": "cpu", "max_batch_size": 32, "max_seq_len": 1024,
+    engine = EngineConfig(**{"model": TEST_MODEL, "checkpoint": TEST_CHECKPOINT, "device": "cpu", "max_batch_size": 32,
+                             "max_seq_len": 1024,
                              "scheduler_type": os.environ.get("VOXRT_TEST_SCHEDULER", "base"),
                              "lanes": os.environ.get("VOXRT_TEST_LANES", "auto"), **(engine_kwargs or {})})
     server = make_server(gateway, engine, "127.0.0.1", 0, log_level="warning")

@@ -9,6 +9,12 @@ chunk without audio gets a frame of silence for it), so the listener never waits
 the end of this one. Cancel is a hard stop: the pump task is cancelled and awaited and the audio out closed
 before the engine request is cancelled and `cancelled` is sent, so no frame of the context can follow it.
 
+Programs that read their whole text in the prompt (`ModelInfo.consumes_text_incrementally` False, Orpheus):
+each segment the segmenter cuts (text_in.py) becomes an engine request of its own, submitted as soon as it is
+cut, so that segment k + 1 generates while segment k plays; the pump plays the context's requests in order as
+one frame sequence (`_Generations`), and only the context's last request's last chunk carries the LAST flag
+(a context ended after its last segment's audio went out ends with a frame of silence carrying it).
+
 Long turns (long-form): an engine request ends at the model's length cap (finish reason `max_frames`) even
 when text is left. The context then goes on in a further engine request, with the engine text from the
 start of the last word the first one consumed (a word may be said twice, none is lost): its audio continues
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import Awaitable, Callable
 
 import numpy as np
@@ -52,6 +59,49 @@ def now_ms() -> float:
     return time.monotonic_ns() / 1e6
 
 
+class _Generations:
+    """The context's engine requests, in order, for the pump: (request id, offset, end) of each, where its text
+    sits in the context's engine text (end None: up to the end). Closed once no more can come."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[str, int, int | None]] = deque()
+        self._ready = asyncio.Event()
+        self.is_closed = False
+
+    def put(self, request_id: str, offset: int, end: int | None) -> None:
+        self._items.append((request_id, offset, end))
+        self._ready.set()
+
+    def close(self) -> None:
+        self.is_closed = True
+        self._ready.set()
+
+    async def next(self) -> tuple[str, int, int | None] | None:
+        """The next request, waiting for it; None when the context has no more."""
+        while not self._items and not self.is_closed:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft() if self._items else None
+
+    @property
+    def more_may_follow(self) -> bool:
+        return bool(self._items) or not self.is_closed
+
+    def drain(self) -> list[str]:
+        """The ids of requests not yet played (cancel)."""
+        ids = [item[0] for item in self._items]
+        self._items.clear()
+        self.close()
+        return ids
+
+
+class _EndOfContext:
+    """The chunk fields `_on_chunk` reads, for the frame of silence that carries LAST when a context ends after
+    its last request's audio went out (a segment program's context ended late)."""
+
+    chunk_index, first_frame, num_frames, done_ns, received_ns = -1, 0, 0, None, None
+
+
 class ContextRunner:
     def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
                  send_event: SendEvent, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics,
@@ -75,7 +125,10 @@ class ContextRunner:
         self.alignment = self.text_in.alignment
         # the decisions (frames' places, flush points, alignment, long-form, playback forwarding), sans I/O
         self.core = ContextCore(context_id, self.text_in, self.clock, engine.info.sample_rate)
-        self.request_id: str | None = None
+        self.request_id: str | None = None  # the request being played
+        # a request per segment (programs that read the prompt at once), else one request for the context
+        self.request_per_segment = not engine.info.consumes_text_incrementally
+        self._generations = _Generations()
         self._params: SamplingParams | None = None
         self.opened_ms = now_ms()
         self.audio_out = AudioOut(index, config, self.encoder, self.clock, metrics, send_bytes, self.opened_ms,
@@ -89,8 +142,12 @@ class ContextRunner:
 
     async def open(self) -> None:
         self._params = SamplingParams(num_frames=self.num_frames) if self.num_frames is not None else None
-        self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text="", final=False)
-        self.core.on_request_opened()
+        if not self.request_per_segment:
+            self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text="",
+                                                       final=False)
+            self.core.on_request_opened()
+            self._generations.put(self.request_id, 0, None)
+            self._generations.close()
         self._pump = asyncio.create_task(self._run_pump(), name=f"voxrt-context-{self.context_id}")
 
     @property
@@ -116,12 +173,27 @@ class ContextRunner:
         await self._feed(self.core.end(), final=True)
 
     async def _feed(self, engine_text: str, final: bool = False) -> None:
+        if self.request_per_segment:
+            await self._feed_segments(engine_text, final)
+            return
         if not (engine_text or final) or self.request_id is None:
             return
         try:
             await self.engine.append_text(self.request_id, engine_text, final=final)
         except EngineError as exc:  # the request is gone (the engine died or failed it): the pump reports it
             log.debug("context %s: text not delivered: %s", self.context_id, exc.code)
+
+    async def _feed_segments(self, engine_text: str, final: bool) -> None:
+        """The segments just cut (`engine_text`, already recorded in the core) as one more request, final at
+        once; `final`: the context has no more."""
+        if engine_text and not self.is_cancelled:
+            end = self.core.num_engine_chars_sent
+            request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text=engine_text,
+                                                  final=True)
+            self.core.on_request_opened()
+            self._generations.put(request_id, end - len(engine_text), end)
+        if final:
+            self._generations.close()
 
     def report_playback(self, played_ms: float) -> None:
         now = now_ms()
@@ -144,17 +216,15 @@ class ContextRunner:
         reason = "completed"
         try:
             while True:
-                is_capped = False
-                async for chunk in self.engine.stream(self.request_id):
-                    pcm = np.frombuffer(chunk.pcm, dtype="<f4")
-                    plan = self.core.on_chunk(chunk.text_span, len(pcm), chunk.is_last, chunk.finish_reason)
-                    is_capped = plan.is_capped
-                    await self._on_chunk(chunk, pcm, plan)
-                    if chunk.is_last:
-                        break
-                if not is_capped:
+                generation = await self._generations.next()
+                if generation is None:  # ended after the last request's audio: LAST on a frame of silence
+                    await self._on_chunk(_EndOfContext(), np.zeros(0, np.float32),
+                                         self.core.on_chunk(None, 0, True, None))
                     break
-                await self._continue()
+                self.request_id, offset, end = generation
+                self.core.start_generation(offset, end)
+                if await self._play_generation():
+                    break
         except asyncio.CancelledError:
             raise
         except EngineError as exc:  # counted once, where the error message is sent (RealtimeSession.send_event)
@@ -170,6 +240,23 @@ class ContextRunner:
             self.is_finished = True
             self._write_trace(reason)
             await self._on_done(self.context_id, reason, self.audio_ms, self.context_metrics())
+
+    async def _play_generation(self) -> bool:
+        """One request's chunks out (and its long-form continuations); True when its last chunk was the
+        context's last."""
+        while True:
+            is_capped = is_context_last = False
+            async for chunk in self.engine.stream(self.request_id):
+                pcm = np.frombuffer(chunk.pcm, dtype="<f4")
+                plan = self.core.on_chunk(chunk.text_span, len(pcm), chunk.is_last, chunk.finish_reason,
+                                          more_follows=chunk.is_last and self._generations.more_may_follow)
+                is_capped, is_context_last = plan.is_capped, plan.is_last
+                await self._on_chunk(chunk, pcm, plan)
+                if chunk.is_last:
+                    break
+            if not is_capped:
+                return is_context_last
+            await self._continue()
 
     async def _continue(self) -> None:
         """Long-form: the turn goes on in a further engine request (see the module docstring)."""
@@ -210,11 +297,13 @@ class ContextRunner:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 (the pump's end is not our error)
                 pass
         await self.audio_out.aclose()
-        if self.request_id is not None:
+        for request_id in [self.request_id, *self._generations.drain()]:  # the one playing, and those queued
+            if request_id is None:
+                continue
             try:
-                await self.engine.cancel(self.request_id)
+                await self.engine.cancel(request_id)
             except (EngineError, asyncio.TimeoutError):
-                log.warning("engine cancel of %s did not complete", self.request_id)
+                log.warning("engine cancel of %s did not complete", request_id)
         self._write_trace("cancelled")
         return self.core.cancelled(now_ms())
 

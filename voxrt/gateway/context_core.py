@@ -82,6 +82,7 @@ class ContextCore:
         self.num_engine_chars_sent = 0
         self._offset = 0  # the current engine request's text starts at this offset of the context's engine text
         self._request_span_end: int | None = None  # the furthest text the current request consumed (context offsets)
+        self._request_end: int | None = None  # where the current request's text ends (None: the engine text's end)
         self.num_generations = 0
         self._audio_in_samples = 0  # model-rate samples received
         self._flush_points: list[int] = []  # engine offsets whose audio must be sent before `flushed`
@@ -121,19 +122,30 @@ class ContextCore:
     def on_request_opened(self) -> None:
         self.num_generations += 1
 
+    def start_generation(self, offset: int, end: int | None) -> None:
+        """Chunks from here on are of a request whose text is the context's engine text [offset, end) (a
+        segment's own request, for programs that read the prompt at once; end None: to the end)."""
+        self._offset, self._request_span_end, self._request_end = offset, None, end
+
     def on_chunk(self, text_span: tuple[int, int] | None, num_samples: int, is_last: bool,
-                 finish_reason: str | None) -> ChunkPlan:
+                 finish_reason: str | None, more_follows: bool = False) -> ChunkPlan:
         """An engine chunk of `num_samples` model-rate samples; `text_span` in its request's offsets;
-        `is_last`: its request's last."""
+        `is_last`: its request's last; `more_follows`: another request of the context may come after it (a
+        later segment's), so its request's last chunk is not the context's."""
         span = None
         if text_span is not None:  # moved from the request's offsets into the context's engine text
             span = (text_span[0] + self._offset, text_span[1] + self._offset)
             self._request_span_end = max(self._request_span_end or 0, span[1])
+        if self._request_end is not None:
+            # a segment's own request reads its text in the prompt, so the engine says its first chunk spans all
+            # of it and the others nothing; the text is spoken over the request's whole audio: under way from
+            # the first chunk, its end reached at the last (alignment, `flushed`)
+            span = (self._offset, self._request_end if is_last else self._offset + 1)
         is_capped = is_last and finish_reason in CAPPED_REASONS and self._has_more()
         start_ms = self._audio_in_samples * 1000 / self.model_rate
         self._audio_in_samples += num_samples
         end_ms = self._audio_in_samples * 1000 / self.model_rate
-        return ChunkPlan(span, start_ms, end_ms, is_last and not is_capped, is_capped)
+        return ChunkPlan(span, start_ms, end_ms, is_last and not is_capped and not more_follows, is_capped)
 
     def on_chunk_sent(self, chunk: ChunkPlan) -> list[ServerEvent]:
         """The chunk's frames are out (sent or queued behind the pacing rule): the events that follow them."""
@@ -157,8 +169,9 @@ class ContextCore:
 
     def _has_more(self) -> bool:
         """Whether a request cut at the length cap left text of this turn to speak (or more may come)."""
-        return not self.is_ended or self._resume_at() < self.num_engine_chars_sent and \
-            bool("".join(self._engine_text)[self._resume_at():].strip())
+        end = self.num_engine_chars_sent if self._request_end is None else self._request_end
+        return (not self.is_ended and self._request_end is None) or self._resume_at() < end and \
+            bool("".join(self._engine_text)[self._resume_at():end].strip())
 
     def _resume_at(self) -> int:
         """Where a further request starts: the start of the last word the current one consumed."""
@@ -174,7 +187,7 @@ class ContextCore:
             left = self.num_engine_chars_sent - self._offset
             raise error_from_code("length_limit", f"the model's length limit ended this turn; the last {left} "
                                                   f"characters of its text were not spoken")
-        text = "".join(self._engine_text)[resume_at:]
+        text = "".join(self._engine_text)[resume_at:self._request_end]
         self._offset, self._request_span_end = resume_at, None
         return resume_at, text
 

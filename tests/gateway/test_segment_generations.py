@@ -1,0 +1,131 @@
+"""A program that reads its text in the prompt at once (Orpheus, `make-checkpoint --arch orpheus-tiny`) behind the
+realtime protocol: each segment of a context is its own engine request, submitted as soon as the segmenter cuts
+it (while the segment before still plays), and the client gets one frame sequence per context, the LAST flag on
+its very end; cancel stops the queued requests too (gateway/context.py, `_Generations`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from conftest import collect_context, connect, recv_json, start_session
+from raw_ws import assert_returned
+from voxrt.models.registry import make_checkpoint
+from voxrt.protocol.frames import decode_audio_frame
+from voxrt_live import live_server, run
+
+PCM = {"codec": "pcm16", "sample_rate": 24000, "frame_ms": 20}
+SENTENCES = ["Hello there, my friend.", "This is the second sentence.", "And a third one ends it."]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("orpheus-tiny")
+    make_checkpoint("orpheus-tiny", str(directory), device="cpu")
+    with live_server(engine_kwargs={"model": "orpheus", "checkpoint": str(directory), "max_seq_len": 1024}) as server:
+        yield server
+
+
+@pytest.fixture
+def submits(live):
+    """(monotonic time, text) of every engine request the gateway submits during the test."""
+    engine = live.state.engine
+    original = engine.submit
+    seen: list[tuple[float, str]] = []
+
+    async def submit(*args, **kwargs):
+        seen.append((time.monotonic(), kwargs.get("text", "")))
+        return await original(*args, **kwargs)
+
+    engine.submit = submit
+    yield seen
+    engine.submit = original
+
+
+def test_each_segment_is_a_request_and_the_context_one_frame_sequence(live, submits):
+    """Realtime pacing: the first sentence alone, then (once its audio has started) the other two and the end;
+    their requests go in before the first one's audio has all been sent, and the frames are one sequence."""
+    assert not live.state.engine.info.consumes_text_incrementally
+
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, voice="tara", output=PCM, pacing={"mode": "realtime", "lead_ms": 300})
+            await ws.send(json.dumps({"type": "text", "context_id": "c", "text": SENTENCES[0] + " "}))
+            await ws.send(json.dumps({"type": "flush", "context_id": "c"}))  # the first segment now
+            frames, arrivals = [], []
+            while not frames:
+                message = await asyncio.wait_for(ws.recv(), 60)
+                if isinstance(message, bytes):
+                    frames.append(decode_audio_frame(message))
+                    arrivals.append(time.monotonic())
+            for sentence in SENTENCES[1:]:
+                await ws.send(json.dumps({"type": "text", "context_id": "c", "text": sentence + " "}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+            rest, messages = await collect_context(ws, timeout_s=120)
+            return frames + rest, arrivals, messages
+
+    frames, arrivals, messages = run(scenario(), timeout_s=180)
+    texts = [text.strip() for _, text in submits]
+    # a request per segment, in order, each its segment's text (the segmenter's cuts: the first at a clause)
+    assert len(texts) >= 3 and " ".join(texts) == " ".join(SENTENCES), texts
+    assert messages[-1]["type"] == "context.done" and messages[-1]["reason"] == "completed", messages[-1]
+    headers = [h for h, _ in frames]
+    assert [h.seq for h in headers] == list(range(len(headers)))  # one sequence: no restart at a segment
+    assert [h.pts_ms for h in headers] == [20 * h.seq for h in headers]  # and no gap in its timestamps
+    assert [h.is_first for h in headers] == [True] + [False] * (len(headers) - 1)
+    assert [h.is_last for h in headers] == [False] * (len(headers) - 1) + [True]
+    # the later segments were submitted while the first one still played: before the time its audio (at least
+    # a second of it at realtime pacing) had all gone out
+    assert all(t < arrivals[0] + 1.0 for t, _ in submits[1:])
+    assert len(headers) * 20 > 3000  # three sentences of tiny-orpheus speech (a length rule: ~14 chars a second)
+    aligned = [s for m in messages if m["type"] == "alignment" for s in m["segments"]]
+    # every segment aligned (a request may carry several cut at once), in order and in time order
+    assert " ".join(s["text"] for s in aligned) == " ".join(texts)
+    assert all(a["end_ms"] <= b["start_ms"] for a, b in zip(aligned, aligned[1:]))
+
+
+def test_an_end_after_the_audio_closes_the_sequence_with_a_last_frame(live, submits):
+    """The context ends only after its one segment's audio has gone out (burst): the LAST flag then rides on
+    one more frame (the frame splitter's held tail)."""
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, voice="tara", output=PCM, pacing={"mode": "burst"})
+            await ws.send(json.dumps({"type": "text", "context_id": "e", "text": "Just one line."}))
+            await ws.send(json.dumps({"type": "flush", "context_id": "e"}))
+            frames = []
+            while True:
+                message = await asyncio.wait_for(ws.recv(), 60)
+                if isinstance(message, bytes):
+                    frames.append(decode_audio_frame(message))
+                elif json.loads(message)["type"] == "flushed":
+                    break
+            await ws.send(json.dumps({"type": "context.end", "context_id": "e"}))
+            rest, messages = await collect_context(ws)
+            return frames, rest, messages
+
+    frames, rest, messages = run(scenario())
+    assert len(submits) == 1 and frames and not any(h.is_last for h, _ in frames)
+    assert len(rest) == 1 and rest[0][0].is_last and rest[0][0].seq == len(frames)
+    assert 0 < len(rest[0][1]) <= 480 * 2
+    assert messages[-1]["reason"] == "completed"
+
+
+def test_cancel_stops_the_queued_segments_too(live, submits):
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, voice="leo", output=PCM, pacing={"mode": "realtime", "lead_ms": 100})
+            for sentence in SENTENCES * 2:  # as an agent sends them: the segmenter cuts as the text comes
+                await ws.send(json.dumps({"type": "text", "context_id": "x", "text": sentence + " "}))
+            while not isinstance(await asyncio.wait_for(ws.recv(), 60), bytes):
+                pass
+            await ws.send(json.dumps({"type": "cancel", "context_id": "x"}))
+            while (data := await recv_json(ws))["type"] != "cancelled":
+                pass
+            return data
+
+    cancelled = run(scenario())
+    assert cancelled["context_id"] == "x" and len(submits) > 1  # more segments were queued than the one playing
+    assert_returned(live, 10)  # every request (the queued ones too), page, slot and session is back
