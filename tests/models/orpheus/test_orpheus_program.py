@@ -103,12 +103,12 @@ def test_the_spec_says_seven_tokens_a_frame_and_the_codec_lag(served):
     assert spec.eos_code == tokens.END_OF_SPEECH - tokens.CUSTOM_TOKEN_BASE
 
 
-@pytest.mark.parametrize("stagger", [0, 3])
-def test_engine_frames_and_audio_equal_the_references(served, stagger):
+@pytest.mark.parametrize("stagger, max_frames", [(0, 5), (3, 5), (0, 1), (0, 2)])
+def test_engine_frames_and_audio_equal_the_references(served, stagger, max_frames):
     """Three requests batched (at once, or arriving three steps apart: different positions in one batch);
-    each stream's frames are the reference's greedy frames and its audio the whole decode of them."""
+    each stream's frames are the reference's greedy frames and its audio the whole decode of them, also for
+    requests shorter than the codec's lag (1 and 2 frames: all their audio comes with the tail)."""
     program, model, snac_model, tokenizer = served
-    max_frames = 5
     _, requests, audio = run_engine(program, TEXTS, max_frames, stagger=stagger)
     streams = set()
     for rid, (voice, text) in TEXTS.items():
@@ -155,3 +155,47 @@ def test_a_prompt_over_the_sequence_length_fails_clearly(served):
     assert len(events) == 1 and events[0].code == "capacity", events
     assert "exceeds the KV capacity" in events[0].message
     assert core.scheduler.pages.num_free == core.scheduler.pages.num_pages
+
+
+@pytest.mark.parametrize("stop_token", tokens.STOP_TOKEN_IDS)
+def test_a_stop_token_ends_the_request_and_a_pinned_length_never_samples_it(served, stop_token, monkeypatch):
+    """A stop token on top of every step (end_of_speech, or end_of_ai, which the program maps to it): a free
+    request stops at its first frame with nothing to decode and returns its pages; a pinned one runs its frames
+    (the sampler never offers a stop row then, nor at a frame's positions 1-6)."""
+    program = served[0]
+    original = program.lm.audio_logits
+    row = stop_token - tokens.CUSTOM_TOKEN_BASE
+
+    def stop_on_top(hidden):
+        logits = original(hidden).clone()
+        logits[:, row] = 1e4
+        return logits
+
+    monkeypatch.setattr(program.lm, "audio_logits", stop_on_top)
+    core, requests, audio = run_engine(program, {"s": ("tara", "Stop here.")}, max_frames=6)
+    assert requests["s"].finish_reason == "stop" and requests["s"].num_frames == 0 and len(audio["s"]) == 0
+    core = EngineCore(EngineConfig(model="orpheus", device="cpu", dtype="float32", max_batch_size=4, max_seq_len=512,
+                                   page_size=16, num_pages=64), program=program)
+    pinned = core.submit(SubmitRequest("p", "tara", SamplingParams(greedy=True, num_frames=4), "Pinned.", True))
+    while core.has_work():
+        core.step()
+    assert pinned.finish_reason == "pinned" and pinned.num_frames == 4
+    assert all(0 <= code - 10 - 4096 * j < 4096 for frame in pinned.frames for j, code in enumerate(frame))
+
+
+def test_loading_names_what_is_missing(served, tmp_path):
+    """A directory without the codec (and no SNAC repo in the cache), or without its tokenizer: a
+    CheckpointError that names it, through the registry as `voxrt serve --model orpheus` loads it."""
+    from voxrt.engine.errors import CheckpointError  # noqa: PLC0415
+    from voxrt.models.registry import build_program  # noqa: PLC0415
+
+    directory = tmp_path / "no-codec"
+    write_llama(directory, seed=5)
+    write_byte_tokenizer(directory)
+    with pytest.raises(CheckpointError, match="no SNAC codec found"):
+        build_program("orpheus", str(directory))
+    (directory / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="missing: tokenizer.json"):
+        build_program("orpheus", str(directory))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        build_program("orpheus", str(tmp_path / "nowhere"))

@@ -81,7 +81,10 @@ class CodecLaunch:
         for idx, host in self.tails:
             rows = host.float().numpy()
             for row, i in enumerate(idx):
-                out[i] = np.concatenate([out[i], rows[row]])
+                job = self.jobs[i]
+                # the tail is the stream's last `delay` samples; of a request shorter than that, only its own
+                end = (job.first_frame + job.num_frames) * spf
+                out[i] = np.concatenate([out[i], rows[row, max(0, delay - end):]])
         return out  # type: ignore[return-value]
 
 
