@@ -154,3 +154,39 @@ def test_resume_point_is_the_start_of_the_last_word_consumed_and_shared_with_htt
     assert resume_point(text, 0, 13) == 8  # just past "three"
     assert resume_point(text, 9, 11) == 9  # never before where the request began
     assert http.CAPPED_REASONS is CAPPED_REASONS and http.resume_point is resume_point
+
+
+def test_a_segments_own_request_spans_its_whole_audio_and_only_its_last_chunk_is_the_contexts():
+    """A prompt-at-once program: each segment is a request (`start_generation`), which the engine says
+    consumed all its text at the first chunk and nothing after; its text counts as spoken from the first
+    chunk to the last, and a request's last chunk ends the context only when no request may follow."""
+    core = core_for()
+    assert core.push("Hello there. How are you? ") == "Hello there. How are you? "
+    core.start_generation(0, 13)
+    core.on_request_opened()
+    first = core.on_chunk((0, 13), 4800, False, None)
+    assert first.span == (0, 1)  # under way, not done: no alignment and no flush yet
+    assert core.on_chunk_sent(first) == []
+    last = core.on_chunk(None, 4800, True, "stop", more_follows=True)
+    assert last.span == (0, 13) and not last.is_last  # the next segment's request comes after it
+    events = core.on_chunk_sent(last)
+    assert events[0].segments[0]["text"] == "Hello there." and events[0].segments[0]["end_ms"] == 400
+    core.start_generation(13, 26)
+    core.on_request_opened()
+    core.end()
+    plan = core.on_chunk((0, 13), 4800, True, "stop", more_follows=False)
+    assert plan.span == (13, 26) and plan.is_last
+
+
+def test_a_capped_segment_request_ends_with_length_limit_not_a_resume_mid_segment():
+    """Where a segment's request stopped inside its text is unknown (it read it all in the prompt): a clear
+    length_limit, never a resume from the segment's last word."""
+    core = core_for()
+    core.push("Alpha beta gamma. Delta epsilon. ")
+    core.start_generation(0, 18)
+    core.on_request_opened()
+    plan = core.on_chunk((0, 18), 480, True, "max_frames", more_follows=True)
+    assert plan.is_capped
+    with pytest.raises(EngineError) as exc:
+        core.next_request()
+    assert exc.value.code == "length_limit" and "segment of 18 characters" in exc.value.message

@@ -169,9 +169,10 @@ class ContextCore:
 
     def _has_more(self) -> bool:
         """Whether a request cut at the length cap left text of this turn to speak (or more may come)."""
-        end = self.num_engine_chars_sent if self._request_end is None else self._request_end
-        return (not self.is_ended and self._request_end is None) or self._resume_at() < end and \
-            bool("".join(self._engine_text)[self._resume_at():end].strip())
+        if self._request_end is not None:
+            return True  # a segment's own request read all its text at once: a cut one may have left any of it
+        return not self.is_ended or self._resume_at() < self.num_engine_chars_sent and \
+            bool("".join(self._engine_text)[self._resume_at():].strip())
 
     def _resume_at(self) -> int:
         """Where a further request starts: the start of the last word the current one consumed."""
@@ -181,6 +182,10 @@ class ContextCore:
         """Long-form (context.py's docstring): (where the further request starts, its text), the current
         request's offsets moved there. Raises EngineError `length_limit` where the engine could not say how far
         it got, or got nowhere: a clear end, not a silent cut or a loop."""
+        if self._request_end is not None:  # a segment's own request read all its text in the prompt: how far
+            left = self._request_end - self._offset  # it spoke is not known, so there is no place to resume from
+            raise error_from_code("length_limit", f"the model's length limit ended a segment of {left} characters "
+                                                  f"before its end; the rest of this turn was not spoken")
         resume_at = self._resume_at()
         if self._request_span_end is None or resume_at <= self._offset and self.num_generations > 1 \
                 or self.num_generations >= MAX_GENERATIONS:
