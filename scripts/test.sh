@@ -49,6 +49,6 @@ trap 'rm -rf "$ORPHEUS_CKPT"' EXIT
 .venv/bin/python -m voxrt.cli make-checkpoint --arch orpheus-tiny "$ORPHEUS_CKPT" --device cpu >/dev/null
 THIRD="tests/gateway/test_realtime.py tests/gateway/test_http.py tests/gateway/test_word_forwarding.py tests/client/test_client_session.py"
 echo "== $(echo "$THIRD" | wc -w) gateway and client modules again on Orpheus (make-checkpoint --arch orpheus-tiny)"
-VOXRT_TEST_MODEL=orpheus VOXRT_TEST_CHECKPOINT="$ORPHEUS_CKPT" VOXRT_TEST_VOICES=tara,leo \
+VOXRT_TEST_MODEL=orpheus VOXRT_TEST_CHECKPOINT="$ORPHEUS_CKPT" VOXRT_TEST_VOICES=tara,leo VOXRT_TEST_MAX_SEQ_LEN=4096 \
   .venv/bin/python -m pytest -q "${PARALLEL[@]}" $THIRD -k "not first_audio_arrives_while_the_first_sentence"
 echo "test: all passes done in $(( $(date +%s) - start )) s"

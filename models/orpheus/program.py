@@ -56,6 +56,9 @@ class OrpheusProgram(ModelProgram):
     default_voice = tokens.DEFAULT_VOICE
     lm_tokens_per_frame = tokens.TOKENS_PER_FRAME
     has_depth = False
+    # the reference's realtime example (tokens.SAMPLING_DEFAULTS; the model card: a penalty >= 1.1 is required)
+    sampling_defaults = {"temperature": tokens.SAMPLING_DEFAULTS["temperature"], "top_p": tokens.SAMPLING_DEFAULTS["top_p"],
+                         "top_k": 0, "repetition_penalty": tokens.SAMPLING_DEFAULTS["repetition_penalty"]}
 
     def __init__(self, lm: OrpheusLM, codec: SnacDecoder, tokenizer: Any, *, random_weights: bool = False,
                  frames_per_text_token: float | None = None, chunk_frames: int = 12, first_chunk_frames: int = 3) -> None:

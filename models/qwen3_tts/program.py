@@ -78,6 +78,9 @@ class Qwen3TTSProgram(ModelProgram):
         self.tokenizer = tokenizer
         self.codec = codec
         self.generation = generation or GenerationDefaults()
+        g = self.generation  # the checkpoint's generation_config.json sampling, for requests that set none
+        self.sampling_defaults = {"temperature": g.temperature, "top_k": g.top_k, "top_p": g.top_p,
+                                  "repetition_penalty": g.repetition_penalty, "greedy": not g.do_sample}
         self.sample_rate = int(getattr(codec, "sample_rate", 24000))
         self.samples_per_frame = int(codec.samples_per_frame)
         self.num_codebooks = tc.num_code_groups

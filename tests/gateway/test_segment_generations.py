@@ -129,3 +129,27 @@ def test_cancel_stops_the_queued_segments_too(live, submits):
     cancelled = run(scenario())
     assert cancelled["context_id"] == "x" and len(submits) > 1  # more segments were queued than the one playing
     assert_returned(live, 10)  # every request (the queued ones too), page, slot and session is back
+
+
+def test_requests_get_the_models_sampling_defaults(live):
+    """A session sets no sampling: the engine requests carry Orpheus's (its reference's realtime example:
+    temperature 0.4, top-p 0.9, repetition penalty 1.1), not the generic defaults."""
+    from voxrt.engine.messages import SubmitRequest  # noqa: PLC0415
+
+    engine = live.state.engine
+    sent, original = [], engine._send
+    engine._send = lambda msg: (sent.append(msg), original(msg))[1]
+    try:
+        async def scenario():
+            async with connect(live) as ws:
+                await start_session(ws, voice="tara", output=PCM, pacing={"mode": "burst"})
+                await ws.send(json.dumps({"type": "text", "context_id": "d", "text": "Defaults."}))
+                await ws.send(json.dumps({"type": "context.end", "context_id": "d"}))
+                return await collect_context(ws)
+
+        run(scenario())
+    finally:
+        engine._send = original
+    params = [m.params for m in sent if isinstance(m, SubmitRequest)]
+    assert params and all((p.temperature, p.top_p, p.top_k, p.repetition_penalty) == (0.4, 0.9, 0, 1.1) for p in params)
+    assert live.state.engine.info.sampling_defaults["repetition_penalty"] == 1.1

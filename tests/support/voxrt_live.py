@@ -21,6 +21,9 @@ TEST_CHECKPOINT = os.environ.get("VOXRT_TEST_CHECKPOINT") or None
 # VOXRT_TEST_VOICES: the test model's default voice and another of its voices, which the suites ask for by
 # name (tiny's: "default,alto")
 TEST_VOICE, OTHER_VOICE = os.environ.get("VOXRT_TEST_VOICES", "default,alto").split(",")
+# VOXRT_TEST_MAX_SEQ_LEN: the live engine's KV positions per request (Orpheus spends 7 a frame: 4096 for a
+# sentence's ~11 s, which 1024 would cut)
+TEST_MAX_SEQ_LEN = int(os.environ.get("VOXRT_TEST_MAX_SEQ_LEN", "1024"))
 
 
 @dataclass
@@ -49,7 +52,7 @@ def live_server(engine_kwargs: dict | None = None, **gateway_kwargs):
     `engine_kwargs` override EngineConfig fields (e.g. a small max_seq_len)."""
     gateway = GatewayConfig(**gateway_kwargs)
     engine = EngineConfig(**{"model": TEST_MODEL, "checkpoint": TEST_CHECKPOINT, "device": "cpu", "max_batch_size": 32,
-                             "max_seq_len": 1024,
+                             "max_seq_len": TEST_MAX_SEQ_LEN,
                              "scheduler_type": os.environ.get("VOXRT_TEST_SCHEDULER", "base"),
                              "lanes": os.environ.get("VOXRT_TEST_LANES", "auto"), **(engine_kwargs or {})})
     server = make_server(gateway, engine, "127.0.0.1", 0, log_level="warning")

@@ -143,10 +143,11 @@ class EngineClient:
         voice = voice or info.default_voice
         if voice not in info.voices:
             raise UnknownVoiceError(f"unknown voice {voice!r}; available: {', '.join(info.voices)}")
+        # the model's defaults under what the caller set (None or a dict); a SamplingParams is taken as it is
         if params is None:
-            params = SamplingParams()
+            params = SamplingParams.from_dict(dict(info.sampling_defaults))
         elif isinstance(params, dict):
-            params = SamplingParams.from_dict(params)
+            params = SamplingParams.from_dict({**info.sampling_defaults, **params})
         elif not isinstance(params, SamplingParams):
             raise InvalidParamsError(f"params must be SamplingParams or a dict, got {type(params).__name__}")
         problem = instructions_problem(params.instructions, info.name, info.accepts_instructions,

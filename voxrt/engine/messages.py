@@ -88,6 +88,9 @@ class ModelInfo:
     # bytes (params.max_instructions_bytes of max_seq_len; 0 when not taken); params.instructions_problem is the rule
     accepts_instructions: bool = False
     max_instructions_bytes: int = 0
+    # The model's sampling defaults (ModelProgram.sampling_defaults: its generation config, or its reference's):
+    # what a request that sets no parameter, or only some, gets for the rest (EngineClient.submit)
+    sampling_defaults: dict = field(default_factory=dict)
 
 
 # ---- client -> engine -------------------------------------------------------------------------------

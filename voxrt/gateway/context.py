@@ -36,7 +36,6 @@ import numpy as np
 from voxrt.audio import StreamEncoder
 from voxrt.engine.client import EngineClient
 from voxrt.engine.errors import EngineError
-from voxrt.engine.params import SamplingParams
 from voxrt.gateway.audio_out import AudioOut
 from voxrt.gateway.context_core import (CAPPED_REASONS, MAX_GENERATIONS, PLAYBACK_TOLERANCE_MS,  # noqa: F401
                                         ChunkPlan, ContextCore)
@@ -129,7 +128,7 @@ class ContextRunner:
         # a request per segment (programs that read the prompt at once), else one request for the context
         self.request_per_segment = not engine.info.consumes_text_incrementally
         self._generations = _Generations()
-        self._params: SamplingParams | None = None
+        self._params: dict | None = None  # what the context sets (a pinned length); the model's defaults the rest
         self.opened_ms = now_ms()
         self.audio_out = AudioOut(index, config, self.encoder, self.clock, metrics, send_bytes, self.opened_ms,
                                   encode_worker=encode_worker, send_now=send_now)
@@ -141,7 +140,7 @@ class ContextRunner:
     # ---- text in -------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        self._params = SamplingParams(num_frames=self.num_frames) if self.num_frames is not None else None
+        self._params = {"num_frames": self.num_frames} if self.num_frames is not None else None
         if not self.request_per_segment:
             self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text="",
                                                        final=False)

@@ -127,7 +127,7 @@ class _Synthesis:
     """One HTTP synthesis: its admission slot and engine request(s), released exactly once (`close`) when the
     audio was all read, the client left, or the response never started."""
 
-    def __init__(self, state, engine, text: str, voice: str | None, params: SamplingParams | None = None) -> None:
+    def __init__(self, state, engine, text: str, voice: str | None, params: SamplingParams | dict | None = None) -> None:
         self.state, self.engine, self.text, self.voice, self.params = state, engine, text, voice, params
         self.request_id: str | None = None
         self.is_finished = False
@@ -206,8 +206,9 @@ async def _wav_stream(pcm_chunks: AsyncIterator[np.ndarray], model_rate: int) ->
         yield pcm16_encode(pcm)
 
 
-async def _start(request: Request, text, voice, params: SamplingParams | None = None) -> _Synthesis:
-    """`params`: the engine request's (the same for each request of a long turn; None: the defaults)."""
+async def _start(request: Request, text, voice, params: SamplingParams | dict | None = None) -> _Synthesis:
+    """`params`: the engine request's (the same for each request of a long turn; None, or the fields of a dict
+    that it leaves out: the model's defaults, EngineClient.submit)."""
     state = request.app.state.voxrt
     engine = _require_engine(request)
     if not isinstance(text, str) or not text.strip():

@@ -129,7 +129,8 @@ class EngineCore:
             attention_backend=backend, use_cuda_graphs=self.runner.use_graphs, lanes=self.lanes.describe(),
             scheduler_type=config.scheduler_type, frame_path=self.runner.frame_path,
             accepts_instructions=program.accepts_instructions,
-            max_instructions_bytes=max_instructions_bytes(config.max_seq_len) if program.accepts_instructions else 0)
+            max_instructions_bytes=max_instructions_bytes(config.max_seq_len) if program.accepts_instructions else 0,
+            sampling_defaults=dict(program.sampling_defaults))
         self.num_steps = 0
         self.num_failed_steps = 0
         log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens, "

@@ -78,6 +78,9 @@ class ModelProgram(nn.Module, abc.ABC):
     # back its lookahead): the runner drops them from the start of each request's audio and, after its last
     # chunk, appends what `finish_codec` returns, so that N frames are N * samples_per_frame samples. 0: causal.
     codec_delay_samples: int = 0
+    # SamplingParams fields a request gets when it sets none, or not these (EngineClient.submit): the checkpoint's
+    # generation config or the reference's sampling; empty: SamplingParams' own defaults
+    sampling_defaults: dict = {}
 
     @property
     def frame_rate_hz(self) -> float:

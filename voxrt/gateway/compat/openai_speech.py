@@ -168,7 +168,8 @@ async def speech(request: Request) -> Response:
     state = request.app.state.voxrt
     info = _require_engine(request).info
     req = parse_speech_request(body, info, state.config.aliases)
-    synthesis = await _start(request, req.text, req.voice, SamplingParams(instructions=req.instructions))
+    synthesis = await _start(request, req.text, req.voice,  # the model's sampling defaults for the rest
+                             {"instructions": req.instructions} if req.instructions else None)
     state.metrics.http_requests.labels("speech").inc()
     pcm = _stretched(synthesis.pcm_chunks(), info.sample_rate, req.speed)
     pieces = encode_stream(req.fmt, pcm, info.sample_rate)
