@@ -190,3 +190,20 @@ def test_a_capped_segment_request_ends_with_length_limit_not_a_resume_mid_segmen
     with pytest.raises(EngineError) as exc:
         core.next_request()
     assert exc.value.code == "length_limit" and "segment of 18 characters" in exc.value.message
+
+
+def test_playback_is_forwarded_in_the_current_requests_audio_and_a_queued_one_learns_its_lead():
+    """The engine counts in each request's own audio: after 400 ms of a first segment's audio, the next
+    segment's request hears of the listener as 400 ms short of its start, less what has played."""
+    core = core_for()
+    core.push("Hello there. How are you? ")
+    core.start_generation(0, 13)
+    core.on_request_opened()
+    core.clock.on_audio_sent(400, 1000.0)  # the first segment's 400 ms all sent at t = 1000 ms
+    core.on_chunk_sent(core.on_chunk((0, 13), 9600, True, "stop", more_follows=True))
+    assert core.lead_of_next_request_ms(1100.0) == 300  # 100 ms played: 300 ms before the next one's audio
+    assert core.playback_to_forward(100, 1100.0, 0.0, "r1") == (100, False)  # the first request: its own audio
+    core.start_generation(13, 26)
+    core.on_request_opened()
+    played, is_stalled = core.playback_to_forward(150, 1150.0, 0.0, "r2")
+    assert played == 150 - 400 and not is_stalled  # 250 ms before the second request's first sample

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import collect_context, connect, recv_json, start_session
 from raw_ws import assert_returned
+from voxrt.engine.messages import SetPlayback, SubmitRequest
 from voxrt.models.registry import make_checkpoint
 from voxrt.protocol.frames import decode_audio_frame
 from voxrt_live import live_server, run
@@ -27,6 +28,16 @@ def live(tmp_path_factory):
     make_checkpoint("orpheus-tiny", str(directory), device="cpu")
     with live_server(engine_kwargs={"model": "orpheus", "checkpoint": str(directory), "max_seq_len": 1024}) as server:
         yield server
+
+
+@pytest.fixture
+def sent(live):
+    """Every message the gateway sends its engine during the test."""
+    engine = live.state.engine
+    seen, original = [], engine._send
+    engine._send = lambda msg: (seen.append(msg), original(msg))[1]
+    yield seen
+    engine._send = original
 
 
 @pytest.fixture
@@ -45,9 +56,11 @@ def submits(live):
     engine.submit = original
 
 
-def test_each_segment_is_a_request_and_the_context_one_frame_sequence(live, submits):
+def test_each_segment_is_a_request_and_the_context_one_frame_sequence(live, submits, sent):
     """Realtime pacing: the first sentence alone, then (once its audio has started) the other two and the end;
-    their requests go in before the first one's audio has all been sent, and the frames are one sequence."""
+    their requests go in before the first one's audio has all been sent, each told how much audio is still
+    ahead of it (a playback anchor with played_samples < 0: its deadlines follow the stream), and the frames
+    are one sequence."""
     assert not live.state.engine.info.consumes_text_incrementally
 
     async def scenario():
@@ -80,6 +93,11 @@ def test_each_segment_is_a_request_and_the_context_one_frame_sequence(live, subm
     # the later segments were submitted while the first one still played: before the time its audio (at least
     # a second of it at realtime pacing) had all gone out
     assert all(t < arrivals[0] + 1.0 for t, _ in submits[1:])
+    ids = [m.request_id for m in sent if isinstance(m, SubmitRequest)]
+    anchors = [m for m in sent if isinstance(m, SetPlayback)]
+    for request_id in ids[1:]:  # the first report the engine gets of a later segment: audio still ahead of it
+        first = next(m for m in anchors if m.request_id == request_id)
+        assert first.played_samples < 0 and not first.is_stalled, first
     assert len(headers) * 20 > 3000  # three sentences of tiny-orpheus speech (a length rule: ~14 chars a second)
     aligned = [s for m in messages if m["type"] == "alignment" for s in m["segments"]]
     # every segment aligned (a request may carry several cut at once), in order and in time order
@@ -131,25 +149,17 @@ def test_cancel_stops_the_queued_segments_too(live, submits):
     assert_returned(live, 10)  # every request (the queued ones too), page, slot and session is back
 
 
-def test_requests_get_the_models_sampling_defaults(live):
+def test_requests_get_the_models_sampling_defaults(live, sent):
     """A session sets no sampling: the engine requests carry Orpheus's (its reference's realtime example:
     temperature 0.4, top-p 0.9, repetition penalty 1.1), not the generic defaults."""
-    from voxrt.engine.messages import SubmitRequest  # noqa: PLC0415
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, voice="tara", output=PCM, pacing={"mode": "burst"})
+            await ws.send(json.dumps({"type": "text", "context_id": "d", "text": "Defaults."}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "d"}))
+            return await collect_context(ws)
 
-    engine = live.state.engine
-    sent, original = [], engine._send
-    engine._send = lambda msg: (sent.append(msg), original(msg))[1]
-    try:
-        async def scenario():
-            async with connect(live) as ws:
-                await start_session(ws, voice="tara", output=PCM, pacing={"mode": "burst"})
-                await ws.send(json.dumps({"type": "text", "context_id": "d", "text": "Defaults."}))
-                await ws.send(json.dumps({"type": "context.end", "context_id": "d"}))
-                return await collect_context(ws)
-
-        run(scenario())
-    finally:
-        engine._send = original
+    run(scenario())
     params = [m.params for m in sent if isinstance(m, SubmitRequest)]
     assert params and all((p.temperature, p.top_p, p.top_k, p.repetition_penalty) == (0.4, 0.9, 0, 1.1) for p in params)
     assert live.state.engine.info.sampling_defaults["repetition_penalty"] == 1.1

@@ -86,6 +86,10 @@ class _Generations:
     def more_may_follow(self) -> bool:
         return bool(self._items) or not self.is_closed
 
+    @property
+    def queued_ids(self) -> list[str]:
+        return [item[0] for item in self._items]
+
     def drain(self) -> list[str]:
         """The ids of requests not yet played (cancel)."""
         ids = [item[0] for item in self._items]
@@ -191,8 +195,25 @@ class ContextRunner:
                                                   final=True)
             self.core.on_request_opened()
             self._generations.put(request_id, end - len(engine_text), end)
+            self._anchor_queued()
         if final:
             self._generations.close()
+
+    def _anchor_queued(self) -> None:
+        """The engine's deadlines for the segments' requests not yet playing: the listener reaches their audio
+        no sooner than the context's audio it has still to hear (a playback anchor with `played_samples` < 0:
+        sched/deadlines.py), so a later segment is scheduled as the stream's continuation, not as a new stream's
+        first chunk. Set when a request is queued and again when the one playing has all its audio."""
+        queued = self._generations.queued_ids
+        if not queued:
+            return
+        now = now_ms()
+        ahead = -round(self.core.lead_of_next_request_ms(now) * self.engine.info.sample_rate / 1000)
+        for request_id in queued:
+            try:
+                self.engine.set_playback_nowait(request_id, ahead, round(now * 1e6), False)
+            except EngineError as exc:  # the request is gone: its pump turn reports it
+                log.debug("context %s: anchor not delivered: %s", self.context_id, exc.code)
 
     def report_playback(self, played_ms: float) -> None:
         now = now_ms()
@@ -252,6 +273,7 @@ class ContextRunner:
                 is_capped, is_context_last = plan.is_capped, plan.is_last
                 await self._on_chunk(chunk, pcm, plan)
                 if chunk.is_last:
+                    self._anchor_queued()  # all of this request's audio is known now: the next one's lead
                     break
             if not is_capped:
                 return is_context_last

@@ -85,6 +85,7 @@ class ContextCore:
         self._request_end: int | None = None  # where the current request's text ends (None: the engine text's end)
         self.num_generations = 0
         self._audio_in_samples = 0  # model-rate samples received
+        self._request_start_ms = 0.0  # where the current request's audio starts in the context's audio
         self._flush_points: list[int] = []  # engine offsets whose audio must be sent before `flushed`
         self.span_end = 0  # highest engine offset covered by received chunks
         self._playback_sent: tuple | None = None  # (request key, played_ms, at ms, is_stalled) last forwarded
@@ -126,6 +127,7 @@ class ContextCore:
         """Chunks from here on are of a request whose text is the context's engine text [offset, end) (a
         segment's own request, for programs that read the prompt at once; end None: to the end)."""
         self._offset, self._request_span_end, self._request_end = offset, None, end
+        self._request_start_ms = self.received_ms
 
     def on_chunk(self, text_span: tuple[int, int] | None, num_samples: int, is_last: bool,
                  finish_reason: str | None, more_follows: bool = False) -> ChunkPlan:
@@ -194,9 +196,21 @@ class ContextCore:
                                                   f"characters of its text were not spoken")
         text = "".join(self._engine_text)[resume_at:self._request_end]
         self._offset, self._request_span_end = resume_at, None
+        self._request_start_ms = self.received_ms  # the further request's audio goes on from here
         return resume_at, text
 
     # ---- playback ------------------------------------------------------------------------------------------
+
+    @property
+    def received_ms(self) -> float:
+        """The context's audio received from the engine so far."""
+        return self._audio_in_samples * 1000 / self.model_rate
+
+    def lead_of_next_request_ms(self, now_ms: float) -> float:
+        """At least how much of the context's audio the listener has still to hear before a request queued now
+        starts (everything received and not yet played; the requests before it may add more): what the engine
+        is told as that request's playback anchor (`played_samples` < 0)."""
+        return max(0.0, self.received_ms - self.clock.played_ms(now_ms))
 
     def playback_to_forward(self, played_ms: float, now_ms: float, held_ms: float,
                             request_key) -> tuple[float, bool] | None:
@@ -217,7 +231,9 @@ class ContextCore:
         clock.on_report(played_ms, now_ms)
         if request_key is None:
             return None
-        played_ms = clock.played_ms(now_ms) + held_ms
+        # the engine counts in the current request's audio, which starts `_request_start_ms` into the context's
+        # (a segment's own request, or a long-form continuation): negative while the listener has not reached it
+        played_ms = clock.played_ms(now_ms) + held_ms - self._request_start_ms
         is_stalled = clock.is_stalled(now_ms)
         last = self._playback_sent
         if last is not None and last[0] == request_key and last[3] == is_stalled and \

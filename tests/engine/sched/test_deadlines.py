@@ -40,6 +40,18 @@ def test_first_chunk_is_due_startup_after_arrival(r):
     assert chunk_deadline_ns(r, 0, SPEC, STARTUP_NS) == ARRIVAL_NS + STARTUP_NS
 
 
+def test_audio_ahead_of_a_request_moves_its_first_chunk_and_the_rest_after_it():
+    """A request whose audio follows other audio of its stream (a prompt-at-once program's next segment) is
+    reported with played_samples < 0: its first chunk is due when the audio ahead has played, later or sooner
+    than the TTFA target, and its later chunks follow from there."""
+    anchor_ns = ARRIVAL_NS + 10 * MS
+    later = request(playback=PlaybackAnchor(-3 * SPF, anchor_ns, False))  # 3 frames (240 ms) still ahead
+    assert chunk_deadline_ns(later, 0, SPEC, STARTUP_NS) == anchor_ns + 3 * FRAME_NS
+    assert chunk_deadline_ns(later, 2, SPEC, STARTUP_NS) == anchor_ns + 5 * FRAME_NS
+    sooner = request(playback=PlaybackAnchor(-SPF // 2, anchor_ns, False))  # 40 ms ahead: due before 200 ms
+    assert chunk_deadline_ns(sooner, 0, SPEC, STARTUP_NS, margin_ns=5 * MS) == anchor_ns + FRAME_NS // 2 - 5 * MS
+
+
 def test_without_a_report_playback_starts_when_the_first_chunk_completed():
     first_ns = ARRIVAL_NS + 70 * MS
     r = request(first_chunk_ns=first_ns)

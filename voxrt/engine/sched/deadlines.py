@@ -3,7 +3,10 @@
 The rule (design notes, "Deadlines"): a listener plays a stream's audio in real time from its first chunk on,
 so the chunk that starts at frame f is due when the listener finishes the f frames before it.
 
-- The first chunk (f == 0) is due `startup_ns` (the TTFA target) after the request arrived.
+- The first chunk (f == 0) is due `startup_ns` (the TTFA target) after the request arrived, unless a playback
+  report says the listener reaches this request's audio later than that: a request whose audio follows other
+  audio of the same stream (a prompt-at-once program's next segment, gateway/context.py) is reported with
+  `played_samples` < 0, the audio still ahead of it, and its first chunk is due when that has played.
 - Every deadline is moved `margin_ns` earlier (`--deadline-margin-ms`): the listener needs the audio, and a
   chunk the GPU completed still has to be seen between LM steps, sent to the gateway and to the client.
 - With a playback report (`request.playback`: `played_samples` heard by `anchor_ns`), the listener reaches
@@ -33,9 +36,9 @@ def chunk_deadline_ns(request: Request, first_frame: int, spec: ProgramSpec, sta
     """When the chunk of `request` that starts at frame `first_frame` must have completed (see the module
     docstring for the rule), `margin_ns` early: the time a completed chunk takes to reach the listener."""
     start_due_ns = request.arrival_ns + startup_ns
-    if first_frame == 0:
-        return start_due_ns - margin_ns
     anchor = request.playback
+    if first_frame == 0 and (anchor is None or anchor.is_stalled or anchor.played_samples >= 0):
+        return start_due_ns - margin_ns
     if anchor is not None:
         if anchor.is_stalled:
             return anchor.anchor_ns
