@@ -90,16 +90,17 @@ def test_each_segment_is_a_request_and_the_context_one_frame_sequence(live, subm
     assert [h.pts_ms for h in headers] == [20 * h.seq for h in headers]  # and no gap in its timestamps
     assert [h.is_first for h in headers] == [True] + [False] * (len(headers) - 1)
     assert [h.is_last for h in headers] == [False] * (len(headers) - 1) + [True]
-    # the later segments were submitted while the first one still played: before the time its audio (at least
-    # a second of it at realtime pacing) had all gone out
-    assert all(t < arrivals[0] + 1.0 for t, _ in submits[1:])
+    aligned = [s for m in messages if m["type"] == "alignment" for s in m["segments"]]
+    # the later segments were submitted while the first one still played: before the listener, who started at
+    # the first frame, reached the end of the first request's audio (its last segment's end in the alignment)
+    first_request_end_s = max(s["end_ms"] for s in aligned if s["char_end"] <= len(texts[0]) + 1) / 1000
+    assert all(t < arrivals[0] + first_request_end_s for t, _ in submits[1:]), (submits, first_request_end_s)
     ids = [m.request_id for m in sent if isinstance(m, SubmitRequest)]
     anchors = [m for m in sent if isinstance(m, SetPlayback)]
     for request_id in ids[1:]:  # the first report the engine gets of a later segment: audio still ahead of it
         first = next(m for m in anchors if m.request_id == request_id)
         assert first.played_samples < 0 and not first.is_stalled, first
     assert len(headers) * 20 > 3000  # three sentences of tiny-orpheus speech (a length rule: ~14 chars a second)
-    aligned = [s for m in messages if m["type"] == "alignment" for s in m["segments"]]
     # every segment aligned (a request may carry several cut at once), in order and in time order
     assert " ".join(s["text"] for s in aligned) == " ".join(texts)
     assert all(a["end_ms"] <= b["start_ms"] for a, b in zip(aligned, aligned[1:]))
