@@ -13,7 +13,7 @@ import pytest
 
 from conftest import collect_context, connect, recv_json, start_session
 from raw_ws import assert_returned
-from voxrt.engine.messages import SetPlayback, SubmitRequest
+from voxrt.engine.messages import CancelRequest, SetPlayback, SubmitRequest
 from voxrt.models.registry import make_checkpoint
 from voxrt.protocol.frames import decode_audio_frame
 from voxrt_live import live_server, run
@@ -164,3 +164,31 @@ def test_requests_get_the_models_sampling_defaults(live, sent):
     params = [m.params for m in sent if isinstance(m, SubmitRequest)]
     assert params and all((p.temperature, p.top_p, p.top_k, p.repetition_penalty) == (0.4, 0.9, 0, 1.1) for p in params)
     assert live.state.engine.info.sampling_defaults["repetition_penalty"] == 1.1
+
+
+def test_a_failed_segment_ends_the_context_and_stops_the_segments_queued_behind_it(live, submits, sent):
+    """The first segment is longer than its request's KV positions allow (1024 here: its prompt and 7 a frame),
+    so the length cap cuts it: the context ends with `length_limit`, and the next segment's request, queued
+    behind it and still generating (it was sent once the first one's audio had started, and is as long), is
+    cancelled rather than left generating for nobody."""
+    long_sentence = "word " * 40 + "and more words to say before the end of it."  # ~240 characters, one sentence
+
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, voice="tara", output=PCM, pacing={"mode": "burst"})
+            await ws.send(json.dumps({"type": "text", "context_id": "f", "text": long_sentence + " "}))
+            await ws.send(json.dumps({"type": "flush", "context_id": "f"}))
+            while not isinstance(await asyncio.wait_for(ws.recv(), 60), bytes):
+                pass
+            await ws.send(json.dumps({"type": "text", "context_id": "f", "text": "Then " + long_sentence + " "}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "f"}))
+            return await collect_context(ws, timeout_s=120)
+
+    _, messages = run(scenario(), timeout_s=180)
+    errors = [m for m in messages if m["type"] == "error"]
+    assert errors and errors[0]["code"] == "length_limit" and errors[0]["context_id"] == "f", messages[-3:]
+    assert messages[-1]["type"] == "context.done" and messages[-1]["reason"] == "error"
+    ids = [m.request_id for m in sent if isinstance(m, SubmitRequest)]
+    cancelled = {m.request_id for m in sent if isinstance(m, CancelRequest)}
+    assert len(ids) == 2 and ids[1] in cancelled  # the second segment's request, queued behind it, was stopped
+    assert_returned(live, 10)  # every request, page and slot is back

@@ -256,6 +256,12 @@ class ContextRunner:
             log.exception("context %s failed", self.context_id)
             reason = "error"
             await self._safe_send(Error("internal_error", "audio generation failed", False, self.context_id))
+        if reason == "error":  # later segments' requests queued behind the failed one are not played: stop them
+            for request_id in self._generations.drain():
+                try:
+                    await self.engine.cancel(request_id)
+                except (EngineError, asyncio.TimeoutError):
+                    log.warning("engine cancel of %s did not complete", request_id)
         if not self.is_cancelled:
             self.is_finished = True
             self._write_trace(reason)
