@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16's GPU figures in one call: a full-size random Orpheus 3B checkpoint (make-checkpoint --arch
-# orpheus-3b, with orpheus-tiny's byte-level test tokenizer copied in: the Llama-3 vocabulary ships with no
-# package here), then bench/gpu_orpheus.py (graphs against eager, LM tokens/s per stream at BATCHES, TTFA),
+# orpheus-3b, with its byte-level test tokenizer: the Llama-3 vocabulary ships with no package here; prompts
+# ~4x longer than Llama-3's), then bench/gpu_orpheus.py (graphs against eager, LM tokens/s per stream at BATCHES, TTFA),
 # then an engine-direct capacity sweep on LibriTTS with the deadline scheduler and lanes (RATES, DURATION s of
 # arrivals a point, pinned lengths). Run from the repository root on the GPU machine:
 #
@@ -23,9 +23,7 @@ mkdir -p "$R"
   date -u; git log --oneline -1 2>/dev/null; } > "$R/gpu.txt" 2>&1
 cat "$R/gpu.txt"
 if [ ! -f "$CKPT/config.json" ]; then
-  tok=$(mktemp -d)
-  python -m voxrt.cli make-checkpoint --arch orpheus-tiny "$tok" --device cpu > /dev/null  # its test tokenizer
-  python -m voxrt.cli make-checkpoint --arch "$ARCH" "$CKPT" --tokenizer-dir "$tok" > "$R/mk.log" 2>&1
+  python -m voxrt.cli make-checkpoint --arch "$ARCH" "$CKPT" > "$R/mk.log" 2>&1  # with its byte-level test tokenizer
   echo "== checkpoint $ARCH at $CKPT (rc $?)"; tail -2 "$R/mk.log"
 fi
 timeout 420 python -u bench/gpu_orpheus.py --checkpoint "$CKPT" --device "$DEVICE" --batches "$BATCHES" \

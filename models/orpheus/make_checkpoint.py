@@ -8,15 +8,16 @@ with model.safetensors.index.json (bf16, tied head as released: no lm_head.weigh
 SNAC 24 kHz codec's config.json and pytorch_model.bin with the decoding half of its state (the `decoder.*`
 and the quantizers' codebooks and out_proj, in the release's key names; the encoder and in_proj, used only
 to encode audio, are left out, so `SNAC.from_pretrained` would refuse it while our loader takes it).
-No tokenizer unless `tokenizer_dir` gives one (its tokenizer.json, tokenizer_config.json,
-special_tokens_map.json are copied): the Llama-3 vocabulary ships with no package here. A random model never
+The tokenizer: `tokenizer_dir`'s (its tokenizer.json, tokenizer_config.json, special_tokens_map.json are
+copied), else a byte-level test tokenizer (`write_byte_tokenizer`; the Llama-3 vocabulary ships with no
+package here), so that the checkpoint serves as it is; its prompts are ~4x longer than Llama-3's would be. A random model never
 learns to stop: voxrt.json marks the weights random (program.py then ends a generation by a length rule, and
 never samples a stop token); pin output lengths for benchmarks.
 
 `--arch orpheus-tiny`: the same layout at toy width (2 layers of 32, the real 156,940-token vocabulary, a SNAC
-decoder of 32 channels with the release's 2048 samples a frame) and a byte-level test tokenizer (`tokenizers`;
-<|begin_of_text|> at Llama-3's id 128000, one token per byte), so that `voxrt serve --model orpheus
---checkpoint DIR` runs anywhere: the CI's Orpheus pass and the docs' try-it. It is no Llama-3 tokenizer.
+decoder of 32 channels with the release's 2048 samples a frame), so that `voxrt serve --model orpheus
+--checkpoint DIR` runs anywhere: the CI's Orpheus pass and the docs' try-it. The byte-level test tokenizer
+(`tokenizers`; <|begin_of_text|> at Llama-3's id 128000, one token per byte) is no Llama-3 tokenizer.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     for name in TOKENIZER_FILES:
         if tokenizer is not None and (tokenizer / name).is_file():
             shutil.copy(tokenizer / name, out / name)
-    if tokenizer is None and is_tiny:
+    if tokenizer is None:
         write_byte_tokenizer(out)
     marker = {"random_weights": True, "arch": arch}
     if is_tiny:
@@ -166,7 +167,7 @@ def make_checkpoint(arch: str, out_dir: str, tokenizer_dir: str | None = None, d
     (out / "README.voxrt.txt").write_text(
         f"Made by `voxrt make-checkpoint --arch {arch}`: RANDOM weights in Orpheus's released layout (the LM as\n"
         "canopylabs/orpheus-3b-0.1-ft, the codec in snac/ as hubertsiuzdak/snac_24khz with its decoding half only),\n"
-        f"for benchmarks only. Tokenizer: {'copied from ' + str(tokenizer) if tokenizer else ('a byte-level test tokenizer' if is_tiny else 'none')}. The audio is noise;\n"
+        f"for benchmarks only. Tokenizer: {'copied from ' + str(tokenizer) if tokenizer else 'a byte-level test tokenizer (not Llama-3)'}. The audio is noise;\n"
         "pin output lengths.\n")
     progress(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     return out

@@ -81,3 +81,18 @@ def test_tokenizer_files_are_copied_when_given(tmp_path):
                                 progress=lambda m: None, configs=tiny_configs())
     assert (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file()
     checkpoint.check_lm_dir(out, need_tokenizer=True)
+
+
+def test_without_a_tokenizer_dir_the_checkpoint_serves_with_the_test_tokenizer(tmp_path):
+    """No --tokenizer-dir: the byte-level test tokenizer is written (BOS at Llama-3's id), and the checkpoint
+    loads as the served program, marked random."""
+    from voxrt.models.orpheus.program import load_program  # noqa: PLC0415
+
+    out = maker.make_checkpoint("orpheus-3b", str(tmp_path / "ckpt"), device="cpu", progress=lambda m: None,
+                                configs=tiny_configs())
+    program = load_program(out)
+    assert program.random_weights and program.spec.eos_code is None
+    ids, spans = program.tokenize("Hi there")
+    assert len(ids) == len("Hi there") and spans[0] == (0, 1)
+    from tokenizers import Tokenizer  # noqa: PLC0415
+    assert Tokenizer.from_file(str(out / "tokenizer.json")).encode("Hi").ids[0] == 128000
