@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import pytest
@@ -190,5 +191,11 @@ def test_a_failed_segment_ends_the_context_and_stops_the_segments_queued_behind_
     assert messages[-1]["type"] == "context.done" and messages[-1]["reason"] == "error"
     ids = [m.request_id for m in sent if isinstance(m, SubmitRequest)]
     cancelled = {m.request_id for m in sent if isinstance(m, CancelRequest)}
-    assert len(ids) == 2 and ids[1] in cancelled  # the second segment's request, queued behind it, was stopped
+    assert len(ids) == 2
+    if os.environ.get("VOXRT_TEST_SCHEDULER", "base") == "base":
+        # base decodes both in lockstep and decodes chunks as they come: the second, a few frames behind, is
+        # still generating when the first's last chunk arrives, and is stopped. (The deadline policy decodes the
+        # first's late chunks near their deadlines, seconds on, by when the second has ended by itself: no
+        # cancel is owed then, and the check below is what holds.)
+        assert ids[1] in cancelled
     assert_returned(live, 10)  # every request, page and slot is back
