@@ -30,6 +30,8 @@ from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
 
+from gpu_qwen3_tts import ttfa_ms  # noqa: E402 (bench/ is the script's dir)
+
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back home before the rain."
 
 
@@ -96,18 +98,7 @@ def throughput(args, batch: int) -> dict:
 
 
 def ttfa(args) -> list[float]:
-    core = make_core(args, 4, True)
-    out = []
-    for i in range(args.ttfa_repeats):
-        t0 = time.monotonic_ns()
-        core.submit(SubmitRequest(f"ttfa-{i}", "tara", SamplingParams(num_frames=20), TEXT, True))
-        first = None
-        while core.has_work():
-            for event in core.step():
-                if first is None and isinstance(event, AudioChunk) and event.num_samples:
-                    first = (time.monotonic_ns() - t0) / 1e6
-        out.append(round(first, 1))
-    return out
+    return ttfa_ms(make_core(args, 4, True), args.ttfa_repeats)  # bench/gpu_qwen3_tts.py's: submit to first audio
 
 
 def main() -> None:

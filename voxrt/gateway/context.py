@@ -257,11 +257,7 @@ class ContextRunner:
             reason = "error"
             await self._safe_send(Error("internal_error", "audio generation failed", False, self.context_id))
         if reason == "error":  # later segments' requests queued behind the failed one are not played: stop them
-            for request_id in self._generations.drain():
-                try:
-                    await self.engine.cancel(request_id)
-                except (EngineError, asyncio.TimeoutError):
-                    log.warning("engine cancel of %s did not complete", request_id)
+            await self._cancel_requests(self._generations.drain())
         if not self.is_cancelled:
             self.is_finished = True
             self._write_trace(reason)
@@ -324,15 +320,18 @@ class ContextRunner:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 (the pump's end is not our error)
                 pass
         await self.audio_out.aclose()
-        for request_id in [self.request_id, *self._generations.drain()]:  # the one playing, and those queued
+        await self._cancel_requests([self.request_id, *self._generations.drain()])  # the one playing, and those queued
+        self._write_trace("cancelled")
+        return self.core.cancelled(now_ms())
+
+    async def _cancel_requests(self, request_ids: list[str | None]) -> None:
+        for request_id in request_ids:
             if request_id is None:
                 continue
             try:
                 await self.engine.cancel(request_id)
             except (EngineError, asyncio.TimeoutError):
                 log.warning("engine cancel of %s did not complete", request_id)
-        self._write_trace("cancelled")
-        return self.core.cancelled(now_ms())
 
     @property
     def owes_audio(self) -> bool:
