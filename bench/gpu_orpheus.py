@@ -36,8 +36,12 @@ TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back home 
 
 
 def make_core(args, batch: int, graphs: bool) -> EngineCore:
-    return EngineCore(EngineConfig(model="orpheus", checkpoint=args.checkpoint, device=args.device,
+    core = EngineCore(EngineConfig(model="orpheus", checkpoint=args.checkpoint, device=args.device,
                                    max_batch_size=batch, max_seq_len=args.max_seq_len, use_cuda_graphs=graphs))
+    core.warmup()  # captures the graphs (and measures the cost model): without it every stage runs eagerly
+    if graphs and args.device == "cuda" and not core.runner.decode_stage.graphs:
+        raise RuntimeError("CUDA graphs were asked for but none was captured")
+    return core
 
 
 def run_all(core: EngineCore, requests: list[SubmitRequest]) -> dict[str, dict]:
