@@ -15,8 +15,10 @@ each a generation.
 
 The codec lags its input by `SnacConfig.reach_samples` (4,757 samples with the released codec): the runner
 drops them from each request's start and appends `finish_codec`'s tail after its last chunk, so N frames
-are N * 2048 samples equal to the whole-sequence decode. The first chunk is 3 frames (the first that
-releases audio: 6,144 - 4,757 samples).
+are N * 2048 samples equal to the whole-sequence decode. The first chunk is 4 frames: 3 are the first that
+release audio, but only 1,387 samples (58 ms), less than the LM takes to make the next frame under load; 4
+release 3,435 (143 ms). Measured on an H200 (bench/results/2026-12-02-orpheus), 2 req/s: 3 frames stalled
+every request, 4 frames 9% of them.
 
 Random checkpoints (`voxrt make-checkpoint --arch orpheus-3b` or `orpheus-tiny`, which write voxrt.json with
 `random_weights`) never learn to stop: stop rows are never sampled and a length rule of
@@ -56,12 +58,16 @@ class OrpheusProgram(ModelProgram):
     default_voice = tokens.DEFAULT_VOICE
     lm_tokens_per_frame = tokens.TOKENS_PER_FRAME
     has_depth = False
+    # SNAC costs ~0.1 ms a frame beside a 4.5-5 ms LM pass: the LM lane takes 116 of the H200's 132 SMs, the
+    # background codec 16 (measured 2026-12-02: one decode pass 4.48 ms on 116 SMs against 4.94 on 60, and fewer
+    # late chunks; bench/results/2026-12-02-orpheus)
+    codec_sm_share = 16 / 132
     # the reference's realtime example (tokens.SAMPLING_DEFAULTS; the model card: a penalty >= 1.1 is required)
     sampling_defaults = {"temperature": tokens.SAMPLING_DEFAULTS["temperature"], "top_p": tokens.SAMPLING_DEFAULTS["top_p"],
                          "top_k": 0, "repetition_penalty": tokens.SAMPLING_DEFAULTS["repetition_penalty"]}
 
     def __init__(self, lm: OrpheusLM, codec: SnacDecoder, tokenizer: Any, *, random_weights: bool = False,
-                 frames_per_text_token: float | None = None, chunk_frames: int = 12, first_chunk_frames: int = 3) -> None:
+                 frames_per_text_token: float | None = None, chunk_frames: int = 12, first_chunk_frames: int = 4) -> None:
         """`tokenizer`: a `tokenizers.Tokenizer` (the checkpoint's tokenizer.json)."""
         super().__init__()
         if lm.audio_row_start != tokens.CUSTOM_TOKEN_BASE or lm.num_audio_rows < tokens.AUDIO_TOKEN_OFFSET + \

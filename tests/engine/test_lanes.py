@@ -14,7 +14,8 @@ import torch
 from conftest import assert_pools_empty, drain, make_core, pcm, submit
 from voxrt.engine.errors import InvalidParamsError
 from voxrt.engine.messages import AudioChunk
-from voxrt.engine.runtime.lanes import make_lanes
+from voxrt.engine.runtime import core as core_module
+from voxrt.engine.runtime.lanes import default_codec_sms, make_lanes
 from voxrt.engine.sched.plan import BACKGROUND, URGENT
 from voxrt.engine.sched.sm_modes import EveryStepSmMode
 
@@ -232,6 +233,21 @@ def test_lane_modes_without_a_gpu(mode, resolved):
     lanes = make_lanes(mode, torch.device("cpu"))
     assert lanes.mode == resolved
     assert lanes.describe()  # the log line says which
+
+
+def test_the_default_split_is_the_programs_codec_share(monkeypatch):
+    """Without --sm-modes the codec lane gets the program's `codec_sm_share` of the SMs: half for Qwen3-TTS's
+    compute-bound codec, 16 of the H200's 132 for Orpheus's SNAC (bench/results/2026-12-02-orpheus)."""
+    assert default_codec_sms(132, 0.5) == 66
+    assert default_codec_sms(132, 16 / 132) == 16
+    assert default_codec_sms(8, 0.01) == 1 and default_codec_sms(8, 0.99) == 7
+    with pytest.raises(ValueError, match="codec_share"):
+        make_lanes("auto", torch.device("cpu"), codec_share=1.0)
+    seen = []
+    real = core_module.make_lanes
+    monkeypatch.setattr(core_module, "make_lanes", lambda *a, **k: seen.append(a) or real(*a, **k))
+    core = make_core()
+    assert seen and seen[-1][-1] == core.program.codec_sm_share == 0.5
 
 
 def test_unknown_lane_mode_and_cost_names_are_clear_errors():

@@ -80,6 +80,45 @@ def test_a_report_that_the_listener_is_stalled_makes_the_chunk_overdue():
     assert chunk_deadline_ns(r, 14, SPEC, STARTUP_NS) == anchor_ns
 
 
+# Orpheus's shape: 2048-sample frames, a codec that lags 4757 samples, a 3-frame first chunk (58 ms of audio)
+LAGGING = ProgramSpec(num_codebooks=7, chunk_frames=12, first_chunk_frames=3, consumes_text_incrementally=False,
+                      text_pad_id=0, eos_code=None, frames_per_text_token=None, default_max_frames=1000,
+                      samples_per_frame=2048, codec_delay_samples=4757)
+
+
+def test_behind_a_lagging_codec_later_chunks_are_due_the_lag_earlier():
+    """The first chunk of a codec that lags releases its frames' audio less the lag, so the chunk at frame f
+    starts f frames less the lag into the audio, and is due that much sooner."""
+    lag_ns = 4757 * 1e9 / 24000  # 198.2 ms
+    first_ns = ARRIVAL_NS + 70 * MS
+    r = request(first_chunk_ns=first_ns)
+    assert chunk_deadline_ns(r, 3, LAGGING, STARTUP_NS) == first_ns + round(3 * LAGGING.frame_ns - lag_ns)
+    assert chunk_deadline_ns(r, 3, LAGGING, STARTUP_NS) - first_ns == pytest.approx(57.8 * MS, abs=0.1 * MS)
+    in_flight = request()
+    assert chunk_deadline_ns(in_flight, 6, LAGGING, STARTUP_NS) == (ARRIVAL_NS + STARTUP_NS
+                                                                    + round(6 * LAGGING.frame_ns - lag_ns))
+    # a report counts played samples of the audio released: 1000 samples heard, frame 3 starts at 1387
+    anchor_ns = ARRIVAL_NS + 400 * MS
+    heard = request(first_chunk_ns=first_ns, playback=PlaybackAnchor(1000, anchor_ns, False))
+    assert chunk_deadline_ns(heard, 3, LAGGING, STARTUP_NS) == anchor_ns + round(387 / 24000 * 1e9)
+    # the first chunk is unaffected
+    assert chunk_deadline_ns(r, 0, LAGGING, STARTUP_NS) == ARRIVAL_NS + STARTUP_NS
+
+
+def test_behind_a_lagging_codec_chunks_add_up_to_their_frames_and_the_schedule_counts_the_audio():
+    assert LAGGING.chunk_samples(0, 3, False) == 3 * 2048 - 4757
+    assert LAGGING.chunk_samples(3, 3, False) == 3 * 2048
+    assert LAGGING.chunk_samples(6, 2, True) == 2 * 2048 + 4757
+    assert LAGGING.chunk_samples(0, 5, True) == 5 * 2048  # one chunk: the whole request
+    sizes, cut = [], 0
+    for _ in range(5):
+        sizes.append(LAGGING.next_chunk_size(cut))
+        cut += sizes[-1]
+    # counting frames would give 3, 6, 12: 6 frames to make in the 58 ms the first chunk plays
+    assert sizes == [3, 3, 6, 12, 12]
+    assert [SPEC.next_chunk_size(c) for c in (0, 2, 6, 14)] == [2, 4, 8, 16]  # no lag: the doubling schedule
+
+
 def test_with_deadline_sets_the_job_deadline_and_nothing_else():
     r = request(first_chunk_ns=ARRIVAL_NS + 60 * MS)
     job = CodecJob(r, first_frame=6, num_frames=8, chunk_index=2, is_last=False)

@@ -85,7 +85,7 @@ class EngineCore:
         unknown = sorted(set(cost_overrides) - set(CostModel.__dataclass_fields__))
         if unknown:
             raise InvalidParamsError(f"unknown cost names {unknown}; known: {sorted(CostModel.__dataclass_fields__)}")
-        self.lanes, self.sm_chooser = _lanes_and_modes(config, device)
+        self.lanes, self.sm_chooser = _lanes_and_modes(config, device, program.codec_sm_share)
         log.info("%s", self.lanes.describe())
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
@@ -400,9 +400,11 @@ class EngineCore:
                            sm_mode_switches=self.sm_mode_switches)
 
 
-def _lanes_and_modes(config: EngineConfig, device: torch.device) -> tuple[Lanes, AdaptiveSmMode | None]:
+def _lanes_and_modes(config: EngineConfig, device: torch.device,
+                     codec_share: float = 0.5) -> tuple[Lanes, AdaptiveSmMode | None]:
     """The lanes for `config.codec_sms` and `config.sm_mode`: one split for a mode index, every split for
-    "adaptive" (with the rule that moves between them; one mode when green contexts are unavailable)."""
+    "adaptive" (with the rule that moves between them; one mode when green contexts are unavailable). No
+    count: `codec_share` of the SMs (the program's `codec_sm_share`)."""
     counts = config.codec_sms
     counts = [counts] if counts is None or isinstance(counts, int) else list(counts)
     if not counts:
@@ -419,7 +421,7 @@ def _lanes_and_modes(config: EngineConfig, device: torch.device) -> tuple[Lanes,
     if not isinstance(config.sm_mode, int) or not 0 <= config.sm_mode < len(counts):
         raise InvalidParamsError(f"sm_mode must be an index into the SM modes {counts} or 'adaptive', "
                                  f"got {config.sm_mode!r}")
-    return make_lanes(config.lanes, device, counts[config.sm_mode]), None
+    return make_lanes(config.lanes, device, counts[config.sm_mode], codec_share), None
 
 
 def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:

@@ -117,9 +117,13 @@ class Lanes:
         return f"lanes off: time-shared synchronous loop (LM step, then codec, one stream){self.note}"
 
 
-def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] | None = None) -> Lanes:
+def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] | None = None,
+               codec_share: float = 0.5) -> Lanes:
     """The lanes of `mode` on `device`. `codec_sms`: the background codec lane's SM count, or one per SM mode
-    (green contexts; inline lanes on the CPU keep the modes for their bookkeeping)."""
+    (green contexts; inline lanes on the CPU keep the modes for their bookkeeping); None: `codec_share` of the
+    GPU's SMs (the model program's `codec_sm_share`)."""
+    if not 0 < codec_share < 1:
+        raise ValueError(f"codec_share must be between 0 and 1, got {codec_share}")
     if mode not in LANE_MODES:
         raise ValueError(f"unknown lanes mode {mode!r}; choose one of {', '.join(LANE_MODES)}")
     counts = [codec_sms] if codec_sms is None or isinstance(codec_sms, int) else list(codec_sms)
@@ -142,7 +146,7 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
         try:
             modes = []
             for count in counts:
-                lm_stream, bg_stream, sm_counts = green_streams(index, count)
+                lm_stream, bg_stream, sm_counts = green_streams(index, count, codec_share)
                 modes.append(LaneMode({LM: lm_stream, BACKGROUND: bg_stream}, sm_counts))
             lanes = Lanes("green", streams=dict(modes[0].streams), sm_counts=dict(modes[0].sm_counts),
                           sm_modes=modes if len(modes) > 1 else [])
@@ -171,17 +175,23 @@ def _priority_range() -> tuple[int, int]:
         return 0, -1
 
 
-def green_streams(device_index: int, codec_sms: int | None) -> tuple[Any, Any, dict[str, int]]:
+def default_codec_sms(total_sms: int, codec_share: float) -> int:
+    """The background codec lane's SMs when no count is given: `codec_share` of the GPU, at least one, leaving
+    the LM at least one (the driver then rounds up to its groups of 8)."""
+    return min(total_sms - 1, max(1, round(total_sms * codec_share)))
+
+
+def green_streams(device_index: int, codec_sms: int | None, codec_share: float = 0.5) -> tuple[Any, Any, dict[str, int]]:
     """Two streams on disjoint SM partitions of one split: (LM stream, codec stream, SM counts), through
     FlashInfer's green-context helpers (cuda-python driver bindings underneath). The codec lane gets
-    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default half the GPU), the LM lane
-    the remaining SMs."""
+    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default `codec_share` of the GPU), the
+    LM lane the remaining SMs."""
     from flashinfer.green_ctx import split_device_green_ctx_by_sm_count  # noqa: PLC0415 (GPU only)
 
     device = torch.device("cuda", device_index)
     total = torch.cuda.get_device_properties(device).multi_processor_count
     if codec_sms is None:
-        codec_sms = total // 2
+        codec_sms = default_codec_sms(total, codec_share)
     if not 0 < codec_sms < total:
         raise ValueError(f"codec SMs must be between 1 and {total - 1} on this GPU, got {codec_sms}")
     streams, resources = split_device_green_ctx_by_sm_count(device, [codec_sms])

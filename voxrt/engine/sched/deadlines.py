@@ -9,12 +9,15 @@ so the chunk that starts at frame f is due when the listener finishes the f fram
   `played_samples` < 0, the audio still ahead of it, and its first chunk is due when that has played.
 - Every deadline is moved `margin_ns` earlier (`--deadline-margin-ms`): the listener needs the audio, and a
   chunk the GPU completed still has to be seen between LM steps, sent to the gateway and to the client.
+- The audio before the chunk at frame f is `ProgramSpec.samples_before(f)`: f * samples_per_frame, less the lag
+  of a codec that lags its input (`codec_delay_samples`: its first chunk comes that much short), written
+  S(f) below.
 - With a playback report (`request.playback`: `played_samples` heard by `anchor_ns`), the listener reaches
-  frame f at `anchor_ns + (f * samples_per_frame - played_samples) / samples_per_frame * frame_ns`. A report
+  frame f at `anchor_ns + (S(f) - played_samples) / samples_per_frame * frame_ns`. A report
   that says the listener is stalled makes the chunk overdue: due at `anchor_ns`, already past.
 - Without a report, playback is assumed to have started when the first chunk completed
-  (`first_chunk_ns + f * frame_ns`); while chunk 0 is still in flight, at its own deadline
-  (`arrival_ns + startup_ns + f * frame_ns`).
+  (`first_chunk_ns + S(f) / samples_per_frame * frame_ns`); while chunk 0 is still in flight, at its own deadline
+  (`arrival_ns + startup_ns + S(f) / samples_per_frame * frame_ns`).
 
 A codec launch costs what the runner does with it: chunks are grouped by size (a last chunk of an odd size runs
 padded up to the next captured size), each group in launches of at most `max_batch` chunks, each launch
@@ -42,10 +45,10 @@ def chunk_deadline_ns(request: Request, first_frame: int, spec: ProgramSpec, sta
     if anchor is not None:
         if anchor.is_stalled:
             return anchor.anchor_ns
-        ahead_samples = first_frame * spec.samples_per_frame - anchor.played_samples
+        ahead_samples = spec.samples_before(first_frame) - anchor.played_samples
         return anchor.anchor_ns + round(ahead_samples / spec.samples_per_frame * spec.frame_ns) - margin_ns
     start_ns = request.first_chunk_ns if request.first_chunk_ns is not None else start_due_ns
-    return start_ns + round(first_frame * spec.frame_ns) - margin_ns
+    return start_ns + round(spec.samples_before(first_frame) / spec.samples_per_frame * spec.frame_ns) - margin_ns
 
 
 def with_deadline(job: CodecJob, spec: ProgramSpec, startup_ns: int, margin_ns: int = 0) -> CodecJob:

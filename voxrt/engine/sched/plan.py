@@ -82,15 +82,33 @@ class ProgramSpec:
         # largest_codec_size(n) for n in 0..max(sizes): the planner asks it for every live request every step
         object.__setattr__(self, "_largest", [0] + [max(x for x in sizes if x <= n) for n in range(1, sizes[-1] + 1)])
 
+    def samples_before(self, first_frame: int) -> int:
+        """Audio samples the listener holds before the chunk that starts at `first_frame`: a codec that lags
+        its input (`codec_delay_samples`) releases its first chunk that much short (the rest comes with the
+        last chunk), so every later chunk starts that much earlier in the audio than its frame index says."""
+        if first_frame <= 0:
+            return 0
+        return first_frame * self.samples_per_frame - self.codec_delay_samples
+
+    def chunk_samples(self, first_frame: int, num_frames: int, is_last: bool) -> int:
+        """Audio samples a chunk releases: its frames' worth, the first chunk less the codec's lag and the last
+        chunk with the lag's tail (`samples_before`); a request's chunks add up to its frames' worth."""
+        end = (first_frame + num_frames) * self.samples_per_frame if is_last else self.samples_before(
+            first_frame + num_frames)
+        return end - self.samples_before(first_frame)
+
     def next_chunk_size(self, frames_chunked: int) -> int:
         """Frames of a request's next chunk, from the frames already cut: the first chunk, then each chunk as
-        long as the audio before it plus a first chunk, at most `chunk_frames`, cut to a codec size. In the
-        normal course this is the doubling schedule (`chunk_schedule`: 2, 4, 8, 16, 25 after 0, 2, 6, 14, 30
-        frames); after a chunk cut short (a starved or early chunk) it stays in step with the audio the
-        listener holds, where counting chunks would ask twice as much of the next one."""
+        long as the audio before it (`samples_before`, in whole frames) plus a first chunk, at most
+        `chunk_frames`, cut to a codec size. In the normal course this is the doubling schedule
+        (`chunk_schedule`: 2, 4, 8, 16, 25 after 0, 2, 6, 14, 30 frames); after a chunk cut short (a starved or
+        early chunk) it stays in step with the audio the listener holds, where counting chunks would ask twice
+        as much of the next one. Behind a lagging codec it counts the audio released, not the frames cut
+        (Orpheus: 3, 3, 6, 12 where frames would give 3, 6, 12 and stall every stream after 58 ms of audio)."""
         if frames_chunked == 0:
             return self.first_chunk_frames
-        return self.largest_codec_size(min(self.chunk_frames, frames_chunked + self.first_chunk_frames))
+        audio_frames = self.samples_before(frames_chunked) // self.samples_per_frame
+        return self.largest_codec_size(min(self.chunk_frames, audio_frames + self.first_chunk_frames))
 
     def largest_codec_size(self, available: int) -> int:
         """The largest codec size that fits in `available` (>= 1) frames."""

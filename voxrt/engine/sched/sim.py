@@ -362,7 +362,9 @@ class _Engine:
                 self.next_tick_ns[request_id] = self.now + self.report_ns
                 self.earliest_tick_ns = min(self.earliest_tick_ns, self.now + self.report_ns)
             if job.num_frames:
-                listener.on_audio(self.now / 1e9, job.num_frames * self.sched.spec.frame_ns / 1e9, job.is_last)
+                spec = self.sched.spec
+                samples = spec.chunk_samples(job.first_frame, job.num_frames, job.is_last)
+                listener.on_audio(self.now / 1e9, samples / spec.sample_rate, job.is_last)
             elif job.is_last:
                 listener.is_finished = True
         self.sched.complete_codec(job, self.now)
