@@ -36,7 +36,8 @@ def main() -> None:
             stall = [r["stall_ms"] for r in point]
             ttfa = [r["ttfa_ms"] for r in point]
             held = [100 * sum(r["stalls"] == 0 and r["ttfa_ms"] <= b for r in point) / len(point) for b in bounds]
-            print(f"| {run.name} | {rate:g} | {len(point)} | {100 * sum(r['stalls'] == 0 for r in point) / len(point):.1f} "
+            free = 100 * sum(r["stalls"] == 0 for r in point) / len(point)
+            print(f"| {run.name} | {rate:g} | {len(point)} | {free:.1f} "
                   f"| {statistics.median(stall):.0f} / {pct(stall, 0.9):.0f} / {max(stall):.0f} "
                   f"| {statistics.median(ttfa):.0f} / {pct(ttfa, 0.99):.0f} | "
                   + " | ".join(f"{h:.1f}" for h in held) + " |")

@@ -47,6 +47,7 @@ def check_pinned(out: Path) -> None:
     for line in lines:
         if line["status"] == "ok":  # pinned: the audio is exactly the pinned frames at 12.5 frames/s
             assert line["audio_s"] == pytest.approx(line["num_frames"] / 12.5, abs=0.05)
+            assert line["pinned_audio_s"] == pytest.approx(line["num_frames"] / 12.5)
     assert json.loads((out / "summary.json").read_text())["pinned_length_mismatches"] == 0
 
 

@@ -8,7 +8,7 @@ from voxrt.loadgen.listener import Listener
 from voxrt.loadgen.metrics import RequestRecord, meets_slo, percentile, summarize
 from voxrt.loadgen.runner import arrival_times, tokens
 from voxrt.loadgen.sweep import Sweep, format_table
-from voxrt.loadgen.workload import load_workload, pinned_frames
+from voxrt.loadgen.workload import frames_at_rate, load_workload, pinned_frames
 
 
 def rec(ttfa, stalls=0, stall_ms=0.0, audio_s=2.0, status="ok"):
@@ -56,6 +56,15 @@ def test_percentile_and_empty_summary():
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
     s = summarize([], rate=1.0, duration_s=5.0)
     assert s["attainment"] == 0.0 and s["ttfa_p99_ms"] is None and s["goodput_rps"] == 0.0
+
+
+def test_a_pinned_length_keeps_its_duration_at_another_frame_rate():
+    """Engine-direct, the load generator knows the model's frame rate: 259 frames of 80 ms (20.72 s) are 243
+    of Orpheus's 85.3 ms frames (20.74 s), not 259 of them (22.1 s: bench/results/2026-12-02-orpheus)."""
+    assert frames_at_rate(259, 12.5) == 259
+    assert frames_at_rate(259, 24000 / 2048) == 243
+    assert frames_at_rate(1, 24000 / 2048) == 1
+    assert frames_at_rate(10, 25.0) == 20
 
 
 def test_pinned_frames_rule(tmp_path):

@@ -19,10 +19,10 @@ from voxrt.loadgen.plots import plot_summaries
 from voxrt.loadgen.procs import TargetSpec, run_point_procs
 from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, point_rows, run_point
 from voxrt.loadgen.sweep import Sweep, format_table
-from voxrt.loadgen.workload import FRAMES_PER_S, PINNED_LENGTH_RULE, load_workload
+from voxrt.loadgen.workload import PINNED_LENGTH_RULE, load_workload
 from voxrt.timing import LoopLagMonitor
 
-PINNED_TOLERANCE_S = 0.1  # audio of a pinned request vs num_frames / FRAMES_PER_S (frame padding, resampling)
+PINNED_TOLERANCE_S = 0.1  # audio of a pinned request vs its pinned_audio_s (frame padding, resampling)
 
 
 @dataclass
@@ -103,8 +103,8 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
             records = await run_point(target, rows, rate, config.duration_s, seed=point_seed,
                                       tokens_per_s=config.tokens_per_s, max_requests=config.max_requests,
                                       progress=long_run)
-        wrong = sum(r.status == "ok" and r.num_frames is not None
-                    and abs(r.audio_s - r.num_frames / FRAMES_PER_S) > PINNED_TOLERANCE_S for r in records)
+        wrong = sum(r.status == "ok" and r.pinned_audio_s is not None
+                    and abs(r.audio_s - r.pinned_audio_s) > PINNED_TOLERANCE_S for r in records)
         if wrong and not unpinned:
             print(f"[loadgen] warning: {wrong} requests did not get their pinned length; a server must be "
                   f"started with --allow-pinned-lengths to honour it", file=sys.stderr, flush=True)
@@ -132,8 +132,9 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
             "complete": complete,
             "workload": config.workload,
             "slo": {"ttfa_ms": TTFA_SLO_MS, "stalls": 0},
-            "pinned_length_rule": PINNED_LENGTH_RULE if config.pin_frames else "none: output lengths are the "
-                                  "model's own",
+            "pinned_length_rule": PINNED_LENGTH_RULE + ("; engine-direct: as the model's frames of the same duration"
+                                                        if config.engine_direct else "")
+                                  if config.pin_frames else "none: output lengths are the model's own",
             "pinned_length_mismatches": unpinned,
             "text_mode": f"token stream at {config.tokens_per_s:g} tokens/s" if config.tokens_per_s else "whole",
             "duration_s": config.duration_s,

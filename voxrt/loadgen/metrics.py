@@ -27,6 +27,7 @@ class RequestRecord:
     num_frames: int | None = None  # pinned length, when pinned
     server_ttfa_ms: float | None = None  # the server's own figure (WebSocket), for comparison
     connect_ms: float | None = None  # WebSocket handshake + session.start
+    pinned_audio_s: float | None = None  # the audio the pinned length makes at the target's frame rate
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from voxrt.loadgen.listener import Listener, llm_tokens
 from voxrt.loadgen.metrics import RequestRecord
-from voxrt.loadgen.workload import WorkItem
+from voxrt.loadgen.workload import FRAMES_PER_S, WorkItem, frames_at_rate
 
 PLAYBACK_REPORT_S = 0.1
 PROGRESS_EVERY_S = 10.0
@@ -75,9 +75,11 @@ class WebSocketTarget:
             -> RequestRecord:
         from voxrt.client import OutputFormat, connect  # noqa: PLC0415
 
+        # Over the protocol the server's frame rate is not known: pinned frames are FRAMES_PER_S frames (Qwen3-TTS's
+        # rate; another model's audio runs longer or shorter by its frame's length)
         num_frames = item.num_frames if self.pin_frames else None
         record = RequestRecord(item.id, rate, arrival_s, "error:unknown", None, 0, 0.0, 0.0, len(item.text),
-                               num_frames)
+                               num_frames, pinned_audio_s=num_frames / FRAMES_PER_S if num_frames is not None else None)
         t0 = time.monotonic()
         listener = None
         try:
@@ -125,9 +127,11 @@ class EngineTarget:
 
         client = self.client
         sample_rate = client.info.sample_rate
-        num_frames = item.num_frames if self.pin_frames else None
+        # the workload's pinned duration in this model's frames (its frame rate is known here)
+        num_frames = frames_at_rate(item.num_frames, client.info.frame_rate_hz) if self.pin_frames else None
         record = RequestRecord(item.id, rate, arrival_s, "error:unknown", None, 0, 0.0, 0.0, len(item.text),
-                               num_frames)
+                               num_frames, pinned_audio_s=num_frames / client.info.frame_rate_hz
+                               if num_frames is not None else None)
         listener = Listener(time.monotonic())
         reporter = None
         try:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # the rule lives beside the scheduler's simulation, which shares it (engine/sched/listener.py)
-from voxrt.engine.sched.listener import CHARS_PER_AUDIO_S, FRAMES_PER_S, PINNED_LENGTH_RULE, pinned_frames
+from voxrt.engine.sched.listener import CHARS_PER_AUDIO_S, FRAMES_PER_S, PINNED_LENGTH_RULE, frames_at_rate, pinned_frames
 
-__all__ = ["CHARS_PER_AUDIO_S", "FRAMES_PER_S", "PINNED_LENGTH_RULE", "WorkItem", "load_workload", "pinned_frames"]
+__all__ = ["CHARS_PER_AUDIO_S", "FRAMES_PER_S", "PINNED_LENGTH_RULE", "WorkItem", "frames_at_rate", "load_workload",
+           "pinned_frames"]
 
 
 @dataclass(frozen=True)

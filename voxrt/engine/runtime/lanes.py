@@ -181,7 +181,8 @@ def default_codec_sms(total_sms: int, codec_share: float) -> int:
     return min(total_sms - 1, max(1, round(total_sms * codec_share)))
 
 
-def green_streams(device_index: int, codec_sms: int | None, codec_share: float = 0.5) -> tuple[Any, Any, dict[str, int]]:
+def green_streams(device_index: int, codec_sms: int | None,
+                  codec_share: float = 0.5) -> tuple[Any, Any, dict[str, int]]:
     """Two streams on disjoint SM partitions of one split: (LM stream, codec stream, SM counts), through
     FlashInfer's green-context helpers (cuda-python driver bindings underneath). The codec lane gets
     `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default `codec_share` of the GPU), the

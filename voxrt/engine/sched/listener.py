@@ -21,6 +21,12 @@ PINNED_LENGTH_RULE = (f"frames = max(1, floor(len(text) / {CHARS_PER_AUDIO_S:g} 
                       f"{CHARS_PER_AUDIO_S:g} characters per audio second at {FRAMES_PER_S:g} frames/s")
 
 
+def frames_at_rate(frames: int, frame_rate_hz: float) -> int:
+    """A pinned length (`pinned_frames`, frames at FRAMES_PER_S) as frames of a model of another frame rate,
+    the same audio duration: Orpheus's 11.7 Hz frames are longer than Qwen3-TTS's 12.5 Hz ones."""
+    return max(1, math.floor(frames * frame_rate_hz / FRAMES_PER_S + 0.5))
+
+
 def pinned_frames(text: str) -> int:
     """The pinned output length of a workload text (`voxrt.loadgen.workload`'s docstring)."""
     return max(1, math.floor(len(text) / CHARS_PER_AUDIO_S * FRAMES_PER_S + 0.5))
