@@ -145,8 +145,10 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
     if mode in ("auto", "green"):
         try:
             modes = []
+            total = torch.cuda.get_device_properties(index).multi_processor_count
             for count in counts:
-                lm_stream, bg_stream, sm_counts = green_streams(index, count, codec_share)
+                count = default_codec_sms(total, codec_share) if count is None else count
+                lm_stream, bg_stream, sm_counts = green_streams(index, count)
                 modes.append(LaneMode({LM: lm_stream, BACKGROUND: bg_stream}, sm_counts))
             lanes = Lanes("green", streams=dict(modes[0].streams), sm_counts=dict(modes[0].sm_counts),
                           sm_modes=modes if len(modes) > 1 else [])
@@ -181,18 +183,17 @@ def default_codec_sms(total_sms: int, codec_share: float) -> int:
     return min(total_sms - 1, max(1, round(total_sms * codec_share)))
 
 
-def green_streams(device_index: int, codec_sms: int | None,
-                  codec_share: float = 0.5) -> tuple[Any, Any, dict[str, int]]:
+def green_streams(device_index: int, codec_sms: int | None) -> tuple[Any, Any, dict[str, int]]:
     """Two streams on disjoint SM partitions of one split: (LM stream, codec stream, SM counts), through
     FlashInfer's green-context helpers (cuda-python driver bindings underneath). The codec lane gets
-    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default `codec_share` of the GPU), the
-    LM lane the remaining SMs."""
+    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default half the GPU; `make_lanes`
+    passes the program's share), the LM lane the remaining SMs."""
     from flashinfer.green_ctx import split_device_green_ctx_by_sm_count  # noqa: PLC0415 (GPU only)
 
     device = torch.device("cuda", device_index)
     total = torch.cuda.get_device_properties(device).multi_processor_count
     if codec_sms is None:
-        codec_sms = default_codec_sms(total, codec_share)
+        codec_sms = total // 2
     if not 0 < codec_sms < total:
         raise ValueError(f"codec SMs must be between 1 and {total - 1} on this GPU, got {codec_sms}")
     streams, resources = split_device_green_ctx_by_sm_count(device, [codec_sms])

@@ -104,7 +104,8 @@ class ProgramSpec:
         (`chunk_schedule`: 2, 4, 8, 16, 25 after 0, 2, 6, 14, 30 frames); after a chunk cut short (a starved or
         early chunk) it stays in step with the audio the listener holds, where counting chunks would ask twice
         as much of the next one. Behind a lagging codec it counts the audio released, not the frames cut
-        (Orpheus: 3, 3, 6, 12 where frames would give 3, 6, 12 and stall every stream after 58 ms of audio)."""
+        (SNAC's lag with a 3-frame first chunk: 3, 3, 6, 12, where frames would give 3, 6, 12 and stall every
+        stream after 58 ms of audio; Orpheus's 4-frame first chunk: 4, 4, 8, 12)."""
         if frames_chunked == 0:
             return self.first_chunk_frames
         audio_frames = self.samples_before(frames_chunked) // self.samples_per_frame
