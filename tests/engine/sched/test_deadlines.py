@@ -110,6 +110,9 @@ def test_behind_a_lagging_codec_chunks_add_up_to_their_frames_and_the_schedule_c
     assert LAGGING.chunk_samples(3, 3, False) == 3 * 2048
     assert LAGGING.chunk_samples(6, 2, True) == 2 * 2048 + 4757
     assert LAGGING.chunk_samples(0, 5, True) == 5 * 2048  # one chunk: the whole request
+    # a first chunk cut at 2 frames (short of the lag) releases nothing; the next one the rest
+    assert LAGGING.samples_before(2) == 0 and LAGGING.chunk_samples(0, 2, False) == 0
+    assert LAGGING.chunk_samples(2, 3, False) == 5 * 2048 - 4757
     sizes, cut = [], 0
     for _ in range(5):
         sizes.append(LAGGING.next_chunk_size(cut))

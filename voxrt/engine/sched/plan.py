@@ -86,9 +86,8 @@ class ProgramSpec:
         """Audio samples the listener holds before the chunk that starts at `first_frame`: a codec that lags
         its input (`codec_delay_samples`) releases its first chunk that much short (the rest comes with the
         last chunk), so every later chunk starts that much earlier in the audio than its frame index says."""
-        if first_frame <= 0:
-            return 0
-        return first_frame * self.samples_per_frame - self.codec_delay_samples
+        # a first chunk cut short of the lag (a starved or early one) releases nothing yet
+        return max(0, first_frame * self.samples_per_frame - self.codec_delay_samples)
 
     def chunk_samples(self, first_frame: int, num_frames: int, is_last: bool) -> int:
         """Audio samples a chunk releases: its frames' worth, the first chunk less the codec's lag and the last
