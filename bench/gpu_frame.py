@@ -9,7 +9,9 @@ pinned frames through EngineCore (audio seconds per wall second). Full-size rand
 
 Paths: reference, fused (Triton kernels launched with programmatic dependent launch where the GPU has it,
 kernels/__init__.py), fused-nopdl (the same kernels launched plainly: what PDL buys, in the same process),
-fused-cublas (cuBLAS products instead of kernels/gemv.py's). `--kernels-only`: the frame table and per-kernel
+fused-cublas (cuBLAS products instead of kernels/gemv.py's), fused-l2 (each product prefetches the next one's
+weight into the L2), fused-skinny (kernels/gemv.py's tensor-core product at 5..128 rows instead of cuBLAS),
+fused-l2-skinny (both). `--kernels-only`: the frame table and per-kernel
 profile, without the TTFA and throughput runs (a shorter GPU call).
 
     python bench/gpu_frame.py --checkpoint /tmp/q17 [--checkpoint /tmp/q06] --paths fused,fused-nopdl --out DIR
@@ -31,7 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
-from voxrt.engine.runtime.kernels import pdl_enabled, set_pdl
+from voxrt.engine.runtime.kernels import l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny, skinny_enabled
 from voxrt.models.registry import build_program
 
 from engine_timing import frame_times, weight_bytes  # noqa: E402 (bench/ is the script's dir)
@@ -83,10 +85,14 @@ def run_path(program, checkpoint: str, path: str, batches: list[int], context: i
     off while this path's graphs are captured and run), or fused-cublas (the fused path with cuBLAS products instead of kernels/gemv.py's skinny ones: what the skinny
     products buy)."""
     set_pdl({"fused-nopdl": False, "fused-pdl": True}.get(path))
+    set_l2_prefetch(True if path in ("fused-l2", "fused-l2-skinny") else None)
+    set_skinny(True if path in ("fused-skinny", "fused-l2-skinny") else None)
     try:
         return _run_path(program, checkpoint, path, batches, context, kernels_only, lanes)
     finally:
         set_pdl(None)
+        set_l2_prefetch(None)
+        set_skinny(None)
 
 
 def _run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool,
@@ -102,9 +108,11 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
                                    max_batch_size=max(batches), max_seq_len=2048, lanes=lanes), program=program)
     core.warmup()
     out = dict(path=path, start_s=round(time.monotonic() - t0, 1), pdl=frame_path == "fused" and pdl_enabled(cuda),
-               lanes=core.info.lanes)
+               l2_prefetch=frame_path == "fused" and l2_prefetch_enabled(cuda),
+               skinny=frame_path == "fused" and skinny_enabled(cuda), lanes=core.info.lanes)
     print(path, "lanes:", core.info.lanes, flush=True)
-    print(path, "PDL", "on" if out["pdl"] else "off", flush=True)
+    print(path, "PDL", "on" if out["pdl"] else "off", "L2 prefetch", "on" if out["l2_prefetch"] else "off",
+          "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor
     talker_bytes = weight_bytes(program.talker) - weight_bytes(pred)
@@ -135,7 +143,7 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     return out
 
 
-PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl")
+PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl", "fused-l2", "fused-skinny", "fused-l2-skinny")
 
 
 def print_table(name: str, results: dict) -> None:

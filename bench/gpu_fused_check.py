@@ -32,7 +32,8 @@ from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention
 from voxrt.engine.runtime.core import EngineCore
-from voxrt.engine.runtime.kernels import pdl_enabled, set_pdl
+from voxrt.engine.runtime.kernels import (l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny,
+                                          skinny_enabled)
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.models.registry import build_program
 
@@ -125,8 +126,14 @@ def main() -> int:
     ap.add_argument("--min-argmax-agree", type=float, default=0.97)
     ap.add_argument("--pdl", choices=("on", "off"), default="on", help="on: where the GPU has it (sm90+)")
     ap.add_argument("--max-pdl-rel-err", type=float, default=0.03)
+    ap.add_argument("--l2-prefetch", choices=("on", "env"), default="env",
+                    help="on: every product prefetches the next one's weight (kernels.set_l2_prefetch)")
+    ap.add_argument("--skinny", choices=("on", "env"), default="env",
+                    help="on: the tensor-core product at 5..128 rows (kernels.set_skinny; --requests >= 5 runs it)")
     args = ap.parse_args()
     set_pdl(None if args.pdl == "on" else False)  # on: VOXRT_PDL's rule (default on for sm90+)
+    set_l2_prefetch(True if args.l2_prefetch == "on" else None)
+    set_skinny(True if args.skinny == "on" else None)
     program = build_program("qwen3-tts", args.checkpoint).to(device=DEV, dtype=torch.bfloat16).eval()
     program.use_frame_path("reference", DEV)
     ref = teacher_forced(program, args.frames)
@@ -134,7 +141,7 @@ def main() -> int:
     fused = teacher_forced(program, args.frames)
     pdl = pdl_enabled(DEV)
     result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
-                  pdl=pdl,
+                  pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV),
                   code0_logits=compare(ref["code0"], fused["code0"]),
                   predictor_logits=compare(*same_input_steps(ref, fused)),
                   predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))

@@ -21,7 +21,10 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   embeddings are one gather from a concatenated table, and the predictor's `small_to_mtp_projection` is folded
   into its input tables (the projected embedding of every code), so a predictor step starts from a row lookup;
 - sampling is one kernel per code (kernels/sampling.py) that also writes the next predictor step's input row;
-  the predictor's uniforms for all 15 steps are drawn at once.
+  the predictor's uniforms for all 15 steps are drawn at once;
+- every product is told the weight of the product after it (`prefetch=`): where the L2 prefetch is on
+  (kernels.set_l2_prefetch / VOXRT_L2_PREFETCH), the kernel asks the L2 for up to 16 MB of that weight while
+  it streams its own, so the next kernel starts on cached weights instead of a cold DRAM stream.
 
 A layer is 6 kernels on the predictor (qkv, attention, o_proj + residual, gate_up, SiLU gate, down + residual),
 7-8 on the talker (FlashInfer's attention apart from the rotary kernel); one fewer where the SiLU gate runs in
@@ -136,11 +139,12 @@ class FusedTalker:
         n = x.shape[0]
         x = x.clone()  # the residual stream, updated in place
         for i, layer in enumerate(self.layers):
-            q = qk_norm_rope_paged(linear(x, layer.qkv, self.gemm_impl), lm.num_q_heads, lm.num_kv_heads, lm.head_dim,
-                                   layer.q_norm, layer.k_norm, self.inv_freq, eps, positions, attn.page_idx,
-                                   attn.page_off, attn.kv.layers[i], impl, x=x, x_eps=eps)
-            add_linear_(x, attn.attend(i, q).reshape(n, -1), layer.o_proj, self.gemm_impl)
-            add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl)
+            after = self.layers[i + 1].qkv if i + 1 < len(self.layers) else None  # (the module docstring: prefetch)
+            q = qk_norm_rope_paged(linear(x, layer.qkv, self.gemm_impl, prefetch=layer.o_proj), lm.num_q_heads,
+                                   lm.num_kv_heads, lm.head_dim, layer.q_norm, layer.k_norm, self.inv_freq, eps,
+                                   positions, attn.page_idx, attn.page_off, attn.kv.layers[i], impl, x=x, x_eps=eps)
+            add_linear_(x, attn.attend(i, q).reshape(n, -1), layer.o_proj, self.gemm_impl, prefetch=layer.gate_up)
+            add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl, prefetch=after)
         out, _ = add_rms_norm(x, None, self.talker.model.norm.weight, eps, impl)
         return out
 
@@ -173,14 +177,16 @@ class FusedTalker:
         inputs = [torch.empty(bsz, x.shape[1], dtype=dtype, device=dev) for _ in range(2)]  # the sampler writes one
         start, t = 0, 2
         for step in range(k - 1):
-            for layer, (k_cache, v_cache) in zip(self.pred_layers, caches):
-                out = depth_attention(linear(x, layer.qkv, self.gemm_impl), pred.num_q_heads, pred.num_kv_heads, pred.head_dim,
-                                      layer.q_norm, layer.k_norm, self.pred_inv_freq, eps, k_cache, v_cache, start, t,
-                                      impl, x=x, x_eps=eps)
-                add_linear_(x, out, layer.o_proj, self.gemm_impl)
-                add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl)
+            for j, (layer, (k_cache, v_cache)) in enumerate(zip(self.pred_layers, caches)):
+                after = self.pred_layers[j + 1].qkv if j + 1 < len(self.pred_layers) else self.heads[step]
+                out = depth_attention(linear(x, layer.qkv, self.gemm_impl, prefetch=layer.o_proj), pred.num_q_heads,
+                                      pred.num_kv_heads, pred.head_dim, layer.q_norm, layer.k_norm, self.pred_inv_freq,
+                                      eps, k_cache, v_cache, start, t, impl, x=x, x_eps=eps)
+                add_linear_(x, out, layer.o_proj, self.gemm_impl, prefetch=layer.gate_up)
+                add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl, prefetch=after)
             last = x[t - 1 :: t]  # each row's last token
-            logits = linear(last, self.heads[step], self.gemm_impl)  # [B, V], the final norm's rstd still to apply
+            # [B, V], the final norm's rstd still to apply; the next step starts with layer 0's qkv
+            logits = linear(last, self.heads[step], self.gemm_impl, prefetch=self.pred_layers[0].qkv)
             if record_logits is not None:
                 record_logits.append((logits.float() * rstd_torch(last, eps)))
             has_next = step + 2 < k

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from voxrt.engine.runtime import kernels
 from voxrt.engine.runtime.kernels import pdl_args, pdl_enabled, set_pdl
+from voxrt.engine.runtime.kernels import gemv as gemv_module
 from voxrt.engine.runtime.kernels.gemv import _launch, add_gated_mlp_, add_linear_, add_silu_linear_, linear
 from voxrt.engine.runtime.kernels.norm import rstd_torch, silu_mul
 
@@ -127,3 +128,60 @@ def test_the_pdl_switch_on_a_pdl_capable_device(monkeypatch):
     assert pdl_enabled(cuda)
     monkeypatch.setattr(kernels, "_device_has_pdl", lambda index: False)  # before sm90
     assert not pdl_enabled(cuda)
+
+
+@pytest.fixture
+def skinny_on():
+    kernels.set_skinny(True)
+    yield
+    kernels.set_skinny(None)
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 40, 96), (24, 70, 160), (80, 48, 64)])
+def test_the_tensor_core_product_equals_f_linear_in_every_form(m, n, k, skinny_on):
+    """5..128 rows take the tensor-core kernel when it is on: plain, residual, rstd and SiLU forms against the
+    unfused ops; m = 80 spans two 64-row tiles (the second partial), k = 160 a partial K step, n = 70 and 40
+    partial column tiles."""
+    g = torch.Generator().manual_seed(m + n + k)
+    x = torch.randn(2 * m, k, generator=g)[::2] * 2.0  # strided rows
+    w = torch.randn(n, k, generator=g) / math.sqrt(k)
+    res = torch.randn(m, n, generator=g)
+    assert kernels.skinny_enabled(x.device) and gemv_module._fits(x, w, force=False)
+    tol = dict(atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(linear(x, w, impl="triton"), F.linear(x, w), **tol)
+    torch.testing.assert_close(linear(x, w, impl="triton", rstd_eps=1e-6), F.linear(x, w) * rstd_torch(x, 1e-6), **tol)
+    out = res.clone()
+    add_linear_(out, x, w, impl="triton")
+    torch.testing.assert_close(out, res + F.linear(x, w), **tol)
+    gate_up = torch.randn(m, 2 * k, generator=g)
+    out = res.clone()
+    add_silu_linear_(out, gate_up, w, impl="triton")
+    torch.testing.assert_close(out, res + F.linear(silu_mul(gate_up, "torch"), w), **tol)
+    bf = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    torch.testing.assert_close(linear(*bf, impl="triton").float(), F.linear(*bf).float(), atol=3e-2, rtol=3e-2)
+
+
+def test_the_tensor_core_product_is_off_unless_asked():
+    x, w = torch.randn(8, 64), torch.randn(32, 64)
+    assert not kernels.skinny_enabled(x.device) and not gemv_module._fits(x, w, force=False)
+    kernels.set_skinny(True)
+    try:
+        with pytest.MonkeyPatch.context() as mp:  # outside the interpreter the CPU never takes it
+            mp.setenv("TRITON_INTERPRET", "0")
+            assert not kernels.skinny_enabled(x.device)
+    finally:
+        kernels.set_skinny(None)
+
+
+def test_the_l2_prefetch_never_runs_on_the_cpu_and_leaves_results_alone():
+    """The prefetch is inline PTX (compiled CUDA only; its PTX is checked in test_pdl_kernels.py): on the CPU
+    it stays off even when asked, and a product given the next weight computes what it computes without."""
+    x, w, nxt = torch.randn(1, 96), torch.randn(40, 96), torch.randn(64, 96)
+    kernels.set_l2_prefetch(True)
+    try:
+        assert not kernels.l2_prefetch_enabled(x.device)
+        assert gemv_module._prefetch_args(nxt, x.device)["PREFETCH"] is False
+        torch.testing.assert_close(linear(x, w, impl="triton", force=True, prefetch=nxt), F.linear(x, w),
+                                   atol=1e-4, rtol=1e-4)
+    finally:
+        kernels.set_l2_prefetch(None)

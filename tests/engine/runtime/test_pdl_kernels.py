@@ -42,12 +42,18 @@ def _ptx(fn, pointers: dict[str, str], consts: dict) -> str:
 def _kernels():
     from voxrt.engine.runtime.kernels import depth_attention, gemv, norm, rope, sampling  # noqa: PLC0415
 
-    gemv_ptrs = dict(x_ptr=BF16, w_ptr=BF16, out_ptr=BF16)
-    gemv_consts = dict(ROWS=1, RESIDUAL=True, RSTD=False, SILU=False, BLOCK_N=8, BLOCK_K=512, FIRST_K=1024)
+    gemv_ptrs = dict(x_ptr=BF16, w_ptr=BF16, out_ptr=BF16, next_ptr=BF16)
+    gemv_consts = dict(ROWS=1, RESIDUAL=True, RSTD=False, SILU=False, BLOCK_N=8, BLOCK_K=512, FIRST_K=1024,
+                       PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256)
+    skinny_consts = dict(RESIDUAL=True, RSTD=False, SILU=False, BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, DOT_F32=False,
+                         PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256)
     return {
         "gemv": (gemv._gemv_kernel, gemv_ptrs, gemv_consts, True),
         "gemv-silu": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "SILU": True}, True),
         "gemv-rstd": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "RESIDUAL": False, "RSTD": True}, True),
+        "gemv-prefetch": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "PREFETCH": True}, True),
+        "skinny": (gemv._skinny_kernel, gemv_ptrs, skinny_consts, False),
+        "skinny-silu-prefetch": (gemv._skinny_kernel, gemv_ptrs, {**skinny_consts, "SILU": True, "PREFETCH": True}, False),
         "add_rms_norm": (norm._add_rms_norm_kernel, dict(x_ptr=BF16, res_ptr=BF16, w_ptr=BF16, out_ptr=BF16,
                                                          res_out_ptr=BF16), dict(HAS_RESIDUAL=True, BLOCK=2048), True),
         "silu_mul": (norm._silu_mul_kernel, dict(gu_ptr=BF16, out_ptr=BF16, x_ptr=BF16),
@@ -78,7 +84,8 @@ def _facts() -> dict:
                          launch_after_wait=ptx.find("griddepcontrol.launch_dependents") > wait >= 0,
                          writes_before=any(op in before for op in ("st.global", "atom.", "red.")),
                          loads_before="ld.global" in before,
-                         off_has_gdc=name == "gemv" and "griddepcontrol" in _ptx(fn, pointers, {**consts, "PDL": False}))
+                         off_has_gdc=name == "gemv" and "griddepcontrol" in _ptx(fn, pointers, {**consts, "PDL": False}),
+                         prefetches=ptx.count("prefetch.global.L2"), tensor_cores="wgmma" in ptx or "mma.sync" in ptx)
     return out
 
 
@@ -103,6 +110,16 @@ def test_pdl_kernels_write_nothing_before_the_wait(name, facts):
     if _kernels()[name][3]:  # the weights (norm weights, rotary table, suppress mask) stream before the wait
         assert f["loads_before"], (name, f)
     assert not f["off_has_gdc"], (name, f)  # (checked for the product: PDL off compiles no gdc_* at all)
+
+
+@pytest.mark.parametrize("name", [n for n in _kernels() if n.startswith(("gemv", "skinny"))])
+def test_the_products_prefetch_only_when_asked_and_the_tensor_core_one_uses_them(name, facts):
+    """PREFETCH compiles the L2 prefetch of the next weight (inline PTX the interpreter cannot run), and only
+    then; the skinny product's dot compiles to tensor-core instructions for sm90."""
+    f = facts[name]
+    assert (f["prefetches"] > 0) == name.endswith("prefetch"), (name, f)
+    if name.startswith("skinny"):
+        assert f["tensor_cores"], (name, f)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,54 @@ def pdl_enabled(device: torch.device) -> bool:
     return wanted and _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
 
 
+_l2_prefetch_override: bool | None = None
+_skinny_override: bool | None = None
+L2_PREFETCH_CAP_MB = 16.0  # at most this much of the next projection's weight is prefetched (the L2 is 50 MB)
+
+
+def _env_on(name: str, default: str = "0") -> bool:
+    return os.environ.get(name, default).strip().lower() not in ("0", "", "off", "false", "no")
+
+
+def set_l2_prefetch(enabled: bool | None, cap_mb: float | None = None) -> None:
+    """Turn the products' L2 prefetch of the next projection's weight on or off for launches from now on
+    (graphs captured afterwards), over `VOXRT_L2_PREFETCH`; None: back to the environment. `cap_mb`: how much
+    of the next weight is prefetched at most (default L2_PREFETCH_CAP_MB, or `VOXRT_L2_PREFETCH_MB`)."""
+    global _l2_prefetch_override, L2_PREFETCH_CAP_MB
+    _l2_prefetch_override = enabled
+    if cap_mb is not None:
+        L2_PREFETCH_CAP_MB = float(cap_mb)
+
+
+def l2_prefetch_enabled(device: torch.device) -> bool:
+    """Whether kernels/gemv.py's products, while they stream their own weight, ask the L2 for the next
+    projection's (`prefetch.global.L2`, inline PTX: compiled Triton on CUDA only, never the interpreter)."""
+    if device.type != "cuda" or interpreting() or not triton_available():
+        return False
+    return _l2_prefetch_override if _l2_prefetch_override is not None else _env_on("VOXRT_L2_PREFETCH")
+
+
+def l2_prefetch_cap_bytes() -> int:
+    return int(float(os.environ.get("VOXRT_L2_PREFETCH_MB", L2_PREFETCH_CAP_MB)) * (1 << 20))
+
+
+def set_skinny(enabled: bool | None) -> None:
+    """Turn kernels/gemv.py's tensor-core product for 5..128 rows (instead of cuBLAS) on or off for launches
+    from now on, over `VOXRT_SKINNY`; None: back to the environment."""
+    global _skinny_override
+    _skinny_override = enabled
+
+
+def skinny_enabled(device: torch.device) -> bool:
+    """Whether products of a few dozen rows take kernels/gemv.py's tensor-core kernel (Triton on CUDA, or the
+    interpreter when a test forces it) rather than cuBLAS."""
+    if not triton_available():
+        return False
+    if device.type != "cuda":  # the CPU runs it only in Triton's interpreter, when a test turns it on
+        return bool(_skinny_override) and interpreting()
+    return _skinny_override if _skinny_override is not None else _env_on("VOXRT_SKINNY")
+
+
 def pdl_args(device: torch.device) -> dict:
     """Keyword arguments for a kernel launch: the kernel's `PDL` constexpr, and `launch_pdl=True` with it (the
     two always together: a kernel launched with PDL must wait before it reads its inputs)."""

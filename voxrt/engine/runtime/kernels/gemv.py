@@ -30,7 +30,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
+from voxrt.engine.runtime.kernels import (check_impl, interpreting, l2_prefetch_cap_bytes, l2_prefetch_enabled,
+                                          next_pow2, pdl_args, skinny_enabled, triton_available)
 from voxrt.engine.runtime.kernels.norm import rstd_torch, silu_mul
 
 MAX_ROWS = 4
@@ -62,9 +63,23 @@ if triton_available():
         return x
 
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, x_stride, out_stride, eps, ROWS: tl.constexpr,
-                     RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr):
+    def _l2_prefetch(base_ptr, n_lines, pid, num_programs, ELEMS_PER_LINE: tl.constexpr, BLOCK_P: tl.constexpr):
+        """Program `pid` of `num_programs` asks the L2 for its share of the n_lines 128-byte lines from base_ptr
+        (`prefetch.global.L2`: nothing is loaded into registers and nothing waits for it)."""
+        per = tl.cdiv(n_lines, num_programs)
+        start = pid * per
+        for i in range(0, per, BLOCK_P):
+            line = tl.minimum(start + i + tl.arange(0, BLOCK_P), n_lines - 1)  # a line asked twice costs nothing
+            ptrs = base_ptr + line.to(tl.int64) * ELEMS_PER_LINE
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+
+    @triton.jit
+    def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, x_stride, out_stride, eps, next_ptr, next_lines,
+                     ROWS: tl.constexpr, RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr,
+                     PREFETCH: tl.constexpr = False, ELEMS_PER_LINE: tl.constexpr = 64,
+                     BLOCK_P: tl.constexpr = 256):
         """The first FIRST_K columns of the weight slice are loaded before `gdc_wait()` (no kernel of the frame
         writes weights: with PDL they stream while the previous kernel finishes, kernels/__init__.py), the rest
         in BLOCK_K tiles after it. RSTD: y scaled by the row's rstd(x) (the sum of squares gathered on the
@@ -74,6 +89,8 @@ if triton_available():
         rk0 = tl.arange(0, FIRST_K)
         k0_ok = rk0 < K
         w0 = tl.load(w_ptr + rn[:, None] * K + rk0[None, :], mask=n_ok[:, None] & k0_ok[None, :], other=0.0)
+        if PREFETCH:  # the next projection's weight, while this one streams (weights: no kernel writes them)
+            _l2_prefetch(next_ptr, next_lines, tl.program_id(0), tl.num_programs(0), ELEMS_PER_LINE, BLOCK_P)
         if PDL:
             tl.extra.cuda.gdc_wait()  # every program reaches it: below, earlier kernels are complete
             tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
@@ -102,6 +119,54 @@ if triton_available():
                 y = y + tl.load(dst, mask=n_ok, other=0.0).to(tl.float32)
             tl.store(dst, y.to(out_ptr.dtype.element_ty), mask=n_ok)
 
+    @triton.jit
+    def _skinny_kernel(x_ptr, w_ptr, out_ptr, M, N, K, x_stride, out_stride, eps, next_ptr, next_lines,
+                       RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
+                       PREFETCH: tl.constexpr, ELEMS_PER_LINE: tl.constexpr, BLOCK_P: tl.constexpr):
+        """The same product (RESIDUAL, RSTD, SILU as `_gemv_kernel`) for a few dozen rows, on tensor cores: a
+        BLOCK_M x BLOCK_N tile of the output per program, K in BLOCK_K steps (software-pipelined by Triton).
+        DOT_F32: both operands in float32, products exact (float32 inputs, and Triton's interpreter, whose
+        bfloat16 dot is wrong: the tests' bf16 inputs widen exactly)."""
+        pid_n, pid_m = tl.program_id(0), tl.program_id(1)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_ok, n_ok = rm < M, rn < N
+        if PREFETCH:
+            _l2_prefetch(next_ptr, next_lines, pid_m * tl.num_programs(0) + pid_n,
+                         tl.num_programs(0) * tl.num_programs(1), ELEMS_PER_LINE, BLOCK_P)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        x_rows = x_ptr + rm[:, None] * x_stride
+        for k0 in range(0, K, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            k_ok = rk < K
+            xm = m_ok[:, None] & k_ok[None, :]
+            w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            if SILU:
+                gate = tl.load(x_rows + rk[None, :], mask=xm, other=0.0).to(tl.float32)
+                up = tl.load(x_rows + K + rk[None, :], mask=xm, other=0.0).to(tl.float32)
+                x = (gate / (1.0 + tl.exp(-gate)) * up).to(w_ptr.dtype.element_ty)
+            else:
+                x = tl.load(x_rows + rk[None, :], mask=xm, other=0.0)
+            if RSTD:
+                xf = x.to(tl.float32)
+                ss += tl.sum(xf * xf, axis=1)
+            if DOT_F32:
+                acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)
+        if RSTD:
+            acc = acc / tl.sqrt(ss / K + eps)[:, None]
+        dst = out_ptr + rm[:, None] * out_stride + rn[None, :]
+        om = m_ok[:, None] & n_ok[None, :]
+        if RESIDUAL:
+            acc = acc + tl.load(dst, mask=om, other=0.0).to(tl.float32)
+        tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=om)
+
 
 def plan(n: int) -> int:
     """BLOCK_N: the widest power of two (4..32) that still gives TARGET_PROGRAMS programs."""
@@ -112,17 +177,47 @@ def plan(n: int) -> int:
 
 
 PREFETCH_ELEMENTS = 8192  # weight elements a program loads before the PDL wait: 16 KB in bf16, gpu_pdl.py's tile
+SKINNY_MAX_ROWS = 128  # the tensor-core product takes 5..128 rows when it is on (kernels.set_skinny)
+SKINNY_TARGET_PROGRAMS = 128
+
+
+def _prefetch_args(nxt: torch.Tensor | None, device: torch.device) -> dict:
+    """The kernels' arguments for an L2 prefetch of (at most l2_prefetch_cap_bytes() of) `nxt`, the next
+    projection's weight, when it is on (kernels.l2_prefetch_enabled); a dummy pointer and PREFETCH=False if not."""
+    if nxt is None or not l2_prefetch_enabled(device) or not nxt.is_contiguous() or nxt.device != device:
+        return dict(next_ptr=None, next_lines=0, PREFETCH=False)
+    nbytes = min(nxt.numel() * nxt.element_size(), l2_prefetch_cap_bytes())
+    return dict(next_ptr=nxt, next_lines=max(1, nbytes // 128), PREFETCH=True, ELEMS_PER_LINE=128 // nxt.element_size())
+
+
+def skinny_plan(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K) of the tensor-core product: all rows in one tile up to 64, then 64-row
+    tiles; BLOCK_N as wide as still gives SKINNY_TARGET_PROGRAMS programs (16..64)."""
+    block_m = max(16, min(64, next_pow2(m)))
+    tiles_m = -(-m // block_m)
+    block_n = 64
+    while block_n > 16 and -(-n // block_n) * tiles_m < SKINNY_TARGET_PROGRAMS:
+        block_n //= 2
+    return block_m, block_n, 128 if k >= 128 else max(16, next_pow2(k))
 
 
 def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None = None,
-            silu: bool = False, block_k: int | None = None, first_k: int | None = None) -> None:
-    """`first_k` (tests: the PDL path's wide first tile, which the interpreter cannot run with PDL on)."""
+            silu: bool = False, block_k: int | None = None, first_k: int | None = None,
+            prefetch: torch.Tensor | None = None) -> None:
+    """`first_k` (tests: the PDL path's wide first tile, which the interpreter cannot run with PDL on).
+    `prefetch`: the next projection's weight, asked of the L2 while this product runs (where that is on)."""
     m, k = x.shape
     n = w.shape[0]
     if silu:
         k //= 2  # x is [gate | up]
     assert w.shape[1] == k, (tuple(x.shape), tuple(w.shape), silu)
     assert not (silu and rstd_eps is not None)
+    pre = _prefetch_args(prefetch, x.device)
+    if pre["next_ptr"] is None:
+        pre["next_ptr"] = w  # never read: PREFETCH is off
+    if m > MAX_ROWS:
+        _launch_skinny(x, w, out, residual, rstd_eps, silu, pre)
+        return
     block_n = plan(n)
     if block_k is None:  # long rows in narrow tiles stream best in 512-wide steps (measured); wide tiles spill
         block_k = 512 if k >= 2048 and block_n <= 16 else 256
@@ -134,38 +229,63 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     assert first_k % block_k == 0, (first_k, block_k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, w, out, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, ROWS=m, RESIDUAL=residual,
-        RSTD=rstd_eps is not None, SILU=silu, BLOCK_N=block_n, BLOCK_K=block_k, FIRST_K=first_k, num_warps=4, **pdl)
+        RSTD=rstd_eps is not None, SILU=silu, BLOCK_N=block_n, BLOCK_K=block_k, FIRST_K=first_k, num_warps=4,
+        **pre, **pdl)
+
+
+def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None,
+                   silu: bool, pre: dict, config: tuple[int, int, int, int, int] | None = None) -> None:
+    """`config`: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), else skinny_plan's with 4 warps, 3 stages
+    (bench/gpu_gemv_sweep.py measures the alternatives)."""
+    m, k = x.shape[0], w.shape[1]
+    n = w.shape[0]
+    bm, bn, bk, warps, stages = config or (*skinny_plan(m, n, k), 4, 3)
+    _skinny_kernel[(triton.cdiv(n, bn), triton.cdiv(m, bm))](
+        x, w, out, m, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, RESIDUAL=residual,
+        RSTD=rstd_eps is not None, SILU=silu, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        DOT_F32=x.dtype == torch.float32 or interpreting(),
+        num_warps=warps, num_stages=stages, BLOCK_P=256, **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device))
+
+
+def _takes(rows: int, n: int, k: int, device: torch.device, force: bool) -> bool:
+    """Whether this module's kernels take a [rows, k] x [k, n] product: the matrix-vector kernel at <= MAX_ROWS
+    rows where it measured faster than cuBLAS (`force`: wherever the shape allows, for tests), the tensor-core
+    kernel at up to SKINNY_MAX_ROWS rows where that is on (kernels.set_skinny / VOXRT_SKINNY)."""
+    if rows <= MAX_ROWS and (force or prefers_gemv(rows, n, k)):
+        return True
+    return MAX_ROWS < rows <= SKINNY_MAX_ROWS and k % 16 == 0 and skinny_enabled(device)
 
 
 def _fits(x: torch.Tensor, w: torch.Tensor, force: bool) -> bool:
-    if not (x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1 and w.is_contiguous()):
+    if not (x.dim() == 2 and x.stride(-1) == 1 and w.is_contiguous()):
         return False
-    return force or prefers_gemv(x.shape[0], w.shape[0], w.shape[1])
+    return _takes(x.shape[0], w.shape[0], w.shape[1], x.device, force)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, impl: str = "torch", force: bool = False,
-           rstd_eps: float | None = None) -> torch.Tensor:
+           rstd_eps: float | None = None, prefetch: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (rows may be strided) @ w [N, K]^T -> [M, N] in x's dtype. `force`: this kernel whenever the
     shape allows (tests), not only where it measured faster. `rstd_eps`: each output row scaled by
     rstd(x row) = 1 / sqrt(mean(x^2) + eps) before the rounding (the RMSNorm folded into w, kernels/norm.py);
-    the torch path rounds the product first, as `silu_mul(..., x=x)` sees it."""
+    the torch path rounds the product first, as `silu_mul(..., x=x)` sees it. `prefetch`: the weight of the
+    product that runs next (an L2 prefetch while this one runs, where that is on; no effect on the result)."""
     check_impl(impl)
     if impl == "torch" or not _fits(x, w, force):
         y = F.linear(x, w)
         return y if rstd_eps is None else (y.float() * rstd_torch(x, rstd_eps)).to(y.dtype)
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
-    _launch(x, w, out, residual=False, rstd_eps=rstd_eps)
+    _launch(x, w, out, residual=False, rstd_eps=rstd_eps, prefetch=prefetch)
     return out
 
 
 def add_linear_(residual: torch.Tensor, x: torch.Tensor, w: torch.Tensor, impl: str = "torch",
-                force: bool = False) -> None:
+                force: bool = False, prefetch: torch.Tensor | None = None) -> None:
     """residual [M, N] += x [M, K] @ w [N, K]^T, in place (cuBLAS: `addmm_`, beta = 1)."""
     check_impl(impl)
     if impl == "torch" or not _fits(x, w, force) or not residual.is_contiguous():
         residual.addmm_(x, w.t())
         return
-    _launch(x, w, residual, residual=True)
+    _launch(x, w, residual, residual=True, prefetch=prefetch)
 
 
 def takes_silu(residual: torch.Tensor, gate_up: torch.Tensor, w: torch.Tensor, impl: str, force: bool = False) -> bool:
@@ -175,7 +295,7 @@ def takes_silu(residual: torch.Tensor, gate_up: torch.Tensor, w: torch.Tensor, i
 
 
 def add_silu_linear_(residual: torch.Tensor, gate_up: torch.Tensor, w: torch.Tensor, impl: str = "torch",
-                     force: bool = False) -> None:
+                     force: bool = False, prefetch: torch.Tensor | None = None) -> None:
     """residual [M, N] += (silu(gate) * up) @ w [N, I]^T for gate_up [M, 2I] = [gate | up]: the down
     projection of a SiLU-gated MLP with the activation computed in the product (no [M, I] activation
     tensor, one kernel less), where this kernel takes the product; else `silu_mul` then `addmm_`."""
@@ -183,20 +303,21 @@ def add_silu_linear_(residual: torch.Tensor, gate_up: torch.Tensor, w: torch.Ten
     if not takes_silu(residual, gate_up, w, impl, force):
         residual.addmm_(silu_mul(gate_up, impl), w.t())
         return
-    _launch(gate_up, w, residual, residual=True, silu=True)
+    _launch(gate_up, w, residual, residual=True, silu=True, prefetch=prefetch)
 
 
 def add_gated_mlp_(x: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tensor, eps: float, impl: str = "torch",
-                   act_impl: str | None = None, force: bool = False) -> None:
+                   act_impl: str | None = None, force: bool = False, prefetch: torch.Tensor | None = None) -> None:
     """x [M, H] += (silu(g) * u) @ down_w [H, I]^T, [g | u] = rstd(x) * (x @ gate_up_w [2I, H]^T), in place: a
     Qwen3 MLP with its RMSNorm folded into gate_up_w (models/qwen3_tts/fused.py). Where both products take
     this kernel, two kernels: gate_up with the row's rstd applied in it, down with the activation computed in
     it. (The rstd cannot wait for the down product: that kernel writes x while its other programs would read
     the whole row.) Else three: product, `silu_mul` with the rstd (`act_impl`, default `impl`), product +
-    residual."""
-    rows = x.shape[0]
+    residual. `prefetch`: the weight of the product after this MLP (gate_up prefetches down_w itself)."""
     if (impl == "triton" and x.is_contiguous() and down_w.is_contiguous() and _fits(x, gate_up_w, force)
-            and (force or prefers_gemv(rows, down_w.shape[0], down_w.shape[1]))):
-        add_silu_linear_(x, linear(x, gate_up_w, impl, force, rstd_eps=eps), down_w, impl, force)
+            and _takes(x.shape[0], down_w.shape[0], down_w.shape[1], x.device, force)):
+        add_silu_linear_(x, linear(x, gate_up_w, impl, force, rstd_eps=eps, prefetch=down_w), down_w, impl, force,
+                         prefetch=prefetch)
         return
-    add_linear_(x, silu_mul(linear(x, gate_up_w, impl, force), act_impl or impl, x=x, eps=eps), down_w, impl, force)
+    add_linear_(x, silu_mul(linear(x, gate_up_w, impl, force, prefetch=down_w), act_impl or impl, x=x, eps=eps),
+                down_w, impl, force, prefetch=prefetch)
