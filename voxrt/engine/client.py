@@ -23,6 +23,11 @@ answering is killed, and a dead one fails every request it held at once (`Engine
 (a connected client reconnects). Requests do not survive a restart: a stream of the old engine ends with the
 error, and `append_text` for it raises it. `is_ready` is false while the engine restarts; `num_restarts`
 counts the restarts that became ready.
+
+Load: the engine pushes an `EngineLoad` about every 50 ms; the reader thread keeps the latest in `load` (no
+event-loop wake-up), and `num_unreported_submits` says how many of this client's submits it does not count
+yet. `ReplicaSet` (replicas.py) routes new contexts by them; `for_context()` is the one-engine case of its
+choice (this client).
 """
 
 from __future__ import annotations
@@ -43,9 +48,9 @@ from typing import AsyncIterator
 
 from voxrt.engine.errors import (EngineDeadError, EngineError, InvalidParamsError, UnknownRequestError,
                                  UnknownVoiceError, error_from_code)
-from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, EngineConfig, EngineFatal, EngineReady,
-                                   EngineStats, GetStats, Heartbeat, HeartbeatAck, ModelInfo, RequestCancelled,
-                                   RequestFailed, SetPlayback, Shutdown, SubmitRequest)
+from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, EngineConfig, EngineFatal, EngineLoad,
+                                   EngineReady, EngineStats, GetStats, Heartbeat, HeartbeatAck, ModelInfo,
+                                   RequestCancelled, RequestFailed, SetPlayback, Shutdown, SubmitRequest)
 from voxrt.engine.params import SamplingParams, instructions_problem
 from voxrt.engine.supervisor import SupervisorConfig, Supervision
 
@@ -90,6 +95,12 @@ class EngineClient:
         self._supervise_task: asyncio.Task | None = None
         self._is_restarting = False
         self.num_restarts = 0
+        # The engine's latest pushed load report (`EngineLoad`, about every 50 ms; None until the first, and again
+        # after a restart) and when it arrived; `num_submits` counts this client's submits to the current engine,
+        # so `num_unreported_submits` is what the report does not count yet. Written by the reader thread.
+        self.load: EngineLoad | None = None
+        self.load_received_s = 0.0
+        self.num_submits = 0
 
     @classmethod
     async def start(cls, config: EngineConfig | None = None, *, startup_timeout_s: float = 600.0,
@@ -158,8 +169,22 @@ class EngineClient:
         if request_id in self._streams:
             raise InvalidParamsError(f"request id {request_id!r} is already in use")
         self._send(SubmitRequest(request_id, voice, params, text, final, arrival_ns or time.monotonic_ns(), streaming))
+        self.num_submits += 1
         self._streams[request_id] = _Stream(self._generation)
         return request_id
+
+    def for_context(self) -> "EngineClient":
+        """The engine a new context (and every request of it) uses: this one. `ReplicaSet.for_context`
+        (replicas.py) picks one of several by headroom; the gateway calls this either way."""
+        self._check_alive()
+        return self
+
+    @property
+    def num_unreported_submits(self) -> int:
+        """This client's submits the engine's latest load report does not count yet (all of them before the
+        first report)."""
+        load = self.load
+        return self.num_submits - (load.num_submits_seen if load is not None else 0)
 
     async def append_text(self, request_id: str, text: str, final: bool = False) -> None:
         self._known(request_id)
@@ -331,6 +356,7 @@ class EngineClient:
             return
         self._generation += 1
         self._process, self._conn = process, conn
+        self.load, self.num_submits = None, 0  # a new engine counts this client's submits from 0
         self._ready = self._loop.create_future()
         self._reader = self._make_reader()
         self._reader.start()
@@ -422,6 +448,10 @@ class EngineClient:
                 return
             if isinstance(msg, HeartbeatAck):
                 self._last_ack_s = time.monotonic()  # here, not on the loop: a busy loop is not a frozen engine
+                continue
+            if isinstance(msg, EngineLoad):  # kept here, no loop wake-up: routing reads the latest when it needs it
+                if generation == self._generation:
+                    self.load, self.load_received_s = msg, time.monotonic()
                 continue
             if isinstance(msg, AudioChunk):
                 msg = dataclasses.replace(msg, received_ns=time.monotonic_ns())

@@ -222,6 +222,32 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
+class EngineLoad:
+    """A small load report the engine pushes to every client about every `LOAD_REPORT_INTERVAL_S` (process.py)
+    without being asked, so that a gateway routing new contexts across replicas (replicas.py, headroom.py) reads
+    fresh figures without a round trip per admission. Host-side scheduler state only: no device sync.
+
+    `num_submits_seen` is per connection: the submits of the receiving client the engine had taken when it
+    made the report, so the client knows how many of its own submits the figures do not count yet."""
+
+    num_waiting: int  # queued for admission (no text yet, or no pages / slot free)
+    num_running: int  # admitted: holding KV pages and a slot (running or starved of text)
+    num_requests: int  # live requests (also the ones draining their last chunks)
+    decode_batch: int  # requests the latest LM step decoded
+    max_batch_size: int  # the most one LM step decodes
+    max_live_requests: int  # the most admitted at once
+    # least slack of the admitted streams' next chunks (deadlines.py: due time less now, less the LM steps its
+    # missing frames take and its codec launch), ms; None when no stream is generating
+    min_slack_ms: float | None
+    num_pages_free: int
+    num_pages_total: int
+    num_slots_free: int
+    chunks_late: int  # since start (chunks with a deadline decoded after it)
+    made_ns: int  # time.monotonic_ns() when the engine made the report (one clock for the host)
+    num_submits_seen: int = 0
+
+
+@dataclass(frozen=True)
 class HeartbeatAck:
     token: int
 
@@ -235,5 +261,5 @@ class EngineFatal:
 
 
 ClientMessage = SubmitRequest | AppendText | SetPlayback | CancelRequest | GetStats | Heartbeat | Shutdown
-EngineMessage = (EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | HeartbeatAck
-                 | EngineFatal)
+EngineMessage = (EngineReady | AudioChunk | RequestFailed | RequestCancelled | EngineStats | EngineLoad
+                 | HeartbeatAck | EngineFatal)

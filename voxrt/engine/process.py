@@ -16,6 +16,10 @@ encode) before the core sees it, a command that raises fails only its request (`
 slot returned), and a step that raises outside the core's own per-request handling fails the live requests
 and the loop goes on. `Heartbeat`s are answered from the loop, between steps, so a frozen loop goes
 unanswered and the client's supervisor restarts the process (voxrt/engine/supervisor.py).
+
+Every `LOAD_REPORT_INTERVAL_S` the loop pushes each connection an `EngineLoad` (queue, batch, least stream
+slack; `core.load()`, host-side state only) with that connection's count of submits taken, so a gateway that
+routes new contexts over several engines (voxrt/engine/replicas.py) reads fresh load without asking.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, Engine
 log = logging.getLogger("voxrt.engine.process")
 
 IDLE_POLL_S = 0.05
+# The load report (`EngineLoad`) every connection gets unasked, for routing across replicas (replicas.py): a
+# few hundred bytes 20 times a second per client, made from host-side state between steps (no device sync)
+LOAD_REPORT_INTERVAL_S = 0.05
 MAX_COMMANDS_PER_DRAIN = 1024
 MAX_STEP_FAILURES_IN_ROW = 3  # steps that raise past the core, one after another: then every live request fails
 
@@ -104,6 +111,8 @@ class _Hub:
         self._accepted: queue.SimpleQueue[Connection] = queue.SimpleQueue()
         self.pool_ok = True  # the last idle integrity check
         self.num_step_failures = 0
+        self.num_submits: dict[Connection, int] = {owner: 0}  # per connection: echoed in its load reports
+        self._next_load_s = 0.0
         if listener is not None:
             threading.Thread(target=self._accept_forever, args=(listener,), name="voxrt-engine-accept",
                              daemon=True).start()
@@ -124,7 +133,10 @@ class _Hub:
         was_busy = False
         while True:
             while not self._accepted.empty():
-                self.conns.append(self._accepted.get())
+                conn = self._accepted.get()
+                self.conns.append(conn)
+                self.num_submits[conn] = 0
+            self._report_load()
             busy = self.core.has_work()
             timeout = 0.0 if busy else IDLE_POLL_S
             wake_s = None if busy else self.core.seconds_to_wake()  # frames held for a deadline
@@ -139,6 +151,17 @@ class _Hub:
                 if not self.pool_ok:
                     log.error("KV page or slot pool integrity check failed while idle")
             was_busy = busy
+
+    def _report_load(self) -> None:
+        """Every LOAD_REPORT_INTERVAL_S (checked once a loop: between steps, or each idle poll), the load report
+        to every connection, each with its own count of submits taken."""
+        now_s = time.monotonic()
+        if now_s < self._next_load_s:
+            return
+        self._next_load_s = now_s + LOAD_REPORT_INTERVAL_S
+        load = self.core.load()
+        for conn in list(self.conns):
+            self._send(conn, dataclasses.replace(load, num_submits_seen=self.num_submits.get(conn, 0)))
 
     def _step(self) -> None:
         """One step. The core fails the requests of a step that raises; an exception that escapes it anyway
@@ -197,6 +220,7 @@ class _Hub:
     def _drop(self, conn: Connection) -> None:
         """A gateway went away: its requests are cancelled now, so their pages and slots return."""
         self.conns.remove(conn)
+        self.num_submits.pop(conn, None)
         gone = [rid for rid, owner in self.requests.items() if owner is conn]
         for request_id in gone:
             self.core.cancel(request_id)
@@ -235,6 +259,7 @@ class _Hub:
     def _command(self, conn: Connection, msg) -> None:
         core = self.core
         if isinstance(msg, SubmitRequest):
+            self.num_submits[conn] = self.num_submits.get(conn, 0) + 1  # counted whatever becomes of it
             if msg.text:
                 msg = dataclasses.replace(msg, text=scrub_text(msg.text))
             if msg.request_id in self.requests:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from voxrt.engine.errors import UnknownVoiceError
-from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
-                                   SubmitRequest)
+from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineLoad, EngineMessage, EngineStats, ModelInfo,
+                                   RequestFailed, SubmitRequest)
 
 STANDIN_MODEL = "standin"
 SAMPLE_RATE = 24000
@@ -127,6 +127,7 @@ class StandInCore:
         if not config.standin_speed > 0:
             raise ValueError(f"standin_speed must be > 0, got {config.standin_speed}")
         self.speed = config.standin_speed
+        self.max_batch_size = config.max_batch_size  # only reported (load): what a real engine would decode
         self.frame_ns = int(1e9 / FRAME_RATE_HZ / self.speed)  # one frame "finishes" every frame_ns
         self.signal = speechlike_signal()
         self.signal_bytes = self.signal.tobytes()
@@ -206,6 +207,14 @@ class StandInCore:
         return EngineStats(token=token, num_waiting=0, num_running=n, num_requests=n, num_pages_total=0,
                            num_pages_free=0, num_slots_total=0, num_slots_free=0, num_steps=self.num_steps,
                            num_failed_steps=0, pool_ok=True)
+
+    def load(self, now_ns: int | None = None) -> EngineLoad:
+        """EngineCore's load report: every request "runs", against the configured batch (the stand-in itself has
+        no batch limit and no deadlines)."""
+        n = len(self.requests)
+        return EngineLoad(num_waiting=0, num_running=n, num_requests=n, decode_batch=n,
+                          max_batch_size=self.max_batch_size, max_live_requests=self.max_batch_size, min_slack_ms=None, num_pages_free=0, num_pages_total=0,
+                          num_slots_free=0, chunks_late=0, made_ns=now_ns or time.monotonic_ns())
 
     def close(self) -> None:
         pass

@@ -21,8 +21,8 @@ import time
 import torch
 
 from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
-from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineMessage, EngineStats, ModelInfo, RequestFailed,
-                                   SubmitRequest)
+from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineLoad, EngineMessage, EngineStats, ModelInfo,
+                                   RequestFailed, SubmitRequest)
 from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
@@ -33,6 +33,7 @@ from voxrt.engine.runtime.program import ModelProgram, checked_spec
 from voxrt.engine.runtime.runner import ModelRunner, RunnerConfig, resolve_backend
 from voxrt.engine.runtime.trace import Tracer
 from voxrt.engine.sched.costs import CostModel
+from voxrt.engine.sched.load import least_slack_ms
 from voxrt.engine.sched.pages import PagePool, SlotPool
 from voxrt.engine.sched.plan import URGENT, CodecJob
 from voxrt.engine.sched.policies import policy_class
@@ -120,6 +121,7 @@ class EngineCore:
         self.deferred_admissions = 0
         self.early_chunks = 0
         self.sm_mode_switches = 0
+        self.decode_batch = 0  # requests the latest step decoded (the load report's)
         self.info = ModelInfo(  # the model's constants from its spec (checked_spec: the one source)
             name=program.name, sample_rate=spec.sample_rate, frame_rate_hz=spec.sample_rate / spec.samples_per_frame,
             samples_per_frame=spec.samples_per_frame, num_codebooks=spec.num_codebooks,
@@ -219,6 +221,7 @@ class EngineCore:
         self._on_plan(now_ns, plan)
         if self.sm_chooser is not None:
             self._choose_sm_mode(now_ns, plan)
+        self.decode_batch = len(plan.decode)
         launched = self._launch_lm(plan) if plan.prefill or plan.decode else None
         self.codec.submit(plan.codec)
         previous, self._lm_in_flight = self._lm_in_flight, launched
@@ -398,6 +401,20 @@ class EngineCore:
                            chunks_on_time=self.chunks_on_time, chunks_late=self.chunks_late,
                            deferred_admissions=self.deferred_admissions, early_chunks=self.early_chunks,
                            sm_mode_switches=self.sm_mode_switches)
+
+    def load(self, now_ns: int | None = None) -> EngineLoad:
+        """The load report the engine process pushes to its clients (sched/load.py): host-side counts and the
+        generating streams' least slack, no device sync; O(live requests)."""
+        sched = self.scheduler
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        config = sched.config
+        return EngineLoad(num_waiting=len(sched.waiting()), num_running=len(sched.running()),
+                          num_requests=len(sched.requests), decode_batch=self.decode_batch,
+                          max_batch_size=config.max_batch_size, max_live_requests=config.live_cap,
+                          min_slack_ms=least_slack_ms(sched.requests.values(), now_ns, sched.spec, sched.costs,
+                                                      config.deadline_startup_ms, config.deadline_margin_ms),
+                          num_pages_free=sched.pages.num_free, num_pages_total=sched.pages.num_pages,
+                          num_slots_free=sched.slots.num_free, chunks_late=self.chunks_late, made_ns=now_ns)
 
 
 def _lanes_and_modes(config: EngineConfig, device: torch.device,
