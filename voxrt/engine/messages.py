@@ -17,7 +17,7 @@ class EngineConfig:
 
     model: str = "tiny"
     checkpoint: str | None = None  # a local directory or a hub repo id resolved in the local cache
-    device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda", "cuda:N"
+    device: str = "auto"  # "auto" (cuda when available), "cpu", "cuda", "cuda:N"; "auto:N" (replica N: cuda:N or cpu)
     dtype: str = "auto"  # "auto" (bfloat16 on cuda, float32 on cpu), "float32", "bfloat16", "float16"
     attention_backend: str = "auto"  # "auto" (flashinfer on cuda when installed), "torch", "flashinfer"
     use_cuda_graphs: bool = True  # only on cuda

@@ -49,11 +49,24 @@ _CPU_KV_BUDGET_BYTES = 256 << 20
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidParamsError("device 'cuda' requested but no CUDA device is available")
+    """"auto" (cuda when available, else the CPU), "auto:N" (cuda:N when CUDA is available, else the CPU: replica
+    N of `--dp-size`, replicas.py), "cpu", "cuda", "cuda:N". A GPU the machine lacks is an error naming the
+    devices there are (torch itself would fail later, on the first tensor placed there)."""
+    if name == "auto" or name.startswith("auto:"):
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        name = "cuda" + name[len("auto"):]
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise InvalidParamsError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InvalidParamsError(f"device {name!r} requested but no CUDA device is available")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise InvalidParamsError(f"device {name!r} requested but this machine has {count} CUDA device(s) "
+                                     f"(cuda:0..cuda:{count - 1}); --dp-size N needs N GPUs")
     return device
 
 
@@ -69,6 +82,10 @@ class EngineCore:
     def __init__(self, config: EngineConfig, program: ModelProgram | None = None) -> None:
         self.config = config
         device = resolve_device(config.device)
+        if device.type == "cuda" and device.index is not None:
+            # a replica on cuda:i (--dp-size): streams, graphs and workspaces made without a device (graphs.py's
+            # side stream, the codec's capture stream, FlashInfer) go to the current device, cuda:0 by default
+            torch.cuda.set_device(device)
         dtype = resolve_dtype(config.dtype, device)
         program = program if program is not None else build_program(config.model, config.checkpoint)
         backend = resolve_backend(config.attention_backend, device)
