@@ -29,3 +29,25 @@ def test_engine_totals_become_counters_once():
     assert value(text, "voxrt_engine_deferred_admissions_total") == 1
     assert value(text, 'voxrt_engine_codec_launches_total{lane="urgent"}') == 3
     assert value(text, "voxrt_engine_queue_depth") == 1
+
+
+def test_frame_lateness_folds_into_what_observe_gives():
+    """Per-frame lateness is a list append, folded into the histograms when read (metrics.py): the same
+    buckets, count and maximum as MsHistogram.observe value by value, sums up to float rounding."""
+    import random
+
+    from voxrt.gateway.metrics import FrameLateness
+    from voxrt.timing import EDGES_MS, MsHistogram
+
+    rng = random.Random(7)
+    values = [rng.choice([-1.0, 0.0, 0.1, 5.0, 4.99, *EDGES_MS]) if i % 3 else rng.uniform(-2, 300) for i in range(5000)]
+    lateness, paced, ready, every = FrameLateness(), MsHistogram(), MsHistogram(), MsHistogram()
+    for i, value in enumerate(values):
+        (lateness.paced if i % 2 else lateness.ready).append(value)
+        (paced if i % 2 else ready).observe(value)
+        every.observe(value)
+        if i == 2500:
+            assert lateness.all.count == 2501 and lateness.num_pending == 0  # read part-way: folded so far
+    for got, want in ((lateness.all, every), (lateness.paced_hist, paced), (lateness.ready_hist, ready)):
+        assert got.counts == want.counts and got.max_ms == want.max_ms
+        assert abs(got.total_ms - want.total_ms) < 1e-6 * max(1.0, want.total_ms)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import struct
 import threading
 import time
 from collections import deque
@@ -54,13 +55,15 @@ from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.pacer import Pacer, now_ms, start_eagerly
 from voxrt.protocol.clock import PlaybackClock
 from voxrt.protocol.config import SessionConfig
-from voxrt.protocol.frames import encode_audio_frame
+from voxrt.protocol.frames import FLAG_FIRST, FLAG_LAST, KIND_AUDIO, encode_audio_frame
 
 SendBytes = Callable[[bytes], Awaitable[None]]
 SendNow = Callable[[list], bool]  # writes these frames now, or returns False (nothing written)
 
 MAX_FRAMES_PER_WRITE = 8  # a burst-mode chunk of 100 frames is written in writes of 8, not held to its end
 ENCODE_AHEAD_FRAMES = 8  # frames encoded in one run ahead of their sending (~1 ms of libopus)
+_AUDIO_HEADER = struct.Struct(">BBHII")  # protocol/frames.py: kind, flags, index, seq, pts_ms
+_monotonic_ns = time.monotonic_ns
 
 
 class AudioOut:
@@ -72,6 +75,8 @@ class AudioOut:
         self._send_now = send_now
         self._pacer = pacer or Pacer.for_running_loop()
         self._rule = PacingRule(config.pacing, clock)  # the pacing decision (context_core.py, sans I/O)
+        self._is_realtime, self._lead_ms = self._rule.is_realtime, self._rule.lead_ms  # on_due applies it inline
+        self._late_paced, self._late_ready = metrics.lateness.paced.append, metrics.lateness.ready.append
         self._frame_ms = config.output.frame_ms
         # A frame's way out: `_raw` (as split: PCM, or bytes already), then `_ready` (its wire payload), each
         # (frame, is_last, its chunk's trace). Frames move from one to the other in order, under the encode lock
@@ -103,7 +108,10 @@ class AudioOut:
         last = len(frames) - 1
         self._raw.extend((frame, is_last_chunk and i == last, trace) for i, frame in enumerate(frames))
         self._waiter = asyncio.get_running_loop().create_future()
-        wait_ms = max(0.0, self._wait_ms(now_ms()))
+        lateness = self.metrics.lateness
+        if lateness.num_pending >= lateness.FOLD_AT:  # nobody read them lately: folded here (bounded memory)
+            lateness.fold()
+        wait_ms = max(0.0, self._rule.wait_ms(now_ms()))
         if wait_ms > self._pacer.tick_ms:  # not due at once (a chunk that came ahead of its time): encode now
             if self._encode_worker is not None:
                 self._submit()
@@ -122,25 +130,75 @@ class AudioOut:
         return bool(self._raw or self._ready or self._unsent)
 
     def on_due(self, now: float) -> float | None:
-        """The pacer's call: send every frame the pacing rule lets out now; the next one's due time."""
-        tick_ms = self._pacer.tick_ms
-        unsent = self._unsent
-        while self._has_frames and self._in_flight is None and not self.is_closed:
-            try:
-                if not unsent:
-                    wait_ms = self._wait_ms(now)
-                    if wait_ms > tick_ms:
-                        return now + wait_ms
-                    self._take_due(now, tick_ms)
-                if not self._write_unsent():
-                    return None  # a send waits for the connection: this stream is paused until it is done
-            except Exception as exc:  # noqa: BLE001 (the session closed, or a bad frame: play() raises it)
-                self._fail(exc)
-                return None
-            now = now_ms()
-        if not self._has_frames:
+        """The pacer's call: send every frame the pacing rule lets out now; the next one's due time.
+
+        The per-frame path, kept to a few calls a frame (bench/results/2026-12-03-gateway-7/): the pacing rule
+        (`PacingRule`, context_core.py) lets a frame out once the listener's buffer is down to lead_ms, which
+        is the instant `clock.play_time_ms(clock.sent_ms) - lead_ms` (the audio sent so far finishes playing
+        lead_ms later); that one figure is both the frame's due time and when to come back, so it is computed
+        once a frame. Each frame is then framed, counted on the clock and written; its lateness is one list
+        append (metrics.py folds them when read)."""
+        if self._in_flight is not None or self.is_closed:
+            return None
+        ready, raw, clock = self._ready, self._raw, self.clock
+        try:
+            if self._unsent and not self._write_unsent():
+                return None  # a send waits for the connection: this stream is paused until it is done
+            tick_ms, lead_ms, is_realtime = self._pacer.tick_ms, self._lead_ms, self._is_realtime
+            pace = clock.play_time_ms(clock.sent_ms) if is_realtime else None  # None: burst, or no audio sent yet
+            if pace is not None:
+                pace -= lead_ms
+            while ready or raw:
+                if pace is not None and pace - now > tick_ms:
+                    return pace
+                pace = self._send_due(now, pace, tick_ms)
+                if self._in_flight is not None or self.is_closed:
+                    return None
+                now = _monotonic_ns() / 1e6
+        except Exception as exc:  # noqa: BLE001 (the session closed, or a bad frame: play() raises it)
+            self._fail(exc)
+            return None
+        if not self._unsent:
             self._resolve()
         return None
+
+    def _send_due(self, now: float, pace: float | None, tick_ms: float) -> float | None:
+        """Frames the pacing rule lets out now (at least one; up to MAX_FRAMES_PER_WRITE; a context's first
+        frame alone, for its time to first audio), each counted on the playback clock as it is framed, then
+        written at once. Returns the pacing rule's time for the next frame (as `on_due` computes it)."""
+        ready, raw, clock, frame_ms = self._ready, self._raw, self.clock, self._frame_ms
+        ready_ms, index, lead_ms, is_realtime = self._ready_ms, self.index, self._lead_ms, self._is_realtime
+        messages: list[bytes] = []
+        marks: list[tuple[float, bool, list]] = []  # per frame: due time, whether the pacing rule set it, trace
+        while True:
+            payload, is_last, trace = ready.popleft() if ready else self._next_ready()
+            seq = self._num_frames_encoded
+            flags = (FLAG_FIRST if seq == 0 else 0) | (FLAG_LAST if is_last else 0)
+            try:  # protocol/frames.py's header, packed here (`encode_audio_frame` checks and says what is wrong)
+                messages.append(_AUDIO_HEADER.pack(KIND_AUDIO, flags, index, seq, seq * frame_ms) + payload)
+            except (struct.error, TypeError):
+                messages.append(encode_audio_frame(index, seq, seq * frame_ms, payload, is_first=seq == 0,
+                                                   is_last=is_last))
+            # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
+            if pace is not None and pace > ready_ms:
+                marks.append((pace, True, trace))
+            else:
+                marks.append((ready_ms, False, trace))
+            clock.on_audio_sent(frame_ms, _monotonic_ns() / 1e6)
+            self._num_frames_encoded = seq + 1
+            pace = clock.play_time_ms(clock.sent_ms) if is_realtime else None
+            if pace is not None:
+                pace -= lead_ms
+            if seq == 0 or len(messages) >= MAX_FRAMES_PER_WRITE or not (ready or raw) or \
+                    pace is not None and pace - now > tick_ms:
+                break
+        send_now = self._send_now
+        if send_now is not None and send_now(messages):
+            self._on_sent(marks, _monotonic_ns())
+        else:  # one by one through the awaitable path
+            self._unsent.extend((data, due, is_paced, trace) for data, (due, is_paced, trace) in zip(messages, marks))
+            self._write_one_by_one()
+        return pace
 
     def prepare(self) -> None:
         """The pacer's call once its tick has sent every due frame: the next frames encoded, in one run, when
@@ -210,34 +268,19 @@ class AudioOut:
                     self._encode_one()
         return ready.popleft()
 
-    def _take_due(self, now: float, tick_ms: float) -> None:
-        """Frames the pacing rule lets out now, framed into `_unsent` (at least one), each counted on the
-        playback clock as it is queued. The context's first frame goes alone (time to first audio)."""
-        unsent, clock, rule = self._unsent, self.clock, self._rule
-        while (self._ready or self._raw) and len(unsent) < MAX_FRAMES_PER_WRITE:
-            if unsent and (self._num_frames_encoded == 1 or self._wait_ms(now) > tick_ms):
-                break
-            payload, is_last, trace = self._next_ready()
-            seq = self._num_frames_encoded
-            data = encode_audio_frame(self.index, seq, seq * self._frame_ms, payload, is_first=seq == 0,
-                                      is_last=is_last)
-            # the frame's due time: the pacing rule's earliest send, or its chunk's arrival, whichever is later
-            due = rule.due_ms(self._ready_ms)
-            now = now_ms()
-            clock.on_audio_sent(self._frame_ms, now)
-            self._num_frames_encoded += 1
-            unsent.append((data, due, due > self._ready_ms, trace))
-
     def _write_unsent(self) -> bool:
         """Writes `_unsent`: at once in one write when the session allows it, else frame by frame through
         `send_bytes`. False when a send had to wait (it goes on in a task; the rest stays unsent)."""
         unsent = self._unsent
         if self._send_now is not None and self._send_now([entry[0] for entry in unsent]):
-            sent_ns = time.monotonic_ns()  # one write: one send time
-            for _, due, is_paced, trace in unsent:
-                self._on_sent(trace, due, is_paced, sent_ns)
+            self._on_sent([entry[1:] for entry in unsent], time.monotonic_ns())  # one write: one send time
             unsent.clear()
             return True
+        return self._write_one_by_one()
+
+    def _write_one_by_one(self) -> bool:
+        """`_unsent` through `send_bytes`, the awaitable path; False when a send had to wait (see above)."""
+        unsent = self._unsent
         while unsent:
             data, due, is_paced, trace = unsent.popleft()
             pending = start_eagerly(self._send_bytes(data))
@@ -245,7 +288,7 @@ class AudioOut:
                 self._in_flight = pending
                 pending.add_done_callback(functools.partial(self._on_send_done, trace, due, is_paced))
                 return False
-            self._on_sent(trace, due, is_paced, time.monotonic_ns())
+            self._on_sent([(due, is_paced, trace)], time.monotonic_ns())
         return True
 
     def _on_send_done(self, trace: list, due: float, is_paced: bool, task: asyncio.Future) -> None:
@@ -255,32 +298,30 @@ class AudioOut:
         if task.exception() is not None:
             self._fail(task.exception())
             return
-        self._on_sent(trace, due, is_paced, time.monotonic_ns())
+        self._on_sent([(due, is_paced, trace)], time.monotonic_ns())
         if self._has_frames:
             self._pacer.schedule(self, now_ms())
         else:
             self._resolve()
 
-    def _wait_ms(self, now: float) -> float:
-        """How long until the pacing rule lets the next frame out (<= 0: now)."""
-        return self._rule.wait_ms(now)
-
-    def _on_sent(self, trace: list, due: float, is_paced: bool, sent_ns: int) -> None:
-        """Per-frame figures: plain counters and histogram buckets (metrics.py exports them when scraped).
-        `is_paced`: the pacing rule set the frame's due time (a steady frame), else its chunk's arrival did (a
-        lead fill, or a chunk that came late)."""
+    def _on_sent(self, marks: list[tuple[float, bool, list]], sent_ns: int) -> None:
+        """Frames written at `sent_ns`, each (due time, whether the pacing rule set it, its chunk's trace):
+        their lateness (one list append each, metrics.py folds them into histograms when read), the counters,
+        the chunks' first and last send times. `is_paced`: the pacing rule set the frame's due time (a
+        steady frame), else its chunk's arrival did (a lead fill, or a chunk that came late)."""
         now = sent_ns / 1e6
-        metrics = self.metrics
-        lateness = now - due
-        (metrics.send_lateness_paced if is_paced else metrics.send_lateness_ready).observe(lateness)
-        metrics.send_lateness.observe(lateness)
-        metrics.num_frames_sent += 1
+        late_paced, late_ready = self._late_paced, self._late_ready
+        for due, is_paced, trace in marks:
+            (late_paced if is_paced else late_ready)(now - due)
+            if trace[7] is None:
+                trace[7] = sent_ns
+            trace[8] = sent_ns
+        num_frames = len(marks)
+        self.metrics.num_frames_sent += num_frames
         if self.num_frames_sent == 0:
             self.first_frame_ms = now
-            metrics.ttfa.observe((now - self.opened_ms) / 1000)
-        self.num_frames_sent += 1
-        trace[7] = trace[7] or sent_ns
-        trace[8] = sent_ns
+            self.metrics.ttfa.observe((now - self.opened_ms) / 1000)
+        self.num_frames_sent += num_frames
 
     def _resolve(self) -> None:
         if self._waiter is not None and not self._waiter.done():

@@ -2,12 +2,65 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from voxrt.timing import EDGES_MS, LoopLagMonitor, MsHistogram
 
 TTFA_BUCKETS_S = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+_EDGES = np.array(EDGES_MS)
+
+
+class FrameLateness:
+    """Every frame's send lateness (ms), kept as one float appended to a list on the per-frame path (`paced`:
+    frames whose due time the pacing rule set, `ready`: frames whose due time their chunk's arrival set) and
+    folded into three MsHistograms (all frames, paced, ready) when they are read, or when the lists pass
+    `FOLD_AT` values (AudioOut checks that once per chunk, so memory stays bounded with nobody reading).
+    Two MsHistogram.observe calls a frame (bisect, increments, max) were the largest part of the per-frame
+    metrics; folding ~2000 values at once is one numpy searchsorted and bincount. The folded figures are
+    those observe would give (its rules: values clamped at 0, buckets by bisect_left), up to float rounding in
+    the sums."""
+
+    FOLD_AT = 4096
+
+    def __init__(self) -> None:
+        self.paced: list[float] = []
+        self.ready: list[float] = []
+        self._all, self._paced, self._ready = MsHistogram(), MsHistogram(), MsHistogram()
+
+    @property
+    def num_pending(self) -> int:
+        return len(self.paced) + len(self.ready)
+
+    def fold(self) -> None:
+        for pending, hist in ((self.paced, self._paced), (self.ready, self._ready)):
+            if not pending:
+                continue
+            values = np.maximum(np.array(pending, dtype=np.float64), 0.0)
+            pending.clear()  # in place: AudioOut holds the lists' bound `append`
+            counts = np.bincount(np.searchsorted(_EDGES, values, side="left"), minlength=len(EDGES_MS) + 1)
+            for one in (hist, self._all):
+                one.counts = [a + int(b) for a, b in zip(one.counts, counts)]
+                one.total_ms += float(values.sum())
+                one.max_ms = max(one.max_ms, float(values.max()))
+
+    @property
+    def all(self) -> MsHistogram:
+        self.fold()
+        return self._all
+
+    @property
+    def paced_hist(self) -> MsHistogram:
+        self.fold()
+        return self._paced
+
+    @property
+    def ready_hist(self) -> MsHistogram:
+        self.fold()
+        return self._ready
 
 
 class GatewayMetrics:
@@ -42,9 +95,8 @@ class GatewayMetrics:
         # Per-frame figures kept in cheap histograms (voxrt/timing.py) and exported at scrape time: a frame's
         # send time against its due time (the pacing rule's earliest send, or its chunk's arrival when later),
         # and the event loop's lag (started by the app's lifespan).
-        self.send_lateness = MsHistogram()
-        self.send_lateness_paced = MsHistogram()  # the frames whose due time the pacing rule set (audio_out.py)
-        self.send_lateness_ready = MsHistogram()  # the frames whose due time their chunk's arrival set
+        # (send_lateness, _paced, _ready below: read through `lateness`, which AudioOut appends to)
+        self.lateness = FrameLateness()
         # voxrt_frames_sent: a plain int on the per-frame path, exported when scraped (a Prometheus Counter takes
         # a lock on every increment)
         self.num_frames_sent = 0
@@ -52,16 +104,31 @@ class GatewayMetrics:
         ProcessCollector(registry=r)  # process_cpu_seconds_total etc.: CPU per gateway process
         r.register(_FrameCounter(self))
         r.register(_MsHistograms({"voxrt_frame_send_lateness_seconds": ("audio frame send time minus its due "
-                                                                        "time", self.send_lateness),
+                                                                        "time", lambda: self.send_lateness),
                                   "voxrt_frame_send_lateness_paced_seconds": ("send lateness of the frames whose "
                                                                               "due time the pacing rule set",
-                                                                              self.send_lateness_paced),
+                                                                              lambda: self.send_lateness_paced),
                                   "voxrt_frame_send_lateness_ready_seconds": ("send lateness of the frames whose "
                                                                               "due time their chunk's arrival "
                                                                               "set (lead fills)",
-                                                                              self.send_lateness_ready),
+                                                                              lambda: self.send_lateness_ready),
                                   "voxrt_event_loop_lag_seconds": ("how late a 10 ms timer of the gateway's "
-                                                                   "event loop fired", self.loop_lag.lag)}))
+                                                                   "event loop fired", lambda: self.loop_lag.lag)}))
+
+    @property
+    def send_lateness(self) -> MsHistogram:
+        """Every frame's send time minus its due time (ms)."""
+        return self.lateness.all
+
+    @property
+    def send_lateness_paced(self) -> MsHistogram:
+        """The frames whose due time the pacing rule set (audio_out.py)."""
+        return self.lateness.paced_hist
+
+    @property
+    def send_lateness_ready(self) -> MsHistogram:
+        """The frames whose due time their chunk's arrival set."""
+        return self.lateness.ready_hist
 
     def watch(self, state) -> None:
         """Figures read from the app's state at scrape time: engine restarts and readiness, admission."""
@@ -108,11 +175,12 @@ class _FrameCounter:
 class _MsHistograms:
     """Exports MsHistograms (milliseconds) as Prometheus histograms in seconds."""
 
-    def __init__(self, histograms: dict[str, tuple[str, MsHistogram]]) -> None:
+    def __init__(self, histograms: dict[str, tuple[str, Callable[[], MsHistogram]]]) -> None:
         self._histograms = histograms
 
     def collect(self):
-        for name, (doc, hist) in self._histograms.items():
+        for name, (doc, read) in self._histograms.items():
+            hist = read()
             buckets, running = [], 0
             for edge_ms, count in zip((*EDGES_MS, float("inf")), hist.counts):
                 running += count

@@ -106,15 +106,16 @@ class Pacer:
         self._handle, self._armed_ms = None, None
         self._is_ticking = True
         self.num_wakeups += 1
-        heap, due = self._heap, self._due
+        heap, due, tick_ms, order = self._heap, self._due, self.tick_ms, self._order
+        heappop, heappush, clock_ns = heapq.heappop, heapq.heappush, time.monotonic_ns
         served: list[PacedStream] = []
         try:
             while heap:
-                now = now_ms()
+                now = clock_ns() / 1e6
                 due_ms, _, stream = heap[0]
-                if due_ms > now + self.tick_ms:
+                if due_ms > now + tick_ms:
                     break
-                heapq.heappop(heap)
+                heappop(heap)
                 key = id(stream)
                 if due.get(key) != due_ms:
                     continue  # a stale entry: removed, or scheduled again earlier
@@ -125,8 +126,11 @@ class Pacer:
                     log.exception("a paced stream failed; it is dropped")
                     continue
                 served.append(stream)
-                if next_ms is not None:
-                    self.schedule(stream, next_ms)
+                if next_ms is not None:  # `schedule`, inline (once a frame)
+                    current = due.get(key)
+                    if current is None or next_ms < current:
+                        due[key] = next_ms
+                        heappush(heap, (next_ms, next(order), stream))
             for stream in served:  # after every due frame of the tick is out
                 try:
                     stream.prepare()
