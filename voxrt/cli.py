@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "extension of `text` (pinned output length); off by default")
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="allow binding a non-loopback host without API keys")
+    serve.add_argument("--dp-size", type=int, default=1, help="engine replicas under this gateway, one process "
+                       "each: replica i on cuda:i (--device auto or cuda), or all on the CPU (--device cpu, or auto "
+                       "without CUDA); a new context goes to the replica with the most SLO headroom (default 1)")
     serve.add_argument("--workers", type=int, default=1, help="gateway processes in front of the one engine "
                        "process, sharing the port (SO_REUSEPORT); each paces, encodes and sends its own sessions")
     serve.add_argument("--engine-socket", default=None, help="the engine also listens on this Unix socket "
@@ -438,9 +441,18 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
                                 trace_path=args.trace_file, encode_threads=args.encode_threads,
                                 opus_signal=args.opus_signal, aliases=_aliases(args, env),
-                                drain_grace_s=args.drain_grace_s)
+                                drain_grace_s=args.drain_grace_s, dp_size=args.dp_size)
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(str(exc).replace("dp_size", "--dp-size"))
+    if args.dp_size > 1:
+        from voxrt.engine.replicas import replica_configs  # noqa: PLC0415
+
+        if args.workers > 1 or args.engine_socket:
+            parser.error("--dp-size > 1 with --workers or --engine-socket is not supported yet (docs/multi-gpu.md)")
+        try:
+            replica_configs(_engine_config(args), args.dp_size)  # a device that names one GPU: refused here
+        except ValueError as exc:
+            parser.error(str(exc))
     print(f"voxrt: starting engine ({args.model}) and gateway on {host}:{port} ...", flush=True)
     if args.encode_threads < 0:
         parser.error("--encode-threads must be >= 0")

@@ -101,6 +101,7 @@ class EngineClient:
         self.load: EngineLoad | None = None
         self.load_received_s = 0.0
         self.num_submits = 0
+        self.num_contexts = 0  # contexts (and HTTP syntheses) routed here by `for_context`, since start
 
     @classmethod
     async def start(cls, config: EngineConfig | None = None, *, startup_timeout_s: float = 600.0,
@@ -177,6 +178,7 @@ class EngineClient:
         """The engine a new context (and every request of it) uses: this one. `ReplicaSet.for_context`
         (replicas.py) picks one of several by headroom; the gateway calls this either way."""
         self._check_alive()
+        self.num_contexts += 1
         return self
 
     @property

@@ -91,7 +91,6 @@ class ReplicaSet:
         self.replicas = list(clients)
         self._reservations: list[dict[int, float]] = [{} for _ in clients]  # per replica: token -> when routed
         self._next_token = 0
-        self.num_routed = [0] * len(clients)  # contexts routed to each replica since start
 
     @classmethod
     async def start(cls, config: EngineConfig, num_replicas: int, *, supervisor: SupervisorConfig | None = None,
@@ -173,12 +172,17 @@ class ReplicaSet:
         index = choose_replica(self.loads())
         if index is None:
             raise EngineDeadError("no engine replica is ready (all are starting or restarting); retry shortly")
+        client = self.replicas[index].for_context()  # counts the context (num_contexts)
         token = self._next_token
         self._next_token += 1
         reserved = self._reservations[index]
         reserved[token] = time.monotonic()
-        self.num_routed[index] += 1
-        return ReplicaClient(self.replicas[index], index, lambda: reserved.pop(token, None))
+        return ReplicaClient(client, index, lambda: reserved.pop(token, None))
+
+    @property
+    def num_routed(self) -> list[int]:
+        """Contexts routed to each replica since start."""
+        return [c.num_contexts for c in self.replicas]
 
     async def stats(self, timeout_s: float = 10.0, check_pools: bool = False) -> EngineStats:
         """The ready replicas' `EngineStats` summed (pool_ok: all of them). Raises when none is ready."""

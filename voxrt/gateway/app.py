@@ -15,6 +15,7 @@ from starlette.staticfiles import StaticFiles
 
 from voxrt.engine.client import EngineClient
 from voxrt.engine.messages import EngineConfig
+from voxrt.engine.replicas import ReplicaSet
 from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway import http
 from voxrt.gateway.admission import Admission
@@ -25,6 +26,7 @@ from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.encode_worker import EncodeWorker
 from voxrt.gateway.metrics import GatewayMetrics
 from voxrt.gateway.realtime import realtime_endpoint
+from voxrt.gateway.replica_metrics import ReplicaCollector
 from voxrt.gateway.stats import StatsWriter, TraceWriter
 from voxrt.gateway.wire import RawSendMiddleware
 
@@ -39,7 +41,8 @@ class AppState:
     engine_config: EngineConfig | None
     auth: Authenticator
     metrics: GatewayMetrics
-    engine: EngineClient | None = None
+    # one engine, or with --dp-size N a ReplicaSet (the same members; `for_context()` picks a context's replica)
+    engine: EngineClient | ReplicaSet | None = None
     engine_ready: bool = False
     num_sessions: int = 0
     trace: TraceWriter | None = None  # --trace-file: each finished context's chunk timestamps
@@ -51,7 +54,8 @@ class AppState:
 
     @property
     def engine_is_ready(self) -> bool:
-        """Started, and not dead or restarting (the supervisor restarts a dead engine)."""
+        """Started, and not dead or restarting (the supervisor restarts a dead engine); with replicas, at least
+        one of them."""
         return self.engine_ready and self.engine is not None and self.engine.is_ready
 
     def can_open_session(self) -> bool:
@@ -69,6 +73,10 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
                      auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics(),
                      admission=Admission(config.max_sessions, config.max_queue, config.queue_timeout_s))
     state.metrics.watch(state)
+    state.metrics.registry.register(ReplicaCollector(state))  # per-replica series (replica_metrics.py)
+    if config.dp_size > 1 and engine_address is not None:
+        raise ValueError("--dp-size > 1 with --workers / --engine-socket is not supported yet: each gateway worker "
+                         "would join every replica's socket (docs/multi-gpu.md)")
     supervisor = SupervisorConfig(heartbeat_timeout_s=config.engine_heartbeat_timeout_s)
 
     @contextlib.asynccontextmanager
@@ -76,6 +84,8 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
         state.loop = asyncio.get_running_loop()
         if engine_address is not None:
             state.engine = await EngineClient.connect(*engine_address, supervisor=supervisor)
+        elif config.dp_size > 1:
+            state.engine = await ReplicaSet.start(engine_config, config.dp_size, supervisor=supervisor)
         else:
             log.info("starting the engine: model %s", engine_config.model)
             state.engine = await EngineClient.start(engine_config, supervisor=supervisor)

@@ -50,8 +50,13 @@ class GatewayConfig:
     # SIGTERM drains (gateway/drain.py): running contexts get this long to finish before their sessions are
     # closed with `server_shutting_down`; 0 closes them at once.
     drain_grace_s: float = 30.0
+    # Engine replicas (`--dp-size`, voxrt/engine/replicas.py): this many engine processes (replica i on cuda:i, or
+    # all on the CPU), a new context going to the one with the most SLO headroom. 1: the one engine, as before.
+    dp_size: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.dp_size, int) or self.dp_size < 1:
+            raise ValueError(f"dp_size must be an integer >= 1, got {self.dp_size!r}")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
         if self.max_queue < 0 or self.queue_timeout_s < 0:

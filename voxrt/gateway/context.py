@@ -144,6 +144,9 @@ class ContextRunner:
     # ---- text in -------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
+        # the engine (with --dp-size N, the replica with the most headroom: engine/replicas.py) that every request
+        # of this context goes to, so its continuations, playback reports and cancel reach the one that holds it
+        self.engine = self.engine.for_context()
         self._params = {"num_frames": self.num_frames} if self.num_frames is not None else None
         if not self.request_per_segment:
             self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text="",

@@ -140,6 +140,7 @@ class _Synthesis:
             raise HTTPError(429, "server_busy", busy.message, busy.retry_after_ms) from None
         self._has_slot = True
         try:
+            self.engine = self.engine.for_context()  # one replica for every request of it (engine/replicas.py)
             self.request_id = await self.engine.submit(voice=self.voice, params=self.params, text=self.text,
                                                        final=True, streaming=False)
         except BaseException:
@@ -325,9 +326,18 @@ async def readyz(request: Request) -> Response:
     state = request.app.state.voxrt
     if state.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
+    replicas = _replica_counts(state.engine)
     if state.engine_is_ready:
-        return JSONResponse({"status": "ready", "model": state.engine.info.name})
-    return JSONResponse({"status": "not_ready"}, status_code=503)
+        return JSONResponse({"status": "ready", "model": state.engine.info.name, **replicas})
+    return JSONResponse({"status": "not_ready", **replicas}, status_code=503)
+
+
+def _replica_counts(engine) -> dict:
+    """With --dp-size N: {"replicas": {"ready": k, "total": N}} (ready while k >= 1); nothing for one engine."""
+    clients = getattr(engine, "replicas", None)
+    if clients is None:
+        return {}
+    return {"replicas": {"ready": sum(1 for c in clients if c.is_ready), "total": len(clients)}}
 
 
 async def metrics(request: Request) -> Response:
