@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from voxrt.loadgen.metrics import TTFA_SLO_MS, summarize
+from voxrt.loadgen.replica_load import format_replicas, metrics_url, point_replicas, scrape
 from voxrt.loadgen.plots import plot_summaries
 from voxrt.loadgen.procs import TargetSpec, run_point_procs
 from voxrt.loadgen.runner import EngineTarget, WebSocketTarget, point_rows, run_point
@@ -95,6 +96,8 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         point_seed = config.seed * 1_000_003 + round(rate * 1000)
         rows = [workload[i] for i in point_rows(len(workload), point_seed)]
         monitor.window()
+        replicas_url = None if config.engine_direct else metrics_url(config.url)
+        replicas_before = await scrape(replicas_url) if replicas_url else None
         if config.procs > 1:
             records, spread = await run_point_procs(spec, config.procs, rows, rate, config.duration_s,
                                                     seed=point_seed, tokens_per_s=config.tokens_per_s,
@@ -115,9 +118,14 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         own = monitor.window()
         if config.procs > 1:  # the worst process's lag; the CPU of all of them (this one only waits)
             own = {"loop_lag": spread["loop_lag"], "cpu_cores": spread["cpu_cores"] + own["cpu_cores"]}
-        return {**summarize(records, rate, config.duration_s), "loadgen_loop_lag_p99_ms": own["loop_lag"]["p99_ms"],
-                "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_cpu_cores": own["cpu_cores"],
-                "loadgen_procs": config.procs}
+        point = {**summarize(records, rate, config.duration_s), "loadgen_loop_lag_p99_ms": own["loop_lag"]["p99_ms"],
+                 "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_cpu_cores": own["cpu_cores"],
+                 "loadgen_procs": config.procs}
+        replicas_after = await scrape(replicas_url) if replicas_url else None
+        if replicas_after is not None:  # the server's per-replica load (replica_load.py), when it exposes it
+            point["replicas"] = point_replicas(replicas_before or {}, replicas_after)
+            print(f"[loadgen]   {format_replicas(point['replicas'])}", file=sys.stderr, flush=True)
+        return point
 
     started = time.time()
     sweep: Sweep | None = None
