@@ -110,3 +110,33 @@ def test_max_batch_size_defaults_by_device_and_rejects_nonpositive():
     args = parser.parse_args(["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu", "--max-batch-size", "0"])
     with pytest.raises(SystemExit, match="max-batch-size"):
         _engine_config(args)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dp-size", "0"], "--dp-size must be an integer >= 1"),
+    (["--dp-size", "2", "--device", "cuda:1"], "names one device"),
+    (["--dp-size", "2", "--workers", "2", "--port", "8123"], "not supported yet"),
+    (["--codec-sms", "32"], "--codec-sms needs --codec-gpu"),
+])
+def test_bad_replica_flags_are_clear_errors(capsys, flags, message):
+    from voxrt.cli import main  # noqa: PLC0415
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", "tiny", *flags])
+    assert message in capsys.readouterr().err
+
+
+def test_codec_gpu_is_refused_with_the_reason(capsys):
+    """Disaggregation is designed (docs/multi-gpu.md), not built: refused, with the GPU count where it falls
+    short, never served some other way."""
+    import torch  # noqa: PLC0415
+
+    from voxrt.cli import main  # noqa: PLC0415
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", "tiny", "--codec-gpu", "1", "--codec-sms", "32"])
+    err = capsys.readouterr().err
+    if torch.cuda.device_count() < 2:
+        assert "needs 2 GPUs" in err and f"this machine has {torch.cuda.device_count()}" in err
+    else:
+        assert "not built yet" in err

@@ -253,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--dp-size", type=int, default=1, help="engine replicas under this gateway, one process "
                        "each: replica i on cuda:i (--device auto or cuda), or all on the CPU (--device cpu, or auto "
                        "without CUDA); a new context goes to the replica with the most SLO headroom (default 1)")
+    serve.add_argument("--codec-gpu", type=int, default=None, metavar="G", help="run the codec on GPU G apart "
+                       "from the LM (disaggregation; with --dp-size, one codec GPU shared by the replicas): designed "
+                       "in docs/multi-gpu.md, NOT BUILT yet; refused with the reason")
+    serve.add_argument("--codec-sms", type=int, default=None, metavar="N", help="with --codec-gpu: SMs of the "
+                       "codec GPU the codec may use (not built yet)")
     serve.add_argument("--workers", type=int, default=1, help="gateway processes in front of the one engine "
                        "process, sharing the port (SO_REUSEPORT); each paces, encodes and sends its own sessions")
     serve.add_argument("--engine-socket", default=None, help="the engine also listens on this Unix socket "
@@ -417,6 +422,28 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _codec_gpu_refusal(codec_gpu: int | None, codec_sms: int | None, dp_size: int) -> str:
+    """Why `--codec-gpu G [--codec-sms N]` cannot run here: a bad value, a GPU the machine lacks, or (on a
+    machine that has it) that the disaggregated codec is designed but not built (docs/multi-gpu.md says what
+    remains). Nothing runs in its place: no figure is made up for a layout that does not exist."""
+    if codec_gpu is None:
+        return "--codec-sms needs --codec-gpu G (the GPU whose SMs it counts)"
+    if codec_gpu < 0 or (codec_sms is not None and codec_sms < 1):
+        return "--codec-gpu must be >= 0 and --codec-sms >= 1"
+    try:
+        import torch  # noqa: PLC0415
+
+        num_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        num_gpus = 0
+    wanted = max(codec_gpu + 1, dp_size)
+    if num_gpus < wanted:
+        return (f"--codec-gpu {codec_gpu} with --dp-size {dp_size} needs {wanted} GPUs (the LM replicas on "
+                f"cuda:0..cuda:{dp_size - 1}, the codec on cuda:{codec_gpu}); this machine has {num_gpus}")
+    return ("--codec-gpu is not built yet: the codec runs on its LM's GPU (lanes share it by SM partition). "
+            "What a codec GPU needs, and what remains, is in docs/multi-gpu.md")
+
+
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from voxrt.gateway.config import GatewayConfig  # noqa: PLC0415
     from voxrt.gateway.server import make_server  # noqa: PLC0415
@@ -444,6 +471,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 drain_grace_s=args.drain_grace_s, dp_size=args.dp_size)
     except ValueError as exc:
         parser.error(str(exc).replace("dp_size", "--dp-size"))
+    if args.codec_gpu is not None or args.codec_sms is not None:
+        parser.error(_codec_gpu_refusal(args.codec_gpu, args.codec_sms, args.dp_size))
     if args.dp_size > 1:
         from voxrt.engine.replicas import replica_configs  # noqa: PLC0415
 
