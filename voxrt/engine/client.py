@@ -441,12 +441,11 @@ class EngineClient:
             except (EOFError, OSError, ValueError):
                 if not self._closing:
                     log.error("engine process connection lost")
-                self._loop.call_soon_threadsafe(self._on_lost, generation,
-                                                EngineDeadError("the engine process exited; restarting it"
-                                                                if self._supervisor is not None and
-                                                                self._supervisor.is_restart_enabled and
-                                                                not self._closing else
-                                                                "the engine process exited"))
+                error = EngineDeadError("the engine process exited; restarting it"
+                                        if self._supervisor is not None and self._supervisor.is_restart_enabled
+                                        and not self._closing else "the engine process exited")
+                with contextlib.suppress(RuntimeError):  # the loop already closed: nobody is left to tell
+                    self._loop.call_soon_threadsafe(self._on_lost, generation, error)
                 return
             if isinstance(msg, HeartbeatAck):
                 self._last_ack_s = time.monotonic()  # here, not on the loop: a busy loop is not a frozen engine
