@@ -115,7 +115,7 @@ def test_max_batch_size_defaults_by_device_and_rejects_nonpositive():
 @pytest.mark.parametrize("flags, message", [
     (["--dp-size", "0"], "--dp-size must be an integer >= 1"),
     (["--dp-size", "2", "--device", "cuda:1"], "names one device"),
-    (["--dp-size", "2", "--workers", "2", "--port", "8123"], "not supported yet"),
+    (["--dp-size", "2", "--engine-socket", "/tmp/x.sock"], "names one engine's socket"),
     (["--codec-sms", "32"], "--codec-sms needs --codec-gpu"),
 ])
 def test_bad_replica_flags_are_clear_errors(capsys, flags, message):

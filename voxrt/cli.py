@@ -476,8 +476,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.dp_size > 1:
         from voxrt.engine.replicas import replica_configs  # noqa: PLC0415
 
-        if args.workers > 1 or args.engine_socket:
-            parser.error("--dp-size > 1 with --workers or --engine-socket is not supported yet (docs/multi-gpu.md)")
+        if args.engine_socket:
+            parser.error("--engine-socket names one engine's socket; with --dp-size the replicas listen on "
+                         "sockets of their own (leave --engine-socket out)")
         try:
             replica_configs(_engine_config(args), args.dp_size)  # a device that names one GPU: refused here
         except ValueError as exc:

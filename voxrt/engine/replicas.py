@@ -94,28 +94,47 @@ class ReplicaSet:
 
     @classmethod
     async def start(cls, config: EngineConfig, num_replicas: int, *, supervisor: SupervisorConfig | None = None,
-                    log_level: int = logging.INFO, startup_timeout_s: float = 600.0) -> "ReplicaSet":
+                    log_level: int = logging.INFO, startup_timeout_s: float = 600.0,
+                    listen: list[tuple[str, bytes]] | None = None) -> "ReplicaSet":
         """Starts `num_replicas` engine processes at once (`replica_configs`) and waits for all of them; when
-        one fails to start, the others are shut down and its error is raised (naming the replica)."""
+        one fails to start, the others are shut down and its error is raised (naming the replica). `listen`:
+        one (Unix socket path, authkey) per replica, for gateway workers that `connect` (gateway/workers.py)."""
         configs = replica_configs(config, num_replicas)
+        if listen is not None and len(listen) != num_replicas:
+            raise ValueError(f"listen needs one address per replica: {len(listen)} for {num_replicas}")
         log.info("starting %d engine replicas: model %s on %s", num_replicas, config.model,
                  ", ".join(c.device for c in configs))
         results = await asyncio.gather(*(EngineClient.start(c, startup_timeout_s=startup_timeout_s,
-                                                            log_level=log_level, supervisor=supervisor)
-                                         for c in configs), return_exceptions=True)
+                                                            log_level=log_level, supervisor=supervisor,
+                                                            listen=listen[i] if listen else None)
+                                         for i, c in enumerate(configs)), return_exceptions=True)
+        return await cls._from_results(results, [c.device for c in configs])
+
+    @classmethod
+    async def connect(cls, addresses: list[tuple[str, bytes]], *, supervisor: SupervisorConfig | None = None,
+                      timeout_s: float = 30.0) -> "ReplicaSet":
+        """Joins running replicas that listen on Unix sockets (one gateway worker of `--workers` with
+        `--dp-size`). Each engine's load reports count this connection's own submits, so the routing's
+        unreported counts stay exact per worker while every worker reads the same load."""
+        results = await asyncio.gather(*(EngineClient.connect(path, key, timeout_s=timeout_s, supervisor=supervisor)
+                                         for path, key in addresses), return_exceptions=True)
+        return await cls._from_results(results, [path for path, _ in addresses])
+
+    @classmethod
+    async def _from_results(cls, results: list, names: list[str]) -> "ReplicaSet":
         clients = [r for r in results if isinstance(r, EngineClient)]
         failures = [(i, r) for i, r in enumerate(results) if not isinstance(r, EngineClient)]
         if failures:
             await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
             index, error = failures[0]
             if hasattr(error, "message"):  # a typed engine error: the same type, naming the replica
-                error.message = f"replica {index} ({configs[index].device}): {error.message}"
+                error.message = f"replica {index} ({names[index]}): {error.message}"
                 error.args = (error.message,)
             raise error
-        names = {c.info.name for c in clients}
-        if len(names) != 1:  # cannot happen with one config; a guard for connect()ed sets
+        models = {c.info.name for c in clients}
+        if len(models) != 1:  # cannot happen with one config; a guard for connect()ed sets
             await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
-            raise EngineDeadError(f"replicas serve different models: {sorted(names)}")
+            raise EngineDeadError(f"replicas serve different models: {sorted(models)}")
         return cls(clients)
 
     # ---- the EngineClient face the gateway reads -------------------------------------------------------------

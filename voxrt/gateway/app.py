@@ -66,23 +66,23 @@ class AppState:
 
 
 def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
-              engine_address: tuple[str, bytes] | None = None) -> Starlette:
+              engine_address: tuple[str, bytes] | list[tuple[str, bytes]] | None = None) -> Starlette:
     """`engine_address` (Unix socket path, authkey): join a running engine (`voxrt serve --workers`, see
-    gateway/workers.py) instead of starting one from `engine_config`."""
+    gateway/workers.py) instead of starting one from `engine_config`; a list of them: join those replicas
+    (`--workers` with `--dp-size`)."""
     state = AppState(config=config, engine_config=engine_config,
                      auth=Authenticator(config.api_keys, config.token_secret), metrics=GatewayMetrics(),
                      admission=Admission(config.max_sessions, config.max_queue, config.queue_timeout_s))
     state.metrics.watch(state)
     state.metrics.registry.register(ReplicaCollector(state))  # per-replica series (replica_metrics.py)
-    if config.dp_size > 1 and engine_address is not None:
-        raise ValueError("--dp-size > 1 with --workers / --engine-socket is not supported yet: each gateway worker "
-                         "would join every replica's socket (docs/multi-gpu.md)")
     supervisor = SupervisorConfig(heartbeat_timeout_s=config.engine_heartbeat_timeout_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         state.loop = asyncio.get_running_loop()
-        if engine_address is not None:
+        if isinstance(engine_address, list):  # a worker in front of replicas: it joins every one of them
+            state.engine = await ReplicaSet.connect(engine_address, supervisor=supervisor)
+        elif engine_address is not None:
             state.engine = await EngineClient.connect(*engine_address, supervisor=supervisor)
         elif config.dp_size > 1:
             state.engine = await ReplicaSet.start(engine_config, config.dp_size, supervisor=supervisor)

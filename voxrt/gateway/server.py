@@ -121,7 +121,8 @@ class _Server(uvicorn.Server):
 
 
 def make_server(gateway: GatewayConfig, engine: EngineConfig | None, host: str, port: int, log_level: str = "info",
-                per_message_deflate: bool = False, engine_address: tuple[str, bytes] | None = None,
+                per_message_deflate: bool = False,
+                engine_address: tuple[str, bytes] | list[tuple[str, bytes]] | None = None,
                 quiet: bool = False) -> uvicorn.Server:
     app = build_app(gateway, engine, engine_address)
     # the protocol's own limit is enforced by the session (error, then close 1009), so the transport's must be larger

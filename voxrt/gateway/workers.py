@@ -12,6 +12,12 @@ at one core; the engine process has its own. With N workers:
   takes its sessions with it (the engine cancels their requests); the others go on.
 
 The same split runs many gateways per GPU node: any process with the socket path and the authkey can join.
+
+With `--dp-size N` the parent starts the N replicas (engine/replicas.py), each listening on its own socket
+(`engine-<i>.sock` in the temporary directory), and every worker joins all of them (`ReplicaSet.connect`):
+each worker routes its own new contexts by headroom over the same pushed load, counting its own unreported
+submits (each engine echoes every connection's own count). A replica's restart is the parent's (its
+supervisor); the workers reconnect to it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import tempfile
 
 from voxrt.engine.client import EngineClient
 from voxrt.engine.messages import EngineConfig
+from voxrt.engine.replicas import ReplicaSet
 from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway.config import GatewayConfig
 
@@ -44,15 +51,16 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker_main(gateway: GatewayConfig, engine_path: str, authkey: bytes, host: str, port: int, log_level: str,
-                 per_message_deflate: bool, ready) -> None:
+def _worker_main(gateway: GatewayConfig, engine_paths: list[str], authkey: bytes, host: str, port: int,
+                 log_level: str, per_message_deflate: bool, ready) -> None:
     from voxrt.gateway.server import make_server  # noqa: PLC0415
     from voxrt.logs import setup_child_logging  # noqa: PLC0415
 
     setup_child_logging(f"gateway[{os.getpid()}]")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops workers with SIGTERM, once
     server = make_server(gateway, None, host, port, log_level, per_message_deflate,
-                         engine_address=(engine_path, authkey), quiet=True)
+                         engine_address=([(path, authkey) for path in engine_paths] if len(engine_paths) > 1
+                                         else (engine_paths[0], authkey)), quiet=True)
     sock = reuseport_socket(host, port)
     original_startup = server.startup
 
@@ -74,20 +82,34 @@ def serve_workers(gateway: GatewayConfig, engine: EngineConfig, host: str, port:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     if port == 0:
         raise ValueError("--workers needs a fixed --port: each worker binds it with SO_REUSEPORT")
-    engine_path = engine_socket or os.path.join(tempfile.mkdtemp(prefix="voxrt-engine-"), "engine.sock")
+    if engine_socket and gateway.dp_size > 1:
+        raise ValueError("--engine-socket names one engine's socket; with --dp-size the replicas listen on "
+                         "sockets of their own (leave --engine-socket out)")
+    if engine_socket:
+        engine_paths = [engine_socket]
+    else:
+        folder = tempfile.mkdtemp(prefix="voxrt-engine-")
+        engine_paths = [os.path.join(folder, "engine.sock")] if gateway.dp_size == 1 else [
+            os.path.join(folder, f"engine-{i}.sock") for i in range(gateway.dp_size)]
+    engine_path = engine_paths[0]
     authkey = authkey or secrets.token_bytes(32)
     ctx = mp.get_context("spawn")
     stop = asyncio.Event()
 
     async def main() -> int:
-        client = await EngineClient.start(engine, listen=(engine_path, authkey), supervisor=SupervisorConfig(
-            heartbeat_timeout_s=gateway.engine_heartbeat_timeout_s))  # restarted on the same path; workers rejoin
+        supervisor = SupervisorConfig(heartbeat_timeout_s=gateway.engine_heartbeat_timeout_s)
+        if gateway.dp_size > 1:  # restarted on the same paths; workers rejoin
+            client = await ReplicaSet.start(engine, gateway.dp_size, supervisor=supervisor,
+                                            listen=[(path, authkey) for path in engine_paths])
+        else:
+            client = await EngineClient.start(engine, listen=(engine_path, authkey), supervisor=supervisor)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         ready = ctx.Queue()
         workers = [ctx.Process(target=_worker_main, name=f"voxrt-gateway-{i}", daemon=False,
-                               args=(gateway, engine_path, authkey, host, port, log_level, per_message_deflate, ready))
+                               args=(gateway, engine_paths, authkey, host, port, log_level, per_message_deflate,
+                                     ready))
                    for i in range(num_workers)]
         for w in workers:
             w.start()
@@ -97,7 +119,8 @@ def serve_workers(gateway: GatewayConfig, engine: EngineConfig, host: str, port:
                 log.error("a gateway worker failed to start")
                 return 1
             shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-            print(f"voxrt ready: model {client.info.name}, {num_workers} gateway processes (pids "
+            replicas = f", {gateway.dp_size} engine replicas" if gateway.dp_size > 1 else ""
+            print(f"voxrt ready: model {client.info.name}{replicas}, {num_workers} gateway processes (pids "
                   f"{', '.join(map(str, pids))})\n  http://{shown}:{port}/v1/audio/speech   "
                   f"ws://{shown}:{port}/v1/realtime", flush=True)
             while not stop.is_set():
