@@ -91,6 +91,14 @@ def test_write_now_frames_each_message_and_writes_them_together():
     assert len(protocol.transport.writes) == 1
 
 
+@pytest.mark.parametrize("length", [0, 125, 126, 172, 65535, 65536])
+def test_a_single_message_is_written_with_binary_frames_header(length):
+    protocol = _fake_protocol()
+    data = bytes(range(256)) * (length // 256) + bytes(length % 256)
+    assert wire.FrameWriter(protocol.send).write_now([data]) is True
+    assert protocol.transport.writes == [wire.binary_frame(data)]
+
+
 def test_the_middleware_hands_the_servers_send_to_the_websocket_scope():
     async def main():
         seen = {}

@@ -182,6 +182,14 @@ class RealtimeSession:
                     actions = self.session.receive_text(message["text"], now)
                 else:
                     actions = self.session.receive_bytes(message.get("bytes") or b"", now)
+                if len(actions) == 1 and type(actions[0]) is ReportPlayback:
+                    # a playback report (~10 a second a session) only feeds its context's clock, and awaits
+                    # nothing: done here, without a turn of the exec lock (the client's inputs stay in order:
+                    # this loop reads the next one only after)
+                    runner = self.runners.get(actions[0].context_id)
+                    if runner is not None:
+                        runner.report_playback(actions[0].played_ms)
+                    continue
                 await self._execute(actions)
         finally:
             was_closed = self.is_closed

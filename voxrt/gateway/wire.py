@@ -103,8 +103,12 @@ class FrameWriter:
             raise ConnectionError(f"the connection is {conn.state.name.lower()}")
         if conn.expect_continuation_frame:  # never in uvicorn (it sends whole messages); websockets' rule
             return False
-        if len(messages) == 1:
-            protocol.transport.write(binary_frame(messages[0]))
+        if len(messages) == 1:  # the common case (a steady frame): `binary_frame`, inline
+            data = messages[0]
+            length = len(data)
+            protocol.transport.write((_HEAD_SHORT.pack(_FIN_BINARY, length) if length < 126 else
+                                      _HEAD_16.pack(_FIN_BINARY, 126, length) if length < 65536 else
+                                      _HEAD_64.pack(_FIN_BINARY, 127, length)) + data)
         else:
             protocol.transport.write(b"".join([binary_frame(message) for message in messages]))
         return True
