@@ -144,3 +144,30 @@ def test_a_replica_that_cannot_start_names_itself():
         assert str(err.value).startswith("replica 0 (auto:0): engine failed to start")
 
     run(scenario())
+
+
+class _Client:
+    """An engine client as the router sees it: ready, with or without a first load report."""
+
+    is_ready, num_restarts, num_contexts = True, 0, 0
+
+    def __init__(self, load=None) -> None:
+        self.load, self.num_submits = load, 0
+
+    @property
+    def num_unreported_submits(self) -> int:
+        return self.num_submits - (self.load.num_submits_seen if self.load is not None else 0)
+
+    def for_context(self):
+        self.num_contexts += 1
+        return self
+
+
+def test_a_burst_spreads_even_before_every_replica_has_reported():
+    """A replica whose first report has not arrived is measured by what was routed to it against the batch the
+    others report, so a burst right after start still alternates."""
+    from voxrt.engine.messages import EngineLoad  # noqa: PLC0415
+
+    idle = EngineLoad(0, 0, 0, 0, 16, 16, None, 100, 100, 32, 0, 0)
+    replicas = ReplicaSet([_Client(), _Client(idle)])
+    assert [replicas.for_context().replica for _ in range(4)] == [0, 1, 0, 1]

@@ -171,13 +171,17 @@ class ReplicaSet:
     def loads(self, now_s: float | None = None) -> list[ReplicaLoad]:
         """What the routing rule sees of each replica now."""
         now_s = time.monotonic() if now_s is None else now_s
+        # replicas share one config: one that has not reported yet (just started) is measured against the
+        # batch size the others report, by what was sent to it
+        known_batch = max((c.load.max_batch_size for c in self.replicas if c.load is not None), default=1)
         loads = []
         for client, reserved in zip(self.replicas, self._reservations):
             for token in [t for t, made_s in reserved.items() if now_s - made_s > RESERVATION_S]:
                 del reserved[token]  # a context that never submitted (closed with no text): not load any more
             report = client.load
             if report is None:  # a replica with no report yet (just started): counted by what was sent to it
-                loads.append(ReplicaLoad(client.is_ready, 1, num_unreported=client.num_submits + len(reserved)))
+                loads.append(ReplicaLoad(client.is_ready, known_batch,
+                                         num_unreported=client.num_submits + len(reserved)))
                 continue
             unreported = max(0, client.num_unreported_submits) + len(reserved)
             loads.append(ReplicaLoad(client.is_ready, report.max_batch_size, num_running=report.num_running,
