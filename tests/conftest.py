@@ -71,7 +71,7 @@ SLOW_FIRST = {
     "tests/compat/test_slow_peers.py": 35,
     "tests/gateway/test_native_slow_peer.py": 50,
     "tests/gateway/test_http.py": 20,
-    "tests/gateway/test_replicas.py": 20,  # two engine processes, one of them killed and restarted
+    "tests/gateway/test_dp_replicas.py": 20,  # two engine processes, one of them killed and restarted
     "tests/gateway/test_workers_replicas.py": 15,
     "tests/packaging/test_wheel.py": 20,
     "tests/test_cli.py": 15,  # no shared fixture: its tests go one by one, the `voxrt bench` run ~13 s of them

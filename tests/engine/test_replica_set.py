@@ -1,7 +1,7 @@
 """Several engine processes behind one `ReplicaSet` (voxrt/engine/replicas.py): devices per replica, routing
 by headroom from the pushed load reports, cancel on the right replica, a replica killed and restarted while
 the other serves. The engines are the stand-in core (no torch: a process starts in about a second); the
-gateway's suite (tests/gateway/test_replicas.py) runs the same over tiny-lite engines."""
+gateway's suite (tests/gateway/test_dp_replicas.py) runs the same over tiny-lite engines."""
 
 from __future__ import annotations
 
