@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+import time
 import wave
 
 import httpx
@@ -38,6 +39,18 @@ def test_health_ready_models_voices(live):
     assert [m["id"] for m in models["data"]] == [TEST_MODEL]
     voices = httpx.get(f"{live.http}/v1/voices").json()
     assert voices["default"] == TEST_VOICE and {TEST_VOICE, OTHER_VOICE} <= {v["id"] for v in voices["voices"]}
+
+
+def test_one_engine_is_replica_0(live):
+    """Without --dp-size: /readyz as before (no replica counts), and the per-replica series name the one engine
+    replica "0" (docs/multi-gpu.md)."""
+    assert "replicas" not in httpx.get(f"{live.http}/readyz").json()
+    for _ in range(500):  # the engine's first load report comes within ~50 ms of its start
+        if live.state.engine.load is not None:
+            break
+        time.sleep(0.02)
+    assert metric(live, 'voxrt_replica_ready{replica="0"}') == 1
+    assert metric(live, 'voxrt_replica_max_batch_size{replica="0"}') == live.state.engine.load.max_batch_size
 
 
 def test_speech_wav(live):
