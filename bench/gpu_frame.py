@@ -11,7 +11,9 @@ Paths: reference, fused (Triton kernels launched with programmatic dependent lau
 kernels/__init__.py), fused-nopdl (the same kernels launched plainly: what PDL buys, in the same process),
 fused-cublas (cuBLAS products instead of kernels/gemv.py's), fused-l2 (each product prefetches the next one's
 weight into the L2), fused-skinny (kernels/gemv.py's tensor-core product at 5..128 rows instead of cuBLAS),
-fused-l2-skinny (both). `--kernels-only`: the frame table and per-kernel
+fused-l2-skinny (both), fused-fa2nosplit / fused-fa3 (the talker's decode attention on FlashInfer's FA2
+tensor-core kernel without split KV, or its FA3 kernel, instead of its CUDA-core decode kernel:
+runtime/attention.py). `--kernels-only`: the frame table and per-kernel
 profile, without the TTFA and throughput runs (a shorter GPU call).
 
     python bench/gpu_frame.py --checkpoint /tmp/q17 [--checkpoint /tmp/q06] --paths fused,fused-nopdl --out DIR
@@ -32,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime.attention import decode_kernel, set_decode_kernel
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.kernels import l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny, skinny_enabled
 from voxrt.models.registry import build_program
@@ -87,12 +90,14 @@ def run_path(program, checkpoint: str, path: str, batches: list[int], context: i
     set_pdl({"fused-nopdl": False, "fused-pdl": True}.get(path))
     set_l2_prefetch(True if path in ("fused-l2", "fused-l2-skinny") else None)
     set_skinny(True if path in ("fused-skinny", "fused-l2-skinny") else None)
+    set_decode_kernel({"fused-fa2nosplit": "fa2-nosplit", "fused-fa3": "fa3"}.get(path))
     try:
         return _run_path(program, checkpoint, path, batches, context, kernels_only, lanes)
     finally:
         set_pdl(None)
         set_l2_prefetch(None)
         set_skinny(None)
+        set_decode_kernel(None)
 
 
 def _run_path(program, checkpoint: str, path: str, batches: list[int], context: int, kernels_only: bool,
@@ -109,10 +114,12 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     core.warmup()
     out = dict(path=path, start_s=round(time.monotonic() - t0, 1), pdl=frame_path == "fused" and pdl_enabled(cuda),
                l2_prefetch=frame_path == "fused" and l2_prefetch_enabled(cuda),
-               skinny=frame_path == "fused" and skinny_enabled(cuda), lanes=core.info.lanes)
+               skinny=frame_path == "fused" and skinny_enabled(cuda), decode_attention=decode_kernel(),
+               lanes=core.info.lanes)
     print(path, "lanes:", core.info.lanes, flush=True)
     print(path, "PDL", "on" if out["pdl"] else "off", "L2 prefetch", "on" if out["l2_prefetch"] else "off",
-          "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", flush=True)
+          "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", "decode attention",
+          out["decode_attention"], flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor
     talker_bytes = weight_bytes(program.talker) - weight_bytes(pred)
@@ -143,7 +150,8 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     return out
 
 
-PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl", "fused-l2", "fused-skinny", "fused-l2-skinny")
+PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl", "fused-l2", "fused-skinny", "fused-l2-skinny",
+         "fused-fa2nosplit", "fused-fa3")
 
 
 def print_table(name: str, results: dict) -> None:
@@ -153,6 +161,8 @@ def print_table(name: str, results: dict) -> None:
             "kernels_per_frame"]
     print(f"{'path':>12} " + " ".join(f"{c:>17}" for c in cols))
     paths = [p for p in PATHS if p in results]
+    for path, why in results.get("failed", {}).items():
+        print(f"{path:>12} FAILED: {why}")
     for path in paths:
         for row in results[path]["frames"]:
             print(f"{path:>12} " + " ".join(f"{row[c]:>17}" for c in cols))
@@ -197,8 +207,14 @@ def main() -> None:
         name = f"{checkpoint} ({program.cfg.talker.lm.hidden_size} hidden)"
         results = dict(context=args.context, load_s=round(time.monotonic() - t0, 1), lanes=args.lanes)
         for path in args.paths.split(","):
-            results[path] = run_path(program, checkpoint, path, batches, args.context, args.kernels_only,
-                                     args.lanes)
+            try:
+                results[path] = run_path(program, checkpoint, path, batches, args.context, args.kernels_only,
+                                         args.lanes)
+            except Exception as e:  # noqa: BLE001 (one path failing, e.g. a kernel library's JIT, keeps the rest)
+                logging.exception("path %s failed", path)
+                results.setdefault("failed", {})[path] = f"{type(e).__name__}: {e}"
+                gc.collect()
+                torch.cuda.empty_cache()
         all_results[checkpoint] = results
         with open(os.path.join(args.out, "frame.json"), "w") as f:
             json.dump(all_results, f, indent=2)

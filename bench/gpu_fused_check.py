@@ -32,6 +32,7 @@ from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention
 from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.runtime.attention import DECODE_KERNELS, decode_kernel, set_decode_kernel
 from voxrt.engine.runtime.kernels import (l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny,
                                           skinny_enabled)
 from voxrt.engine.runtime.sampling import SamplingTensors
@@ -130,6 +131,9 @@ def main() -> int:
                     help="on: every product prefetches the next one's weight (kernels.set_l2_prefetch)")
     ap.add_argument("--skinny", choices=("on", "env"), default="env",
                     help="on: the tensor-core product at 5..128 rows (kernels.set_skinny; --requests >= 5 runs it)")
+    ap.add_argument("--decode-attention", default="",
+                    help="comma-separated FlashInfer decode kernels (runtime/attention.py DECODE_KERNELS): the fused "
+                         "path's greedy run once with each, against the reference's on the default kernel")
     args = ap.parse_args()
     set_pdl(None if args.pdl == "on" else False)  # on: VOXRT_PDL's rule (default on for sm90+)
     set_l2_prefetch(True if args.l2_prefetch == "on" else None)
@@ -152,17 +156,28 @@ def main() -> int:
         result["pdl_on_vs_off"] = dict(code0_logits=compare(plain["code0"], fused["code0"]),
                                        predictor_logits=compare(*same_input_steps(plain, fused)))
     print(json.dumps(result), flush=True)
-    gen = {path: greedy_frames(program, args.checkpoint, path, args.requests, args.frames)
-           for path in ("reference", "fused")}
-    equal_prefix, equal_codes, total = [], 0, 0
-    for a, b in zip(gen["reference"], gen["fused"]):
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
-        equal_prefix.append(n)
-        equal_codes += sum(x == y for fa, fb in zip(a, b) for x, y in zip(fa, fb))
-        total += sum(len(f) for f in a)
-    result["greedy"] = dict(requests=args.requests, frames=args.frames, equal_frames_before_first_difference=equal_prefix,
-                            codes_equal=round(equal_codes / total, 4))
-    print(json.dumps(result["greedy"]), flush=True)
+    kernels = [k for k in args.decode_attention.split(",") if k] or [decode_kernel()]
+    unknown = set(kernels) - set(DECODE_KERNELS)
+    if unknown:
+        ap.error(f"unknown decode kernels {sorted(unknown)}; expected some of {', '.join(DECODE_KERNELS)}")
+    gen = {"reference": greedy_frames(program, args.checkpoint, "reference", args.requests, args.frames)}
+    for kernel in kernels:
+        set_decode_kernel(kernel)
+        gen[f"fused/{kernel}"] = greedy_frames(program, args.checkpoint, "fused", args.requests, args.frames)
+    set_decode_kernel(None)
+    result["greedy_by_decode_kernel"] = {}
+    for kernel in kernels:
+        equal_prefix, equal_codes, total = [], 0, 0
+        for a, b in zip(gen["reference"], gen[f"fused/{kernel}"]):
+            n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+            equal_prefix.append(n)
+            equal_codes += sum(x == y for fa, fb in zip(a, b) for x, y in zip(fa, fb))
+            total += sum(len(f) for f in a)
+        greedy = dict(requests=args.requests, frames=args.frames, decode_attention=kernel,
+                      equal_frames_before_first_difference=equal_prefix, codes_equal=round(equal_codes / total, 4))
+        result["greedy_by_decode_kernel"][kernel] = greedy
+        print(json.dumps(greedy), flush=True)
+    result["greedy"] = result["greedy_by_decode_kernel"][kernels[0]]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "fused-check.json"), "w") as f:
         json.dump(result, f, indent=2)

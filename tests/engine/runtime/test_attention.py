@@ -356,3 +356,26 @@ def test_low_precision_cache_keeps_query_dtype():
     for out, (i, s, e) in zip(outs, ranges):
         assert out.dtype == torch.float32
         torch.testing.assert_close(out, seqs[i].dense[s:e], atol=5e-2, rtol=0)
+
+
+def test_the_decode_kernel_switch_names_its_choices(monkeypatch):
+    """FlashInfer's decode kernel is chosen by name (set_decode_kernel over VOXRT_DECODE_ATTENTION); an unknown
+    name is an error that lists the choices, never a silent fallback."""
+    from voxrt.engine.runtime.attention import DECODE_KERNELS, decode_kernel, set_decode_kernel
+
+    monkeypatch.delenv("VOXRT_DECODE_ATTENTION", raising=False)
+    assert decode_kernel() == "cuda-cores"
+    monkeypatch.setenv("VOXRT_DECODE_ATTENTION", "fa3")
+    assert decode_kernel() == "fa3"
+    try:
+        set_decode_kernel("fa2-nosplit")
+        assert decode_kernel() == "fa2-nosplit"  # the override wins over the environment
+    finally:
+        set_decode_kernel(None)
+    assert decode_kernel() == "fa3"
+    monkeypatch.setenv("VOXRT_DECODE_ATTENTION", "fast")
+    with pytest.raises(ValueError, match="cuda-cores, fa2-nosplit, fa3"):
+        decode_kernel()
+    with pytest.raises(ValueError, match="unknown decode kernel 'fast'"):
+        set_decode_kernel("fast")
+    assert set(DECODE_KERNELS) == {"cuda-cores", "fa2-nosplit", "fa3"}

@@ -184,6 +184,25 @@ def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy):
         assert (x.gather(-1, codes[:, None]) >= kth).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sampler_search_stops_early_yet_finds_the_exact_thresholds(dtype):
+    """A codec-sized vocabulary, where the threshold search stops once one kept score is left in its bracket:
+    every number of candidates a round gives the torch rule's codes, with ties (bf16 scores repeat) and with
+    top-k at its edges (1, all but one, all)."""
+    g = torch.Generator().manual_seed(11)
+    bsz, vocab = 4, 2048
+    logits = (torch.randn(bsz, vocab, generator=g) * torch.linspace(0.5, 6, bsz)[:, None]).to(dtype)
+    uniform = torch.rand(bsz, vocab, generator=g)
+    for top_k, top_p in [(50, 1.0), (1, 1.0), (vocab - 1, 1.0), (0, 0.9), (50, 0.5)]:
+        params = _params(bsz, 0.9, top_k, top_p, False)
+        want = torch.empty(bsz, dtype=torch.int64)
+        sample_codes(logits, uniform, *params, out=want, impl="torch")
+        for candidates in (2, 8):
+            got = torch.full((bsz,), -1, dtype=torch.int64)
+            sample_codes(logits, uniform, *params, out=got, impl="triton", candidates=candidates)
+            assert torch.equal(got, want), (top_k, top_p, candidates)
+
+
 def test_sampler_distribution_follows_temperature_top_k_and_top_p():
     """Many draws of one row: frequencies match the filtered, tempered softmax (a chi-square bound)."""
     vocab, draws = 12, 20000

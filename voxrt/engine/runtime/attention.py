@@ -7,18 +7,46 @@
 Both use FlashInfer's single-tensor NHD layout per layer, `[num_pages + 1, 2, page_size, kv_heads, head_dim]`
 (dim 1: K then V); the extra last page is scratch that padding rows of a graph bucket write into, so padding
 never touches a real request's KV.
+
+FlashInfer's decode runs one of three kernels (`set_decode_kernel`, env `VOXRT_DECODE_ATTENTION`):
+`cuda-cores` (the default: its decode kernel, which in a CUDA graph always splits the KV and merges the parts
+with a second kernel while the batch leaves SMs free), `fa2-nosplit` (its FA2 prefill kernel on tensor cores,
+one pass over each sequence's KV, no merge kernel) or `fa3` (its Hopper prefill kernel). bench/gpu_frame.py
+compares them in one process (paths fused-fa2nosplit, fused-fa3).
 """
 
 from __future__ import annotations
 
 import abc
 import math
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from voxrt.engine.runtime.transfer import upload, upload_into
+
+DECODE_KERNELS = ("cuda-cores", "fa2-nosplit", "fa3")
+_decode_kernel_override: str | None = None
+
+
+def set_decode_kernel(kernel: str | None) -> None:
+    """The FlashInfer decode kernel of wrappers made from now on (graphs captured afterwards), over
+    `VOXRT_DECODE_ATTENTION`; None: back to the environment (default cuda-cores)."""
+    global _decode_kernel_override
+    if kernel is not None and kernel not in DECODE_KERNELS:
+        raise ValueError(f"unknown decode kernel {kernel!r}; choose one of {', '.join(DECODE_KERNELS)}")
+    _decode_kernel_override = kernel
+
+
+def decode_kernel() -> str:
+    if _decode_kernel_override is not None:
+        return _decode_kernel_override
+    kernel = os.environ.get("VOXRT_DECODE_ATTENTION", "") or "cuda-cores"
+    if kernel not in DECODE_KERNELS:
+        raise ValueError(f"VOXRT_DECODE_ATTENTION={kernel!r}: choose one of {', '.join(DECODE_KERNELS)}")
+    return kernel
 
 
 @dataclass(frozen=True)
@@ -207,8 +235,12 @@ class FlashInferAttention(AttentionContext):
                     paged_kv_indices_buffer=torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
                     paged_kv_last_page_len_buffer=torch.zeros(max_seqs, dtype=torch.int32, device=device),
                 )
+            self.decode_kernel = decode_kernel()
+            tensor_cores = self.decode_kernel != "cuda-cores"
+            if tensor_cores:
+                buffers["backend"] = "fa2" if self.decode_kernel == "fa2-nosplit" else "fa3"
             self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-                workspace, "NHD", use_cuda_graph=use_cuda_graph, **buffers)
+                workspace, "NHD", use_cuda_graph=use_cuda_graph, use_tensor_cores=tensor_cores, **buffers)
         else:
             buffers = {}
             if use_cuda_graph:  # graphed prefill: a fixed number of prompts of one padded length (runner.py)
@@ -245,9 +277,10 @@ class FlashInferAttention(AttentionContext):
         if self._planned is not None:
             self._planned.synchronize()
         if self.is_decode:
+            extra = {"disable_split_kv": True} if self.decode_kernel == "fa2-nosplit" else {}
             self.wrapper.plan(host(indptr), indices_dev, host(last_len),
                               self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
-                              q_data_type=self.dtype, kv_data_type=self.dtype)
+                              q_data_type=self.dtype, kv_data_type=self.dtype, **extra)
         else:
             self.wrapper.plan(host(qo_indptr), host(indptr), indices_dev, host(last_len),
                               self.num_q_heads, self.num_kv_heads, self.head_dim, ps,
