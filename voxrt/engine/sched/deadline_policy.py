@@ -38,7 +38,8 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable
 
 from voxrt.engine.sched.costs import CostModel
@@ -82,6 +83,7 @@ class _LaunchRecord:
     chunks: frozenset[tuple[str, int]]  # (request id, chunk index) of its jobs
 
 
+_deadline = attrgetter("deadline_ns")
 _SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slowdown (an exponential average)
 
 
@@ -95,34 +97,63 @@ class DeadlineScheduler(Scheduler):
         # A background launch's time from cut to `complete_codec` over its `codec_launch_ms` (module docstring)
         self.background_slowdown = 1.0
         self._background_batch: _LaunchRecord | None = None
-        self._slack_parts: dict[int, tuple[int, int, float]] = {}  # id(request) -> (due, frames missing, codec ms)
+        # request id -> (request, chunks cut, playback anchor, first chunk time, cost model, next chunk's deadline,
+        # its frames, its codec ms): what `_slack_ns` derives from what changes only on events (a chunk cut, a
+        # playback report, the first chunk's completion), kept until one of them changes
+        self._chunk_parts: dict[str, tuple] = {}
 
     def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
-        self._slack_parts.clear()  # what `_slack_ns` computed for the previous step
-        running = self.running()
-        # streams by first-audio deadline (arrival + startup), then the non-streaming ones
-        by_first_audio = sorted(self.waiting(), key=lambda r: (not r.is_streaming, r.arrival_ns))
-        self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
+        running, waiting = self.running_and_waiting()
+        if waiting and len(running) < self.config.live_cap:  # else `admit` would take none
+            # streams by first-audio deadline (arrival + startup), then the non-streaming ones
+            by_first_audio = sorted(waiting, key=lambda r: (not r.is_streaming, r.arrival_ns))
+            self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
         self.decode(plan, self._by_urgency(running, plan, now_ns))
         self._plan_codec(plan, now_ns)
         return plan
 
-    def _slack_ns(self, request: Request, now_ns: int, step_ms: float) -> float:
-        """`next_chunk_slack_ns` of a running request, its parts computed once per step: the planner asks for
-        every stream up to three times a step (admission, decode order, early chunks), at different step
-        times. Exact: nothing it reads changes within `plan_step` before chunks are cut, but for the
-        generation ending (read each time)."""
-        parts = self._slack_parts.get(id(request))
-        if parts is None:
+    def _next_chunk_parts(self, request: Request) -> tuple:
+        """(deadline, frames, codec ms) of a request's next chunk (`chunk_deadline_ns`, `next_chunk_size`,
+        `CostModel.codec_ms` of one chunk), recomputed only when what they read changed."""
+        entry = self._chunk_parts.get(request.request_id)
+        if (entry is None or entry[0] is not request or entry[1] != request.num_frames_chunked
+                or entry[2] is not request.playback or entry[3] != request.first_chunk_ns or entry[4] is not self.costs):
             first_frame = request.num_frames_chunked
             size = self.spec.next_chunk_size(first_frame)
-            parts = (chunk_deadline_ns(request, first_frame, self.spec, self._startup_ns, self._margin_ns),
-                     size - (request.num_frames - first_frame), self.costs.codec_ms(1, size))
-            self._slack_parts[id(request)] = parts
-        due_ns, short, codec_ms = parts
-        missing = 0 if request.is_generation_done else max(0, short)
+            entry = (request, first_frame, request.playback, request.first_chunk_ns, self.costs,
+                     chunk_deadline_ns(request, first_frame, self.spec, self._startup_ns, self._margin_ns),
+                     size, self.costs.codec_ms(1, size))
+            self._chunk_parts[request.request_id] = entry
+        return entry[5:]
+
+    def _slack_ns(self, request: Request, now_ns: int, step_ms: float) -> float:
+        """`next_chunk_slack_ns` of a running request from its `_next_chunk_parts`: the planner asks for every
+        stream up to three times a step (admission, decode order, early chunks), at different step times."""
+        due_ns, size, codec_ms = self._next_chunk_parts(request)
+        missing = 0 if request.finish_reason is not None else max(0, size - (request.num_frames
+                                                                             - request.num_frames_chunked))
         return due_ns - now_ns - (missing * step_ms + codec_ms) * 1e6
+
+    def _least_slack_ns(self, streams: list[Request], now_ns: int, step_ms: float) -> float:
+        """min(`_slack_ns`) over `streams` (not empty), as one loop: the admission asks it most steps."""
+        parts = self._next_chunk_parts
+        least = None
+        for request in streams:
+            due_ns, size, codec_ms = parts(request)
+            if request.finish_reason is not None:
+                missing = 0
+            else:
+                missing = size - (len(request.frames) - request.num_frames_chunked)
+                missing = missing if missing > 0 else 0
+            slack_ns = due_ns - now_ns - (missing * step_ms + codec_ms) * 1e6
+            if least is None or slack_ns < least:
+                least = slack_ns
+        return least
+
+    def _end(self, request: Request, state: RequestState) -> None:
+        self._chunk_parts.pop(request.request_id, None)
+        super()._end(request, state)
 
     def _by_urgency(self, running: list[Request], plan: StepPlan, now_ns: int) -> list[Request]:
         """The running requests in the order `decode` serves them when they are more than a batch: streams by
@@ -164,7 +195,7 @@ class DeadlineScheduler(Scheduler):
             if prompt is None:
                 return True  # nothing to prefill yet: `try_admit` decides (waits, or ends an empty text)
             if not least:
-                least.append(min(self._slack_ns(r, now_ns, step_ms) for r in streams))
+                least.append(self._least_slack_ns(streams, now_ns, step_ms))
             min_slack_ns = least[0]
             new_batch = batch + len(plan.prefill) + 1
             extra_ns = (self.costs.lm_step_ms(new_batch, prefill_tokens + len(prompt)) - step_ms) * 1e6
@@ -194,11 +225,7 @@ class DeadlineScheduler(Scheduler):
         super().complete_codec(job, now_ns)
 
     def _plan_codec(self, plan: StepPlan, now_ns: int) -> None:
-        ready = self.ready_chunks()
-        ready += self._early_chunks(plan, now_ns, {job.request.request_id for job in ready})
-        jobs = sorted((with_deadline(job, self.spec, self._startup_ns, self._margin_ns) for job in ready if job.request.is_streaming),
-                      key=lambda job: job.deadline_ns)  # stable: arrival order breaks ties
-        batch_jobs = [job for job in ready if not job.request.is_streaming]  # no deadline: last, background
+        jobs, batch_jobs = self._codec_candidates(plan, now_ns)
         limit = self.config.max_codec_batch
         urgent_ns = self.config.urgent_ms * 1e6
         # what a background launch of all the chunks that might wait would take, cut to delivered
@@ -209,14 +236,14 @@ class DeadlineScheduler(Scheduler):
             is_urgent = job.chunk_index == 0 or job.deadline_ns - now_ns <= horizon_ns
             (urgent if is_urgent else background).append(job)
         if urgent and self.is_lane_free(URGENT):
-            plan.codec.extend(self.cut(replace(job, lane=URGENT)) for job in urgent[:limit])
+            plan.codec.extend(self.cut(job, URGENT) for job in urgent[:limit])
         if not self.is_lane_free(BACKGROUND):
             return
         if not background:  # only what streams leave: non-streaming chunks when the LM idles or they fill a launch
             is_lm_idle = not (plan.prefill or plan.decode)
             is_drained = any(job.request.is_generation_done for job in batch_jobs)  # so that its slot returns
             if batch_jobs and (is_lm_idle or is_drained or len(batch_jobs) >= self.config.dec_batch):
-                plan.codec.extend(self.cut(replace(job, lane=BACKGROUND)) for job in batch_jobs[:limit])
+                plan.codec.extend(self.cut(job, BACKGROUND) for job in batch_jobs[:limit])
             return
         batch = background[:limit]
         estimate_ns = codec_launch_ms(self.costs, batch, self.spec, limit) * 1e6
@@ -225,34 +252,55 @@ class DeadlineScheduler(Scheduler):
         step_ns = self.costs.lm_step_ms(len(plan.lm_requests)) * 1e6
         is_due_soon = batch[0].deadline_ns - now_ns <= urgent_ns + self.background_slowdown * estimate_ns + step_ns
         if len(background) >= self.config.dec_batch or is_lm_idle or is_due_soon:
-            cut = [self.cut(replace(job, lane=BACKGROUND)) for job in batch]
+            cut = [self.cut(job, BACKGROUND) for job in batch]
             # room left in the launch goes to non-streaming chunks (what streams leave)
-            cut += [self.cut(replace(job, lane=BACKGROUND)) for job in batch_jobs[: limit - len(batch)]]
+            cut += [self.cut(job, BACKGROUND) for job in batch_jobs[: limit - len(batch)]]
             plan.codec.extend(cut)
             chunks = frozenset((job.request.request_id, job.chunk_index) for job in cut)
             self._background_batch = _LaunchRecord(now_ns, estimate_ns, chunks)
 
-    def _early_chunks(self, plan: StepPlan, now_ns: int, ready_ids: set[str]) -> list[CodecJob]:
-        """Streams whose next chunk would be late if it waited for all its frames (`next_chunk_slack_ns` under
-        one LM step: the next look is a step away): what frames there are, cut early (`next_chunk(early=True)`).
-        Not a first chunk (it is small already, and one frame of audio would leave the next chunk no time)."""
+    def _codec_candidates(self, plan: StepPlan, now_ns: int) -> tuple[list[CodecJob], list[CodecJob]]:
+        """The chunks `_plan_codec` chooses from, uncut: the streams' by deadline (`chunk_deadline_ns`; ties in
+        arrival order, the ready ones before the early ones) and the non-streaming ones (arrival order). A
+        stream's chunk is ready (`ready_chunks`), or else early: its next chunk would be late if it waited for
+        all its frames (`next_chunk_slack_ns` under one LM step: the next look is a step away), so what frames
+        there are are cut early (`chunk_shape(early=True)`). Not a first chunk early (it is small already, and
+        one frame of audio would leave the next chunk no time). One pass over the live requests."""
         step_ms = self.costs.lm_step_ms(len(plan.lm_requests))
-        early = []
+        step_ns = step_ms * 1e6
+        ready, early, batch_jobs = [], [], []
+        next_size = self.spec.next_chunk_size
+        running, starved, draining = RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING
         for request in self.requests.values():
-            if (not request.is_streaming or request.request_id in ready_ids or request.num_chunks == 0
-                    or request.num_chunks_in_flight
-                    or request.state not in (RequestState.RUNNING, RequestState.STARVED)
-                    or request.num_frames <= request.num_frames_chunked):
-                continue
-            if request.state is RequestState.STARVED:  # held frames: one statement of when (`starved_cut_ns`)
-                is_due = now_ns >= self.starved_cut_ns(request)
+            state = request.state
+            if (state is not running and state is not starved and state is not draining) or request.num_chunks_in_flight:
+                continue  # nothing to cut (`chunk_shape`): waiting, or its chunk is in flight
+            have = request.num_frames - request.num_frames_chunked
+            # the commonest answer first: a running request short of its next chunk has none ready
+            if state is running and request.finish_reason is None and have < next_size(request.num_frames_chunked):
+                shape = None
             else:
-                is_due = self._slack_ns(request, now_ns, step_ms) < step_ms * 1e6
-            if is_due:
-                job = self.peek_chunk(request, early=True)
-                if job is not None:
-                    early.append(job)
-        return early
+                shape = self.chunk_shape(request)
+            if shape is None:
+                if not request.is_streaming or request.num_chunks == 0 or state is draining or have <= 0:
+                    continue
+                if state is starved:  # held frames: one statement of when (`starved_cut_ns`)
+                    if now_ns < self.starved_cut_ns(request):
+                        continue
+                elif self._slack_ns(request, now_ns, step_ms) >= step_ns:
+                    continue
+                shape = self.chunk_shape(request, early=True)
+                if shape is None:
+                    continue
+                out = early
+            else:
+                out = ready if request.is_streaming else batch_jobs
+            due_ns = self._next_chunk_parts(request)[0] if request.is_streaming else None
+            out.append(CodecJob(request, request.num_frames_chunked, shape[0], request.num_chunks, shape[1],
+                                due_ns, BACKGROUND, shape[2]))
+        jobs = ready + early
+        jobs.sort(key=_deadline)  # stable
+        return jobs, batch_jobs
 
     def holds_starved_frames(self, request: Request) -> bool:
         """A stream starved of text keeps its frames (after its first chunk, which goes at once for the first

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from voxrt.engine.sched.costs import CostModel
-from voxrt.engine.sched.plan import CodecJob, ProgramSpec, codec_sizes
+from voxrt.engine.sched.plan import CodecJob, ProgramSpec
 from voxrt.engine.sched.request import Request
 
 
@@ -61,7 +61,7 @@ def launch_frames(job: CodecJob, spec: ProgramSpec) -> int:
     frames = job.num_frames
     if frames == 0 or not job.is_last:
         return frames
-    bigger = [s for s in codec_sizes(spec.first_chunk_frames, spec.chunk_frames) if s >= frames]
+    bigger = [s for s in spec.codec_sizes if s >= frames]
     return min(bigger) if bigger else frames
 
 

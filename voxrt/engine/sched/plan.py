@@ -81,6 +81,13 @@ class ProgramSpec:
         object.__setattr__(self, "_sizes", sizes)
         # largest_codec_size(n) for n in 0..max(sizes): the planner asks it for every live request every step
         object.__setattr__(self, "_largest", [0] + [max(x for x in sizes if x <= n) for n in range(1, sizes[-1] + 1)])
+        # next_chunk_size by frames already cut, filled as asked (the planner asks for every stream every step)
+        object.__setattr__(self, "_next_sizes", {})
+
+    @property
+    def codec_sizes(self) -> list[int]:
+        """`codec_sizes(first_chunk_frames, chunk_frames)`, computed once (do not mutate)."""
+        return self._sizes  # type: ignore[attr-defined]
 
     def samples_before(self, first_frame: int) -> int:
         """Audio samples the listener holds before the chunk that starts at `first_frame`: a codec that lags
@@ -105,10 +112,16 @@ class ProgramSpec:
         as much of the next one. Behind a lagging codec it counts the audio released, not the frames cut
         (SNAC's lag with a 3-frame first chunk: 3, 3, 6, 12, where frames would give 3, 6, 12 and stall every
         stream after 58 ms of audio; Orpheus's 4-frame first chunk: 4, 4, 8, 12)."""
-        if frames_chunked == 0:
-            return self.first_chunk_frames
-        audio_frames = self.samples_before(frames_chunked) // self.samples_per_frame
-        return self.largest_codec_size(min(self.chunk_frames, audio_frames + self.first_chunk_frames))
+        table = self._next_sizes  # type: ignore[attr-defined]
+        size = table.get(frames_chunked)
+        if size is None:
+            if frames_chunked == 0:
+                size = self.first_chunk_frames
+            else:
+                audio_frames = self.samples_before(frames_chunked) // self.samples_per_frame
+                size = self.largest_codec_size(min(self.chunk_frames, audio_frames + self.first_chunk_frames))
+            table[frames_chunked] = size
+        return size
 
     def largest_codec_size(self, available: int) -> int:
         """The largest codec size that fits in `available` (>= 1) frames."""

@@ -53,8 +53,11 @@ class PromptTokens:
         return len(self.text_ids)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlaybackAnchor:
+    """A listener's playback report: a new one replaces the request's (the deadline policy keeps what it
+    derived from an anchor for as long as the request holds that same anchor)."""
+
     played_samples: int
     anchor_ns: int
     is_stalled: bool

@@ -18,7 +18,7 @@ from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.pages import PagePool, SlotPool
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, DecodeItem, ProgramSpec, StepPlan
-from voxrt.engine.sched.request import PromptTokens, Request, RequestState
+from voxrt.engine.sched.request import TERMINAL, PromptTokens, Request, RequestState
 from voxrt.engine.sched.text_feed import Tokenizer
 
 PromptBuilder = Callable[[Request], PromptTokens]
@@ -143,9 +143,10 @@ class Scheduler(abc.ABC):
         assert len(codes) == len(requests), (len(codes), len(requests))
         text_index = [r.prompt.num_text_tokens_used for r in plan.prefill] + [d.text_index for d in plan.decode]
         for request, frame, consumed in zip(requests, codes, text_index):
-            request.num_frames_in_flight = max(0, request.num_frames_in_flight - 1)
-            if request.is_terminal or request.is_generation_done:  # cancelled, or stopped by its previous frame
-                continue
+            in_flight = request.num_frames_in_flight
+            request.num_frames_in_flight = in_flight - 1 if in_flight > 0 else 0
+            if request.state in TERMINAL or request.finish_reason is not None:
+                continue  # cancelled, or stopped by its previous frame (`is_terminal`, `is_generation_done`)
             request.frames.append(tuple(frame))
             request.frame_text_index.append(consumed)
             reason = self._stop_reason(request, frame[0])
@@ -178,6 +179,18 @@ class Scheduler(abc.ABC):
 
     def waiting(self) -> list[Request]:
         return [r for r in self.requests.values() if r.state is RequestState.WAITING]
+
+    def running_and_waiting(self) -> tuple[list[Request], list[Request]]:
+        """`running()` and `waiting()` in one pass over the live requests."""
+        running, waiting = [], []
+        is_running, is_starved, is_waiting = RequestState.RUNNING, RequestState.STARVED, RequestState.WAITING
+        for r in self.requests.values():
+            state = r.state
+            if state is is_running or state is is_starved:
+                running.append(r)
+            elif state is is_waiting:
+                waiting.append(r)
+        return running, waiting
 
     def try_admit(self, request: Request, token_budget: int) -> int:
         """Moves a waiting request to RUNNING when it has text and pages and a slot are free. Returns the
@@ -213,40 +226,56 @@ class Scheduler(abc.ABC):
     def next_decode(self, request: Request) -> DecodeItem | None:
         """The decode input of a running request, growing its pages; None when it must wait this step
         (starved of text, or no page free)."""
-        per_frame = self.spec.lm_tokens_per_frame
-        if request.num_tokens + per_frame > self.config.max_seq_len:
+        spec = self.spec
+        per_frame = spec.lm_tokens_per_frame
+        num_tokens = request.num_tokens
+        if num_tokens + per_frame > self.config.max_seq_len:
             self._end_generation(request, "max_frames")
             return None
-        if self.spec.consumes_text_incrementally and request.num_text_pending == 0 and not request.feed.is_final:
+        num_text_pending = len(request.feed.token_ids) - request.num_text_consumed  # `num_text_pending`
+        if spec.consumes_text_incrementally and num_text_pending == 0 and not request.feed.is_final:
             if request.state is RequestState.RUNNING:
                 request.transition(RequestState.STARVED)
             return None
         if request.state is RequestState.STARVED:
             request.transition(RequestState.RUNNING)
-        more = self.pages.pages_for_tokens(request.num_tokens + per_frame) - len(request.pages)
+        pages = self.pages
+        more = pages.pages_for_tokens(num_tokens + per_frame) - len(request.pages)
         if more > 0:
-            if not self.pages.can_allocate(more):
+            if not pages.can_allocate(more):
                 return None
-            request.pages.extend(self.pages.allocate(more))
-        text_id = self.spec.text_pad_id
-        if self.spec.consumes_text_incrementally:
-            if request.num_text_pending > 0:
+            request.pages.extend(pages.allocate(more))
+        text_id = spec.text_pad_id
+        if spec.consumes_text_incrementally:
+            if num_text_pending > 0:
                 text_id = request.feed.token_ids[request.num_text_consumed]
                 request.num_text_consumed += 1
-            elif self.spec.text_eos_id is not None and not request.is_text_eos_fed:
+            elif spec.text_eos_id is not None and not request.is_text_eos_fed:
                 # the text is final and used up (else it starved above): end-of-text once, then pads
-                text_id = self.spec.text_eos_id
+                text_id = spec.text_eos_id
                 request.is_text_eos_fed = True
-        item = DecodeItem(request=request, text_id=text_id, position=request.num_tokens,
-                          text_index=request.num_text_consumed)
-        request.num_tokens += per_frame
+        item = DecodeItem(request, text_id, num_tokens, request.num_text_consumed)
+        request.num_tokens = num_tokens + per_frame
         request.num_frames_in_flight += 1
         return item
 
     def next_chunk(self, request: Request, early: bool = False) -> CodecJob | None:
-        """The next codec chunk of a request when it is ready (frames cut in order, one at a time). `early`: a
-        policy that sees the chunk would be late if it waited for all its frames takes what there is now, cut
-        to a size the codec runs as a graph (never last: the codec state must stay exact)."""
+        """The next codec chunk of a request when it is ready (frames cut in order, one at a time), cut
+        (`chunk_shape` is the rule). `early`: a policy that sees the chunk would be late if it waited for all
+        its frames takes what there is now, cut to a size the codec runs as a graph (never last: the codec
+        state must stay exact)."""
+        shape = self.chunk_shape(request, early)
+        if shape is None:
+            return None
+        num_frames, is_last, is_early = shape
+        job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last,
+                       is_early=is_early)
+        self._book_chunk(job)
+        return job
+
+    def chunk_shape(self, request: Request, early: bool = False) -> tuple[int, bool, bool] | None:
+        """(frames, is last, is early) of the chunk `next_chunk` would cut now, None when none is ready; reads
+        the request and changes nothing."""
         if request.state not in (RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING):
             return None
         if request.num_chunks_in_flight:  # chunks of one request decode in order, one at a time
@@ -255,21 +284,22 @@ class Scheduler(abc.ABC):
         need = self.spec.next_chunk_size(request.num_frames_chunked)
         if request.is_generation_done:
             is_last = available <= need
-            num_frames = available if is_last else need
-        elif available >= need:
-            is_last, num_frames = False, need
-        elif (early or self._cuts_starved_at_once(request)) and available > 0:
+            return (available if is_last else need), is_last, False
+        if available >= need:
+            return need, False, False
+        if (early or self._cuts_starved_at_once(request)) and available > 0:
             # the text ran out: decode what there is now rather than hold it until more text arrives, cut to a
             # size the codec runs as a graph (not last: no padding possible, the codec state must stay exact)
-            is_last, num_frames = False, self.spec.largest_codec_size(available)
-        else:
-            return None
-        job = CodecJob(request, request.num_frames_chunked, num_frames, request.num_chunks, is_last,
-                       is_early=early and not is_last and num_frames < need)
-        request.num_frames_chunked += num_frames
+            num_frames = self.spec.largest_codec_size(available)
+            return num_frames, False, early and num_frames < need
+        return None
+
+    @staticmethod
+    def _book_chunk(job: CodecJob) -> None:
+        request = job.request
+        request.num_frames_chunked += job.num_frames
         request.num_chunks += 1
         request.num_chunks_in_flight += 1
-        return job
 
     def _cuts_starved_at_once(self, request: Request) -> bool:
         """Whether `next_chunk` cuts a starved request's frames short as soon as it starves. The rule here
@@ -330,14 +360,15 @@ class Scheduler(abc.ABC):
         run because every candidate waits for a page and none is free, the newest is failed (never a hang)."""
         blocked = []
         room = self.config.max_batch_size - len(plan.prefill)
+        items = plan.decode
         for request in running:
-            if len(plan.decode) >= room:
+            if len(items) >= room:
                 break  # the rest decode in a later step
-            if self._has_all_frames_planned(request):
+            if request.num_frames_in_flight and self._has_all_frames_planned(request):
                 continue  # its last frame is in flight: the stop comes with it
             item = self.next_decode(request)
             if item is not None:
-                plan.decode.append(item)
+                items.append(item)
             elif request.state is RequestState.RUNNING:
                 blocked.append(request)  # waits for a page
         if blocked and not plan.prefill and not plan.decode and not self.pages.can_allocate(1):
@@ -349,23 +380,27 @@ class Scheduler(abc.ABC):
 
     def peek_chunk(self, request: Request, early: bool = False) -> CodecJob | None:
         """The chunk `next_chunk` would cut now, without cutting it (a policy that may leave a ready chunk for
-        a later step looks first). `next_chunk` stays the one statement of the rule: it is called and its
-        three counters are put back."""
-        job = self.next_chunk(request, early)
-        if job is not None:
-            request.num_frames_chunked -= job.num_frames
-            request.num_chunks -= 1
-            request.num_chunks_in_flight -= 1
-        return job
+        a later step looks first; `cut` takes it)."""
+        shape = self.chunk_shape(request, early)
+        if shape is None:
+            return None
+        return CodecJob(request, request.num_frames_chunked, shape[0], request.num_chunks, shape[1],
+                        is_early=shape[2])
 
     def ready_chunks(self) -> list[CodecJob]:
         """Every live request's next chunk that is ready now, uncut, in arrival order (`peek_chunk`)."""
         jobs = []
         next_size = self.spec.next_chunk_size
+        running, starved, draining = RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING
         for request in self.requests.values():
-            # the commonest answer first: a running request still short of its next chunk has none (what
-            # `next_chunk` says for it; every live request is asked every step)
-            if (request.state is RequestState.RUNNING and not request.is_generation_done
+            state = request.state
+            # the commonest answers first (what `chunk_shape` says for them; every live request is asked every
+            # step): a waiting one, one with a chunk in flight, a running one still short of its next chunk
+            if state is not running and state is not starved and state is not draining:
+                continue
+            if request.num_chunks_in_flight:
+                continue
+            if (state is running and request.finish_reason is None
                     and request.num_frames - request.num_frames_chunked < next_size(request.num_frames_chunked)):
                 continue
             job = self.peek_chunk(request)
@@ -373,13 +408,18 @@ class Scheduler(abc.ABC):
                 jobs.append(job)
         return jobs
 
-    def cut(self, job: CodecJob) -> CodecJob:
+    def cut(self, job: CodecJob, lane: str | None = None) -> CodecJob:
         """Cuts a chunk seen by `peek_chunk` (nothing of its request changed since), keeping the policy's
-        deadline and lane."""
-        cut = self.next_chunk(job.request, job.is_early)
-        assert cut is not None and (cut.first_frame, cut.num_frames, cut.chunk_index, cut.is_last) == (
-            job.first_frame, job.num_frames, job.chunk_index, job.is_last), (job, cut)
-        return replace(cut, deadline_ns=job.deadline_ns, lane=job.lane)
+        deadline and lane (`lane`: this one instead)."""
+        request = job.request
+        shape = self.chunk_shape(request, job.is_early)
+        assert shape is not None and (request.num_frames_chunked, request.num_chunks) + shape == (
+            job.first_frame, job.chunk_index, job.num_frames, job.is_last, job.is_early), (job, shape)
+        if lane is not None and lane != job.lane:
+            job = CodecJob(request, job.first_frame, job.num_frames, job.chunk_index, job.is_last,
+                           job.deadline_ns, lane, job.is_early)
+        self._book_chunk(job)
+        return job
 
     def fail_one_blocked_on_pages(self, blocked: list[Request]) -> None:
         """Called when no LM work could run because every candidate waits for a page: the newest one is
