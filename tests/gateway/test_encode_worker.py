@@ -173,8 +173,9 @@ def test_nothing_is_encoded_or_sent_after_aclose_while_a_worker_encodes():
             with out._encode_lock:  # a frame being encoded is finished, then the stream is left alone
                 assert not out._raw and not out._ready
             done = threading.Event()
-            worker.submit(type("Marker", (), {"encode_queued": lambda self: done.set()})())
-            assert done.wait(30)  # the worker went past this stream
+            worker.submit(type("Marker", (), {"encode_queued": lambda self, max_frames=None: done.set(),
+                                              "encode_due_ms": lambda self: float("inf")})())
+            assert done.wait(30)  # the worker went past this stream (due last, the marker comes after it)
             assert not out._ready and len(sent) == num_sent
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -189,7 +190,10 @@ def test_worker_threads_run_below_the_loop_and_end_at_shutdown():
     done = threading.Event()
 
     class Probe:
-        def encode_queued(self) -> None:
+        def encode_due_ms(self) -> float:
+            return 0.0
+
+        def encode_queued(self, max_frames=None) -> bool:
             import os
             seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
             done.set()
@@ -203,3 +207,42 @@ def test_worker_threads_run_below_the_loop_and_end_at_shutdown():
         worker.submit(Probe())
     with pytest.raises(ValueError):
         EncodeWorker(0)
+
+
+def test_the_worker_serves_the_stream_due_soonest_a_run_at_a_time():
+    """A stream queued behind another's long chunk is not held up by all of it: the worker encodes
+    `run_frames` of the stream due soonest, then looks again (each stream's own frames still in order)."""
+    calls = []
+    release = threading.Event()
+
+    class Stream:
+        def __init__(self, name: str, due_ms: float, num_frames: int) -> None:
+            self.name, self.due_ms, self.left = name, due_ms, num_frames
+
+        def encode_due_ms(self) -> float:
+            return self.due_ms
+
+        def encode_queued(self, max_frames=None) -> bool:
+            release.wait(30)  # the first call holds the worker until every stream is queued
+            n = min(self.left, max_frames or self.left)
+            calls.append((self.name, n))
+            self.left -= n
+            self.due_ms += 20 * n  # its next frame is due once these have gone out
+            return self.left > 0
+    worker = EncodeWorker(1, run_frames=8)
+    try:
+        worker.submit(Stream("first", 0.0, 1))
+        while worker._jobs:  # until the worker took the first one (it waits in it)
+            time.sleep(0.001)
+        worker.submit(Stream("long", 100.0, 20))
+        worker.submit(Stream("late", 130.0, 4))
+        release.set()
+        deadline = time.monotonic() + 30
+        while len(calls) < 5 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert calls == [("first", 1), ("long", 8), ("late", 4), ("long", 8), ("long", 4)]
+    finally:
+        release.set()
+        worker.shutdown(wait=True)
+    with pytest.raises(ValueError):
+        EncodeWorker(1, run_frames=0)

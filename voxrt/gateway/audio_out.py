@@ -219,28 +219,43 @@ class AudioOut:
             self._is_encode_queued = True
             self._encode_worker.submit(self)
 
-    def encode_queued(self) -> None:
-        """A worker thread's call (encode_worker.py): every raw frame encoded, in order, the lock taken per
-        frame so that the loop can step in between (`_next_ready`). Keeps an encoding error for the loop."""
+    def encode_queued(self, max_frames: int | None = None) -> bool:
+        """A worker thread's call (encode_worker.py): the raw frames encoded, in order, at most `max_frames`
+        of them, the lock taken per frame so that the loop can step in between (`_next_ready`). True: raw
+        frames are left and the stream stays queued (the worker puts it back in line). Keeps an encoding
+        error for the loop."""
         lock, raw = self._encode_lock, self._raw
+        num_encoded = 0
         while True:
             with lock:
                 if self.is_closed or self._encode_error is not None:
                     self._is_encode_queued = False
-                    return
+                    return False
                 if raw:
+                    if max_frames is not None and num_encoded >= max_frames:
+                        return True
                     try:
                         self._encode_one()
                     except Exception as exc:  # noqa: BLE001 (a bad frame: raised on the loop when it is due)
                         self._encode_error = exc
+                    num_encoded += 1
                     continue
                 self._is_encode_queued = False
             # play() may have queued frames after the check above yet seen the flag still set (and not
             # submitted): look again now that it is clear. Both may claim them; encoding under the lock, in
             # order, makes a second worker on the same stream harmless.
             if not raw or self._is_encode_queued or self.is_closed:
-                return
+                return False
             self._is_encode_queued = True
+
+    def encode_due_ms(self) -> float:
+        """When the next raw frame is due (the worker's order, encode_worker.py): by the pacing rule, once the
+        frames encoded before it have gone out (each `frame_ms`); now for burst pacing or before the first
+        frame. Read on a worker thread too: a stale figure only reorders the worker's queue."""
+        clock = self.clock
+        if self._is_realtime and clock.is_started:
+            return clock.play_time_ms(clock.sent_ms + len(self._ready) * self._frame_ms) - self._lead_ms
+        return now_ms()
 
     def _encode_one(self) -> None:
         """The first raw frame encoded into `_ready`. Called with the encode lock held."""
