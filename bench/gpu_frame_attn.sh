@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 12: the talker's decode attention kernel and the sampler's early-stopping threshold search, in one GPU
 # call (each step skippable through STEPS):
-#   frame   bench/gpu_frame.py on the whole GPU, KV context 128: fused (FlashInfer's CUDA-core decode kernel,
+#   frame   bench/gpu_frame.py on the whole GPU, KV context 128: fused (the default decode kernel rule, auto),
+#           fused-cudacores (FlashInfer's CUDA-core decode kernel at every batch,
 #           split KV + merge), fused-fa2nosplit (its FA2 tensor-core kernel, one pass), fused-fa3
 #   sampler bench/gpu_kernels.py --only sampler: us a draw per rule, candidates per round and warps, each
 #           draw checked equal to the torch rule
@@ -20,7 +21,7 @@ for step in $STEPS; do
   case $step in
     frame)
       (cd bench && timeout "${FRAME_TIMEOUT:-300}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
-        --batches "${BATCHES:-1,8,64,128}" --paths "${FRAME_PATHS:-fused,fused-fa3,fused-fa2nosplit}" --kernels-only \
+        --batches "${BATCHES:-1,8,64,128}" --paths "${FRAME_PATHS:-fused,fused-cudacores,fused-fa3,fused-fa2nosplit}" --kernels-only \
         --out "$R/frame") > "$R/frame.log" 2>&1
       echo "== frame (rc $?)"; sed -n '/^== /,$p' "$R/frame.log"; grep -i "Traceback\|Error" "$R/frame.log" | head -5 ;;
     sampler)
@@ -28,11 +29,11 @@ for step in $STEPS; do
       echo "== sampler (rc $?)"; tail -4 "$R/sampler.log" | cut -c1-1500 ;;
     check)
       (cd bench && timeout 280 python -u gpu_fused_check.py --checkpoint $CKPT --out "$R" --pdl off --requests 8 \
-        --decode-attention "${DECODE_CHECK:-fa3,fa2-nosplit}") > "$R/check.log" 2>&1
+        --decode-attention "${DECODE_CHECK:-fa3}") > "$R/check.log" 2>&1
       echo "== fused check (rc $?)"; grep -v " INFO \|^ *warn" "$R/check.log" | tail -5 ;;
     long)
       (cd bench && timeout 150 python -u gpu_frame.py --checkpoint $CKPT --lanes off --context 512 --batches 1,8 \
-        --paths "${LONG_PATHS:-fused,fused-fa3,fused-fa2nosplit}" --kernels-only --out "$R/long") > "$R/long.log" 2>&1
+        --paths "${LONG_PATHS:-fused,fused-cudacores}" --kernels-only --out "$R/long") > "$R/long.log" 2>&1
       echo "== long context (rc $?)"; sed -n '/^== /,$p' "$R/long.log"; grep -i "Traceback\|Error" "$R/long.log" | head -5 ;;
   esac
 done

@@ -361,10 +361,14 @@ def test_low_precision_cache_keeps_query_dtype():
 def test_the_decode_kernel_switch_names_its_choices(monkeypatch):
     """FlashInfer's decode kernel is chosen by name (set_decode_kernel over VOXRT_DECODE_ATTENTION); an unknown
     name is an error that lists the choices, never a silent fallback."""
-    from voxrt.engine.runtime.attention import DECODE_KERNELS, decode_kernel, set_decode_kernel
+    from voxrt.engine.runtime.attention import DECODE_KERNELS, decode_kernel, resolve_decode_kernel, set_decode_kernel
 
     monkeypatch.delenv("VOXRT_DECODE_ATTENTION", raising=False)
-    assert decode_kernel() == "cuda-cores"
+    assert decode_kernel() == "auto"
+    # auto: FA3 for small batches on Hopper (measured faster there), the CUDA-core kernel otherwise
+    assert [resolve_decode_kernel("auto", rows, True) for rows in (1, 8, 16, 128)] == ["fa3", "fa3"] + ["cuda-cores"] * 2
+    assert resolve_decode_kernel("auto", 1, False) == "cuda-cores"
+    assert resolve_decode_kernel("fa2-nosplit", 128, True) == "fa2-nosplit"
     monkeypatch.setenv("VOXRT_DECODE_ATTENTION", "fa3")
     assert decode_kernel() == "fa3"
     try:
@@ -374,8 +378,8 @@ def test_the_decode_kernel_switch_names_its_choices(monkeypatch):
         set_decode_kernel(None)
     assert decode_kernel() == "fa3"
     monkeypatch.setenv("VOXRT_DECODE_ATTENTION", "fast")
-    with pytest.raises(ValueError, match="cuda-cores, fa2-nosplit, fa3"):
+    with pytest.raises(ValueError, match="auto, cuda-cores, fa2-nosplit, fa3"):
         decode_kernel()
     with pytest.raises(ValueError, match="unknown decode kernel 'fast'"):
         set_decode_kernel("fast")
-    assert set(DECODE_KERNELS) == {"cuda-cores", "fa2-nosplit", "fa3"}
+    assert set(DECODE_KERNELS) == {"auto", "cuda-cores", "fa2-nosplit", "fa3"}

@@ -9,10 +9,13 @@ Both use FlashInfer's single-tensor NHD layout per layer, `[num_pages + 1, 2, pa
 never touches a real request's KV.
 
 FlashInfer's decode runs one of three kernels (`set_decode_kernel`, env `VOXRT_DECODE_ATTENTION`):
-`cuda-cores` (the default: its decode kernel, which in a CUDA graph always splits the KV and merges the parts
-with a second kernel while the batch leaves SMs free), `fa2-nosplit` (its FA2 prefill kernel on tensor cores,
-one pass over each sequence's KV, no merge kernel) or `fa3` (its Hopper prefill kernel). bench/gpu_frame.py
-compares them in one process (paths fused-fa2nosplit, fused-fa3).
+`cuda-cores` (its decode kernel, which in a CUDA graph always splits the KV and merges the parts with a
+second kernel while the batch leaves SMs free), `fa2-nosplit` (its FA2 prefill kernel on tensor cores, one
+pass over each sequence's KV, no merge kernel) or `fa3` (its Hopper prefill kernel). `auto` (the default)
+takes fa3 for a context of at most 8 rows on a Hopper GPU and cuda-cores otherwise: on the H200 with KV
+context 128 (bench/results/2026-12-03-frame-attn) fa3 made the talker step 0.10 ms shorter at batch 1 and 8
+and 0.50 / 1.54 ms longer at 64 / 128; fa2-nosplit was within 0.05 ms below 64 rows and slower above.
+bench/gpu_frame.py compares them in one process (paths fused-cudacores, fused-fa2nosplit, fused-fa3).
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ import torch
 
 from voxrt.engine.runtime.transfer import upload, upload_into
 
-DECODE_KERNELS = ("cuda-cores", "fa2-nosplit", "fa3")
+DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3")
+AUTO_FA3_MAX_ROWS = 8
 _decode_kernel_override: str | None = None
 
 
 def set_decode_kernel(kernel: str | None) -> None:
     """The FlashInfer decode kernel of wrappers made from now on (graphs captured afterwards), over
-    `VOXRT_DECODE_ATTENTION`; None: back to the environment (default cuda-cores)."""
+    `VOXRT_DECODE_ATTENTION`; None: back to the environment (default auto)."""
     global _decode_kernel_override
     if kernel is not None and kernel not in DECODE_KERNELS:
         raise ValueError(f"unknown decode kernel {kernel!r}; choose one of {', '.join(DECODE_KERNELS)}")
@@ -43,10 +47,17 @@ def set_decode_kernel(kernel: str | None) -> None:
 def decode_kernel() -> str:
     if _decode_kernel_override is not None:
         return _decode_kernel_override
-    kernel = os.environ.get("VOXRT_DECODE_ATTENTION", "") or "cuda-cores"
+    kernel = os.environ.get("VOXRT_DECODE_ATTENTION", "") or "auto"
     if kernel not in DECODE_KERNELS:
         raise ValueError(f"VOXRT_DECODE_ATTENTION={kernel!r}: choose one of {', '.join(DECODE_KERNELS)}")
     return kernel
+
+
+def resolve_decode_kernel(kernel: str, rows: int, hopper: bool) -> str:
+    """The kernel a decode context of `rows` rows runs under the choice `kernel` (auto: by rows and GPU)."""
+    if kernel != "auto":
+        return kernel
+    return "fa3" if hopper and rows <= AUTO_FA3_MAX_ROWS else "cuda-cores"
 
 
 @dataclass(frozen=True)
@@ -235,7 +246,8 @@ class FlashInferAttention(AttentionContext):
                     paged_kv_indices_buffer=torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
                     paged_kv_last_page_len_buffer=torch.zeros(max_seqs, dtype=torch.int32, device=device),
                 )
-            self.decode_kernel = decode_kernel()
+            hopper = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+            self.decode_kernel = resolve_decode_kernel(decode_kernel(), max_seqs, hopper)
             tensor_cores = self.decode_kernel != "cuda-cores"
             if tensor_cores:
                 buffers["backend"] = "fa2" if self.decode_kernel == "fa2-nosplit" else "fa3"

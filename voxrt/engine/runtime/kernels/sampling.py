@@ -9,11 +9,9 @@ uniforms `u` the caller draws (`torch.rand` inside a CUDA graph draws fresh numb
 `runtime/sampling.py`'s rule with the noise drawn in vocabulary order instead of sorted order.
 
 The Triton kernel finds the top-k and top-p thresholds without sorting: a search over the order-preserving
-integer image of the float32 scores that tries 8 candidates spread over its bracket each round (their masked
-counts or sums over the row, held in registers, in one reduction) and stops as soon as one kept score is left
-in the bracket: ~6 rounds on average for codec vocabularies (2048-3072 scores; at most 10 in 200 random rows
-of a replay of the rule in numpy) where a fixed 4-way search took 17 (its
-17 barrier-bound rounds were ~3/4 of a top-k draw on the H200: bench/results/2026-12-01-prefill). One program per row; the row
+integer image of the float32 scores that splits [min, max] into 4 at each of 17 rounds (the 3 inner
+candidates' masked counts or sums over the row held in registers in one reduction per round, 17 reductions
+where a bisection needs 32; more candidates per round would spill registers). One program per row; the row
 must fit one block (codec vocabularies: 2048-4096).
 
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
@@ -34,45 +32,30 @@ if triton_available():
     from voxrt.engine.runtime.kernels.norm import row_rstd
 
     @triton.jit
-    def _threshold(key, keep, weight, target, NC: tl.constexpr, COUNTS: tl.constexpr):
+    def _threshold(key, keep, weight, target, ROUNDS: tl.constexpr):
         """The smallest integer K with sum(weight over kept keys > K) < target (weights >= 0, the sum at the
-        lowest kept key - 1 is >= target). The bracket (lo, hi] always holds K (lo fails, hi holds); each
-        round tries NC candidates spread over it and keeps the part between the last that fails and the first
-        that holds, so the integer range shrinks NC-fold a round. It stops early once one kept key is left in
-        the bracket (that key is K: below it the sum is lo's, at it hi's), which with 2048-4096 scores and NC=8
-        takes ~6 rounds where the 32-bit range needs 11. COUNTS: the weights are all 1 (top-k), so the
-        weighted sums are the counts and one reduction a round serves both."""
+        lowest kept key - 1 is >= target): 4 candidates per round, each round shrinks [lo, hi] 4-fold, so 17
+        rounds take the 2^32-wide integer range down to one step."""
         # keys are int32 (no kept key is INT32_MIN, so lo does not wrap); the arithmetic on the bounds is int64
         lo = tl.min(tl.where(keep, key, 2147483647), axis=0).to(tl.int64) - 1
         hi = tl.max(tl.where(keep, key, -2147483647), axis=0).to(tl.int64)
-        n_lo = tl.sum(keep.to(tl.int32), axis=0)  # kept keys > lo, and > hi (none)
-        n_hi = n_lo * 0
-        j = tl.arange(0, NC).to(tl.int64)
-        while (hi - lo > 1) & (n_lo - n_hi > 1):
-            mids = lo + ((hi - lo) * (j + 1)) // NC  # [NC], mids[NC - 1] == hi
-            above = keep[None, :] & (key[None, :] > mids.to(tl.int32)[:, None])  # [NC, V]
-            total = tl.sum(tl.where(above, weight[None, :], 0.0), axis=1)  # [NC], non-increasing
-            if COUNTS:
-                count = total.to(tl.int32)
-            else:
-                count = tl.sum(above.to(tl.int32), axis=1)
+        j = tl.arange(0, 4).to(tl.int64)
+        for _ in range(ROUNDS):
+            mids = lo + ((hi - lo) * (j + 1)) // 4  # [4], mids[3] == hi
+            above = keep[None, :] & (key[None, :] > mids.to(tl.int32)[:, None])  # [4, V]
+            total = tl.sum(tl.where(above, weight[None, :], 0.0), axis=1)  # [4], non-increasing
             first = tl.sum((total >= target).to(tl.int32), axis=0)  # the first candidate under target
             new_hi = tl.sum(tl.where(j == first, mids, 0), axis=0)
-            n_hi = tl.sum(tl.where(j == first, count, 0), axis=0)
-            lo_moves = first > 0
-            lo = tl.where(lo_moves, tl.sum(tl.where(j == first - 1, mids, 0), axis=0), lo)
-            n_lo = tl.where(lo_moves, tl.sum(tl.where(j == first - 1, count, 0), axis=0), n_lo)
+            lo = tl.where(first > 0, tl.sum(tl.where(j == first - 1, mids, 0), axis=0), lo)
             hi = new_hi
-        # one key left in (lo, hi] (or the bracket is one integer wide, and then that key is hi)
-        last = tl.max(tl.where(keep & (key > lo.to(tl.int32)) & (key <= hi.to(tl.int32)), key, -2147483647), axis=0)
-        return tl.where(hi - lo > 1, last.to(tl.int64), hi)
+        return hi
 
     @triton.jit
     def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
                        x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
                        HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
-                       NC: tl.constexpr, PDL: tl.constexpr):
+                       PDL: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
@@ -98,12 +81,12 @@ if triton_available():
             num_kept = tl.sum(keep.to(tl.int32), axis=0)
             if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
                 ones = tl.where(keep, 1.0, 0.0)
-                keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, NC, True))
+                keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
             top_p = tl.load(topp_ptr + row)
             if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
                 e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
                 probs = e / tl.sum(e, axis=0)
-                keep = keep & (key >= _threshold(key, keep, probs, top_p, NC, False))
+                keep = keep & (key >= _threshold(key, keep, probs, top_p, 17))
             u = tl.load(u_ptr + row * u_stride + cols, mask=valid, other=0.5)
             u = tl.minimum(tl.maximum(u, 1e-20), 1.0 - 1e-7)
             score = tl.where(keep, scaled - tl.log(-tl.log(u)), float("-inf"))
@@ -140,12 +123,10 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
                  top_p: torch.Tensor, greedy: torch.Tensor, out: torch.Tensor, suppress: torch.Tensor | None = None,
                  next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
                  impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6,
-                 num_warps: int | None = None, candidates: int = 8) -> None:
+                 num_warps: int | None = None) -> None:
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
-    [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first.
-    `candidates` (a power of 2 >= 2): thresholds tried per round of the top-k / top-p search (Triton only;
-    the result does not depend on it, only the number of rounds)."""
+    [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first."""
     check_impl(impl)
     rows = x
     if impl == "torch":
@@ -175,10 +156,4 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
-        BLOCK_X=next_pow2(x2.shape[-1]), NC=candidates, num_warps=num_warps or _warps(vocab, candidates),
-        **pdl_args(logits.device))
-
-
-def _warps(vocab: int, candidates: int) -> int:
-    """Warps for one row: ~64 of a round's [candidates, V] values a thread (more spill registers)."""
-    return max(4, min(16, next_pow2(vocab) * candidates // (64 * 32)))
+        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=num_warps or (8 if vocab > 2048 else 4), **pdl_args(logits.device))
