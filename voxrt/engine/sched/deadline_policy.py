@@ -16,7 +16,7 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
 3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within
    `urgent_ms` plus what a background launch would take to deliver them, go to the urgent lane, at most
    `max_codec_batch` a launch. A stream whose next chunk would be late if it waited for all its frames (its
-   slack under one LM step) has the frames it has cut early, to a size the codec runs (`_early_chunks`): a
+   slack under one LM step) has the frames it has cut early, to a size the codec runs (`_codec_candidates`): a
    short chunk on time beats a full one after the listener ran dry. A stream starved of text (its text
    streams in slower than the LM consumes it) keeps its frames by the same rule (`holds_starved_frames`,
    `starved_cut_ns`) rather than cutting them whenever it starves, which made chunks of one or two frames
@@ -275,7 +275,7 @@ class DeadlineScheduler(Scheduler):
             state = request.state
             if (state is not running and state is not starved and state is not draining) or request.num_chunks_in_flight:
                 continue  # nothing to cut (`chunk_shape`): waiting, or its chunk is in flight
-            have = request.num_frames - request.num_frames_chunked
+            have = len(request.frames) - request.num_frames_chunked  # frames not cut yet
             # the commonest answer first: a running request short of its next chunk has none ready
             if state is running and request.finish_reason is None and have < next_size(request.num_frames_chunked):
                 shape = None
@@ -305,7 +305,7 @@ class DeadlineScheduler(Scheduler):
     def holds_starved_frames(self, request: Request) -> bool:
         """A stream starved of text keeps its frames (after its first chunk, which goes at once for the first
         audio) until its next chunk's slack falls under an LM step, as a running stream's would: text that
-        arrives slower than the LM consumes it then still makes full chunks (docstring of `_early_chunks`)."""
+        arrives slower than the LM consumes it then still makes full chunks (docstring of `_codec_candidates`)."""
         return request.is_streaming and request.num_chunks > 0
 
     def starved_cut_ns(self, request: Request) -> float | None:

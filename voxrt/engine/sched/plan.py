@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from voxrt.engine.sched.request import Request
 
@@ -131,8 +132,10 @@ class ProgramSpec:
         return table[available if available < len(table) else -1]
 
 
-@dataclass(frozen=True)
-class DecodeItem:
+class DecodeItem(NamedTuple):
+    """One request's decode input of a step. A named tuple: immutable like a frozen dataclass, and built in
+    about half its time (one a running request a step: 1.1 against 2.0 us each on the dev VM's CPU, loaded)."""
+
     request: Request
     text_id: int  # text-track input of this step; codec-track input is the request's last frame
     position: int  # position of this token in the request's sequence (== tokens already in KV)

@@ -18,7 +18,7 @@ from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.pages import PagePool, SlotPool
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, DecodeItem, ProgramSpec, StepPlan
-from voxrt.engine.sched.request import TERMINAL, PromptTokens, Request, RequestState
+from voxrt.engine.sched.request import PromptTokens, Request, RequestState
 from voxrt.engine.sched.text_feed import Tokenizer
 
 PromptBuilder = Callable[[Request], PromptTokens]
@@ -142,10 +142,12 @@ class Scheduler(abc.ABC):
         requests = plan.lm_requests
         assert len(codes) == len(requests), (len(codes), len(requests))
         text_index = [r.prompt.num_text_tokens_used for r in plan.prefill] + [d.text_index for d in plan.decode]
+        finished, cancelled, failed = RequestState.FINISHED, RequestState.CANCELLED, RequestState.FAILED  # TERMINAL
         for request, frame, consumed in zip(requests, codes, text_index):
             in_flight = request.num_frames_in_flight
             request.num_frames_in_flight = in_flight - 1 if in_flight > 0 else 0
-            if request.state in TERMINAL or request.finish_reason is not None:
+            state = request.state
+            if state is finished or state is cancelled or state is failed or request.finish_reason is not None:
                 continue  # cancelled, or stopped by its previous frame (`is_terminal`, `is_generation_done`)
             request.frames.append(tuple(frame))
             request.frame_text_index.append(consumed)
