@@ -13,7 +13,8 @@ fused-cublas (cuBLAS products instead of kernels/gemv.py's), fused-l2 (each prod
 weight into the L2), fused-skinny (kernels/gemv.py's tensor-core product at 5..128 rows instead of cuBLAS),
 fused-l2-skinny (both), fused-cudacores / fused-fa2nosplit / fused-fa3 (the talker's decode attention on
 FlashInfer's CUDA-core decode kernel at every batch, its FA2 tensor-core kernel without split KV, or its FA3
-kernel, where `fused` takes the default rule, auto: runtime/attention.py). `--kernels-only`: the frame table and per-kernel
+kernel, or ours (fused-tritonattn: runtime/kernels/paged_decode.py), where `fused` takes the default rule,
+auto: runtime/attention.py). `--kernels-only`: the frame table and per-kernel
 profile, without the TTFA and throughput runs (a shorter GPU call).
 
     python bench/gpu_frame.py --checkpoint /tmp/q17 [--checkpoint /tmp/q06] --paths fused,fused-nopdl --out DIR
@@ -90,7 +91,8 @@ def run_path(program, checkpoint: str, path: str, batches: list[int], context: i
     set_pdl({"fused-nopdl": False, "fused-pdl": True}.get(path))
     set_l2_prefetch(True if path in ("fused-l2", "fused-l2-skinny") else None)
     set_skinny(True if path in ("fused-skinny", "fused-l2-skinny") else None)
-    set_decode_kernel({"fused-cudacores": "cuda-cores", "fused-fa2nosplit": "fa2-nosplit", "fused-fa3": "fa3"}.get(path))
+    set_decode_kernel({"fused-cudacores": "cuda-cores", "fused-fa2nosplit": "fa2-nosplit", "fused-fa3": "fa3",
+                       "fused-tritonattn": "triton"}.get(path))
     try:
         return _run_path(program, checkpoint, path, batches, context, kernels_only, lanes)
     finally:
@@ -151,7 +153,7 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
 
 
 PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl", "fused-l2", "fused-skinny", "fused-l2-skinny",
-         "fused-cudacores", "fused-fa2nosplit", "fused-fa3")
+         "fused-cudacores", "fused-fa2nosplit", "fused-fa3", "fused-tritonattn")
 
 
 def print_table(name: str, results: dict) -> None:

@@ -32,7 +32,7 @@ for step in $STEPS; do
         --decode-attention "${DECODE_CHECK:-fa3}") > "$R/check.log" 2>&1
       echo "== fused check (rc $?)"; grep -v " INFO \|^ *warn" "$R/check.log" | tail -5 ;;
     long)
-      (cd bench && timeout 150 python -u gpu_frame.py --checkpoint $CKPT --lanes off --context 512 --batches 1,8 \
+      (cd bench && timeout 150 python -u gpu_frame.py --checkpoint $CKPT --lanes off --context 512 --batches "${LONG_BATCHES:-1,8}" \
         --paths "${LONG_PATHS:-fused,fused-cudacores}" --kernels-only --out "$R/long") > "$R/long.log" 2>&1
       echo "== long context (rc $?)"; sed -n '/^== /,$p' "$R/long.log"; grep -i "Traceback\|Error" "$R/long.log" | head -5 ;;
   esac

@@ -378,8 +378,8 @@ def test_the_decode_kernel_switch_names_its_choices(monkeypatch):
         set_decode_kernel(None)
     assert decode_kernel() == "fa3"
     monkeypatch.setenv("VOXRT_DECODE_ATTENTION", "fast")
-    with pytest.raises(ValueError, match="auto, cuda-cores, fa2-nosplit, fa3"):
+    with pytest.raises(ValueError, match="auto, cuda-cores, fa2-nosplit, fa3, triton"):
         decode_kernel()
     with pytest.raises(ValueError, match="unknown decode kernel 'fast'"):
         set_decode_kernel("fast")
-    assert set(DECODE_KERNELS) == {"auto", "cuda-cores", "fa2-nosplit", "fa3"}
+    assert set(DECODE_KERNELS) == {"auto", "cuda-cores", "fa2-nosplit", "fa3", "triton"}

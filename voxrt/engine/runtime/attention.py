@@ -11,11 +11,13 @@ never touches a real request's KV.
 FlashInfer's decode runs one of three kernels (`set_decode_kernel`, env `VOXRT_DECODE_ATTENTION`):
 `cuda-cores` (its decode kernel, which in a CUDA graph always splits the KV and merges the parts with a
 second kernel while the batch leaves SMs free), `fa2-nosplit` (its FA2 prefill kernel on tensor cores, one
-pass over each sequence's KV, no merge kernel) or `fa3` (its Hopper prefill kernel). `auto` (the default)
+pass over each sequence's KV, no merge kernel), `fa3` (its Hopper prefill kernel), or `triton`
+(runtime/kernels/paged_decode.py: ours, one program per sequence and KV head, no split). `auto` (the default)
 takes fa3 for a context of at most 8 rows on a Hopper GPU and cuda-cores otherwise: on the H200 with KV
 context 128 (bench/results/2026-12-03-frame-attn) fa3 made the talker step 0.10 ms shorter at batch 1 and 8
 and 0.50 / 1.54 ms longer at 64 / 128; fa2-nosplit was within 0.05 ms below 64 rows and slower above.
-bench/gpu_frame.py compares them in one process (paths fused-cudacores, fused-fa2nosplit, fused-fa3).
+bench/gpu_frame.py compares them in one process (paths fused-cudacores, fused-fa2nosplit, fused-fa3,
+fused-tritonattn).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from typing import Sequence
 
 import torch
 
+from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention
 from voxrt.engine.runtime.transfer import upload, upload_into
 
-DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3")
+DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 AUTO_FA3_MAX_ROWS = 8
 _decode_kernel_override: str | None = None
 
@@ -248,6 +251,11 @@ class FlashInferAttention(AttentionContext):
                 )
             hopper = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
             self.decode_kernel = resolve_decode_kernel(decode_kernel(), max_seqs, hopper)
+            if self.decode_kernel == "triton":  # our kernel reads the CSR page table from buffers of our own
+                self._csr = (torch.zeros(max_seqs + 1, dtype=torch.int32, device=device),
+                             torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
+                             torch.ones(max_seqs, dtype=torch.int32, device=device))
+                return
             tensor_cores = self.decode_kernel != "cuda-cores"
             if tensor_cores:
                 buffers["backend"] = "fa2" if self.decode_kernel == "fa2-nosplit" else "fa3"
@@ -282,6 +290,10 @@ class FlashInferAttention(AttentionContext):
         def host(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.int32).pin_memory()
 
+        if self.is_decode and self.decode_kernel == "triton":
+            for buf, values in zip(self._csr, (indptr, indices, last_len)):
+                upload_into(buf, torch.tensor(values, dtype=torch.int32))
+            return
         indices_dev = upload(torch.tensor(indices, dtype=torch.int32), self.device)
         # plan() stages its schedule in one pinned buffer per wrapper and copies it to the device on the stream:
         # with the host a step ahead of the GPU (the asynchronous loop), the previous plan's copy may not have
@@ -301,6 +313,9 @@ class FlashInferAttention(AttentionContext):
         self._planned.record()
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        if self.is_decode and self.decode_kernel == "triton":
+            return paged_decode_attention(q.to(self.dtype).contiguous(), self.kv.layers[layer], *self._csr,
+                                          impl="triton")
         return self.wrapper.run(q.to(self.dtype).contiguous(), self.kv.layers[layer])
 
 
