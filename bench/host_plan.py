@@ -1,6 +1,7 @@
 """The deadline policy's host time per step, on the CPU (issue 13: the host loop must keep up with the GPU).
 
     python bench/host_plan.py --rates 48,96,120 --repeats 3
+    python bench/host_plan.py --cases     # decisions only, on paths the timed runs do not take
 
 Runs `sched/sim.py` (the real policy and pools, a simulated runtime with lanes) on LibriTTS test-clean texts
 at each Poisson rate for --duration seconds of arrivals, and times each phase of `DeadlineScheduler.plan_step`
@@ -47,13 +48,37 @@ def run(rate: float, duration_s: float, texts: list[str], batch: int) -> dict:
     finally:
         for name, original in saved.items():
             setattr(dp.DeadlineScheduler, name, original)
-    fields = ("request_id", "num_frames", "status", "ttfa_ms", "num_stalls", "stall_ms", "chunk_order", "admitted_ns",
-              "deferred_since_ns")
-    decisions = repr([tuple(getattr(r, f) for f in fields) for r in result.records]) + repr(result.end_ns)
     live = max(len(result.records), 1)
     return dict(rate=rate, steps=result.num_steps, requests=live,
                 ms_per_step={k: v / result.num_steps * 1e3 for k, v in spent.items()},
-                decisions=hashlib.md5(decisions.encode()).hexdigest())
+                decisions=decisions_md5(result))
+
+
+def decisions_md5(result) -> str:
+    """The md5 of every request's outcome and the end time: equal iff the policy decided the same."""
+    fields = ("request_id", "num_frames", "status", "ttfa_ms", "num_stalls", "stall_ms", "chunk_order", "admitted_ns",
+              "deferred_since_ns")
+    decisions = repr([tuple(getattr(r, f) for f in fields) for r in result.records]) + repr(result.end_ns)
+    return hashlib.md5(decisions.encode()).hexdigest()
+
+
+# --cases: paths the timed runs do not take (held frames of text streamed slower than the LM reads it, more
+# live requests than a batch: decode by least slack, the time-shared loop), decisions only, 6 s at seed 1
+CASES = [
+    ("streamed text 30 tok/s, 48 req/s", dict(rate=48, tokens_per_s=30.0, config=SchedulerConfig(max_batch_size=128))),
+    ("live 256 over batch 128, 120 req/s",
+     dict(rate=120, config=SchedulerConfig(max_batch_size=128, max_live_requests=256))),
+    ("no lanes, 32 req/s", dict(rate=32, has_lanes=False, config=SchedulerConfig(max_batch_size=64))),
+    ("streamed text 12 tok/s, live 128 over batch 64, 64 req/s",
+     dict(rate=64, tokens_per_s=12.0, config=SchedulerConfig(max_batch_size=64, max_live_requests=128))),
+]
+
+
+def check_cases(texts: list[str]) -> None:
+    for name, kwargs in CASES:
+        kwargs = {"has_lanes": True, **kwargs}
+        result = simulate("deadline", duration_s=6.0, seed=1, texts=texts, lm_share=0.45, bg_share=0.55, **kwargs)
+        print(f"{name}: {result.num_steps} steps; decisions {decisions_md5(result)}", flush=True)
 
 
 def main() -> None:
@@ -64,9 +89,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cases", action="store_true", help="only the decisions of CASES (no timing)")
     args = ap.parse_args()
     with open(args.workload) as f:
         texts = [json.loads(line)["text"] for line in f][:2000]
+    if args.cases:
+        check_cases(texts)
+        return
     rows = []
     for rate in (float(r) for r in args.rates.split(",")):
         runs = [run(rate, args.duration, texts, args.batch) for _ in range(args.repeats)]
