@@ -741,3 +741,37 @@ def test_admission_fills_the_live_cap_and_each_step_stays_a_batch():
     assert most_live == 4
     assert all(r.state is S.FINISHED for r in reqs)
     assert sched.slots.num_free == sched.slots.num_slots and sched.pages.num_free == sched.pages.num_pages
+
+
+def test_deadline_slack_follows_every_event_its_kept_parts_depend_on():
+    """The deadline policy keeps each stream's next-chunk deadline, size and codec time across steps
+    (`_next_chunk_parts`): its slack must equal `next_chunk_slack_ns` after every event that changes them (a
+    frame, a chunk cut, a playback report, the first chunk's completion, new costs, a new request under an
+    ended one's id)."""
+    sched = make("deadline")
+    r = hand_made(sched, "r", chunks=2, ready=False, first_chunk_ns=NOW - 200 * MS)
+
+    def check(request: Request) -> None:
+        for step_ms in (10.0, 13.0):
+            assert sched._slack_ns(request, NOW, step_ms) == next_chunk_slack_ns(
+                request, NOW, SPEC, sched.costs, step_ms, STARTUP_NS)
+
+    check(r)
+    r.frames.append((1,))  # its next chunk is ready now
+    check(r)
+    job = sched.cut(sched.peek_chunk(r))  # the next chunk's deadline and size move on
+    sched.complete_codec(job, NOW)
+    check(r)
+    r.playback = PlaybackAnchor(played_samples=5 * SPEC.samples_per_frame, anchor_ns=NOW - 10 * MS, is_stalled=False)
+    check(r)
+    r.playback = PlaybackAnchor(played_samples=6 * SPEC.samples_per_frame, anchor_ns=NOW, is_stalled=True)
+    check(r)
+    sched.costs = replace(SIMPLE_COSTS, codec_base_ms=7.0)
+    check(r)
+    s = hand_made(sched, "s", chunks=1, ready=False)  # its first chunk in flight: dated by its own deadline
+    check(s)
+    s.first_chunk_ns = NOW - 30 * MS
+    check(s)
+    sched.cancel("s")
+    again = hand_made(sched, "s", chunks=1, ready=False, arrival_ns=NOW - 10 * MS)
+    check(again)
