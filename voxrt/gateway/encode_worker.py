@@ -21,7 +21,7 @@ Which stream first: the worker serves the queued stream whose next frame is due 
 out, whole streams at a time, a chunk of 25 model frames (100 Opus frames, ~18 ms of libopus here) held every
 stream queued behind it, and a stream whose chunk came late (due at once: at 2x real time, the 2nd to 4th
 chunks of Qwen3-TTS's 2, 4, 8, 16, 25-frame schedule) had its frames encoded by the loop instead, each a cold
-~200 us libopus call in the middle of a tick: 37-45% of all frames at 60 sessions (bench/results/
+~200 us libopus call in the middle of a tick: 37-40% of all frames at 60 sessions (bench/results/
 2026-12-03-gateway-8/). A run of 8 is ~1.5 ms of libopus and still encodes one stream's frames back to back.
 
 The threads yield to the loop: each lowers its own scheduling priority (`NICE_OFFSET` nice levels below the

@@ -1,6 +1,6 @@
 #!/bin/bash
 # final grids, alternating base (a23ed92's tree) and new (a23ed92 + ec96a5f's worker order), each run from its own
-# copy's directory; run as two scripts, the first four grids then (after 'done') the last two, in this order
+# copy's directory; run as three scripts (the first four grids, the next two after 'done', the last four), in this order
 . /work/main/.venv/bin/activate; unset PYTHONPATH
 run() { # tree name sessions
   tree=$1; name=$2; sessions=$3
@@ -19,3 +19,8 @@ echo done >> /tmp/gw8/final/load.txt
 run base base-lead60-run3 $S
 run new new-lead60-run3 $S
 echo done3 >> /tmp/gw8/final/load.txt
+run new new-lead60-run4 $S
+run base base-lead60-run4 $S
+run base base-lead60-run5 $S
+run new new-lead60-run5 $S
+echo done5 >> /tmp/gw8/final/load.txt
