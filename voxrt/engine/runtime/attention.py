@@ -13,9 +13,11 @@ FlashInfer's decode runs one of three kernels (`set_decode_kernel`, env `VOXRT_D
 second kernel while the batch leaves SMs free), `fa2-nosplit` (its FA2 prefill kernel on tensor cores, one
 pass over each sequence's KV, no merge kernel), `fa3` (its Hopper prefill kernel), or `triton`
 (runtime/kernels/paged_decode.py: ours, one program per sequence and KV head, no split). `auto` (the default)
-takes fa3 for a context of at most 8 rows on a Hopper GPU and cuda-cores otherwise: on the H200 with KV
-context 128 (bench/results/2026-12-03-frame-attn) fa3 made the talker step 0.10 ms shorter at batch 1 and 8
-and 0.50 / 1.54 ms longer at 64 / 128; fa2-nosplit was within 0.05 ms below 64 rows and slower above.
+takes, on a Hopper GPU, fa3 for a context of at most 8 rows and ours above (elsewhere cuda-cores): on the
+H200 with KV context 128 (bench/results/2026-12-03-frame-attn) fa3 made the talker step 0.10-0.14 ms shorter
+at batch 1 and 8 and 0.50 / 1.54 ms longer at 64 / 128; ours was 0.13-0.33 ms shorter than cuda-cores from 8
+to 64 rows (1.994 against 2.319 ms at 64) and equal at 128; fa2-nosplit was within 0.05 ms below 64 rows and
+slower above. Ours does not split a sequence, so at few rows a long one runs on few SMs: fa3 keeps those.
 bench/gpu_frame.py compares them in one process (paths fused-cudacores, fused-fa2nosplit, fused-fa3,
 fused-tritonattn).
 """
@@ -60,7 +62,9 @@ def resolve_decode_kernel(kernel: str, rows: int, hopper: bool) -> str:
     """The kernel a decode context of `rows` rows runs under the choice `kernel` (auto: by rows and GPU)."""
     if kernel != "auto":
         return kernel
-    return "fa3" if hopper and rows <= AUTO_FA3_MAX_ROWS else "cuda-cores"
+    if not hopper:  # measured on the H200 only: elsewhere FlashInfer's CUDA-core kernel, as before
+        return "cuda-cores"
+    return "fa3" if rows <= AUTO_FA3_MAX_ROWS else "triton"
 
 
 @dataclass(frozen=True)
