@@ -8,6 +8,7 @@
 #           draw checked equal to the torch rule
 #   check   bench/gpu_fused_check.py: the fused path (greedy runs on each of DECODE_CHECK's kernels) against the reference
 #   long    bench/gpu_frame.py at KV context 512, batch 1 and 8: what no split costs a long sequence
+#   kernel  bench/gpu_paged_decode_check.py: our decode kernel against its torch reference (and FlashInfer's)
 # Run from the repository root on the GPU machine:
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_frame_attn.sh
 set -uo pipefail
@@ -15,7 +16,7 @@ OUT=${OUT:-out/attn}
 R=$OUT/r
 mkdir -p "$R"
 CKPT=/tmp/q17
-STEPS=${STEPS:-frame sampler check long}
+STEPS=${STEPS:-kernel frame sampler check long}
 . bench/gpu_setup.sh
 for step in $STEPS; do
   case $step in
@@ -35,6 +36,9 @@ for step in $STEPS; do
       (cd bench && timeout 150 python -u gpu_frame.py --checkpoint $CKPT --lanes off --context 512 --batches "${LONG_BATCHES:-1,8}" \
         --paths "${LONG_PATHS:-fused,fused-cudacores}" --kernels-only --out "$R/long") > "$R/long.log" 2>&1
       echo "== long context (rc $?)"; sed -n '/^== /,$p' "$R/long.log"; grep -i "Traceback\|Error" "$R/long.log" | head -5 ;;
+    kernel)
+      (cd bench && timeout 120 python -u gpu_paged_decode_check.py) > "$R/kernel.log" 2>&1
+      echo "== paged decode kernel check (rc $?)"; tail -3 "$R/kernel.log" ;;
   esac
 done
 tar czf "$OUT/attn-results.tgz" -C "$OUT" r

@@ -8,11 +8,13 @@ Both use FlashInfer's single-tensor NHD layout per layer, `[num_pages + 1, 2, pa
 (dim 1: K then V); the extra last page is scratch that padding rows of a graph bucket write into, so padding
 never touches a real request's KV.
 
-FlashInfer's decode runs one of three kernels (`set_decode_kernel`, env `VOXRT_DECODE_ATTENTION`):
-`cuda-cores` (its decode kernel, which in a CUDA graph always splits the KV and merges the parts with a
-second kernel while the batch leaves SMs free), `fa2-nosplit` (its FA2 prefill kernel on tensor cores, one
+A decode step runs one of four kernels (`set_decode_kernel`, env `VOXRT_DECODE_ATTENTION`;
+`make_paged_context` builds the context for the one picked):
+`cuda-cores` (FlashInfer's decode kernel, which in a CUDA graph always splits the KV and merges the parts with a
+second kernel while the batch leaves SMs free), `fa2-nosplit` (FlashInfer's FA2 prefill kernel on tensor cores, one
 pass over each sequence's KV, no merge kernel), `fa3` (its Hopper prefill kernel), or `triton`
-(runtime/kernels/paged_decode.py: ours, one program per sequence and KV head, no split). `auto` (the default)
+(`PagedDecodeAttention` on runtime/kernels/paged_decode.py: ours, one program per sequence and KV head, no
+split). `auto` (the default)
 takes, on a Hopper GPU, fa3 for a context of at most 8 rows and ours above (elsewhere cuda-cores): on the
 H200 with KV context 128 (bench/results/2026-12-03-frame-attn) fa3 made the talker step 0.10-0.14 ms shorter
 at batch 1 and 8 and 0.50 / 1.54 ms longer at 64 / 128; ours was 0.13-0.33 ms shorter than cuda-cores from 8
@@ -253,13 +255,10 @@ class FlashInferAttention(AttentionContext):
                     paged_kv_indices_buffer=torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
                     paged_kv_last_page_len_buffer=torch.zeros(max_seqs, dtype=torch.int32, device=device),
                 )
-            hopper = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
-            self.decode_kernel = resolve_decode_kernel(decode_kernel(), max_seqs, hopper)
-            if self.decode_kernel == "triton":  # our kernel reads the CSR page table from buffers of our own
-                self._csr = (torch.zeros(max_seqs + 1, dtype=torch.int32, device=device),
-                             torch.zeros(max_seqs * max_pages_per_seq, dtype=torch.int32, device=device),
-                             torch.ones(max_seqs, dtype=torch.int32, device=device))
-                return
+            self.decode_kernel = resolve_decode_kernel(decode_kernel(), max_seqs, is_hopper(device))
+            if self.decode_kernel == "triton":
+                raise ValueError("the decode kernel 'triton' is PagedDecodeAttention's, not FlashInfer's: build "
+                                 "the context with make_paged_context")
             tensor_cores = self.decode_kernel != "cuda-cores"
             if tensor_cores:
                 buffers["backend"] = "fa2" if self.decode_kernel == "fa2-nosplit" else "fa3"
@@ -279,25 +278,12 @@ class FlashInferAttention(AttentionContext):
 
     def _fill(self, seqs: Sequence[SeqSlice]) -> None:
         ps = self.kv.page_size
-        rows = list(seqs)
-        if self.pad_rows:  # graph buckets: padding sequences of one token on the scratch page
-            rows += [SeqSlice([self.kv.scratch_page], 1, 1)] * (self.max_seqs - len(rows))
-        indptr, indices, last_len, qo_indptr = [0], [], [], [0]
-        for seq in rows:
-            num_pages = -(-seq.num_total // ps)
-            indices.extend(seq.pages[:num_pages])
-            indptr.append(len(indices))
-            last_len.append(seq.num_total - (num_pages - 1) * ps)
-            qo_indptr.append(qo_indptr[-1] + seq.num_new)
+        indptr, indices, last_len, qo_indptr = csr_page_table(seqs, self.kv, self.max_seqs if self.pad_rows else 0)
         # Index arrays FlashInfer reads on the host stay on the CPU (pinned: their copies stay asynchronous);
         # the page indices go to the device first, since plan() copies CPU indices synchronously (0.6).
         def host(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.int32).pin_memory()
 
-        if self.is_decode and self.decode_kernel == "triton":
-            for buf, values in zip(self._csr, (indptr, indices, last_len)):
-                upload_into(buf, torch.tensor(values, dtype=torch.int32))
-            return
         indices_dev = upload(torch.tensor(indices, dtype=torch.int32), self.device)
         # plan() stages its schedule in one pinned buffer per wrapper and copies it to the device on the stream:
         # with the host a step ahead of the GPU (the asynchronous loop), the previous plan's copy may not have
@@ -317,10 +303,66 @@ class FlashInferAttention(AttentionContext):
         self._planned.record()
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        if self.is_decode and self.decode_kernel == "triton":
-            return paged_decode_attention(q.to(self.dtype).contiguous(), self.kv.layers[layer], *self._csr,
-                                          impl="triton")
         return self.wrapper.run(q.to(self.dtype).contiguous(), self.kv.layers[layer])
+
+
+class PagedDecodeAttention(AttentionContext):
+    """Decode steps (one new token a sequence) on our paged decode kernel (runtime/kernels/paged_decode.py).
+    The page table is FlashInfer's CSR form in one device buffer, [indptr | last page fills | page indices],
+    so a step uploads it in one copy; graph mode pads the rows as FlashInferAttention does."""
+
+    def __init__(self, kv: KVCache, max_seqs: int, max_pages_per_seq: int, device: torch.device,
+                 use_cuda_graph: bool, impl: str = "triton") -> None:
+        super().__init__(kv, max_seqs, max_seqs, device)
+        self.pad_rows = use_cuda_graph
+        self.impl = impl
+        self.dtype = kv.layers[0].dtype
+        self._table = torch.ones(2 * max_seqs + 1 + max_seqs * max_pages_per_seq, dtype=torch.int32, device=device)
+        self._table[: max_seqs + 1] = 0  # indptr: no pages until the first fill
+        self._views = (self._table[: max_seqs + 1], self._table[2 * max_seqs + 1 :],
+                       self._table[max_seqs + 1 : 2 * max_seqs + 1])  # indptr, indices, last page fills
+
+    def _fill(self, seqs: Sequence[SeqSlice]) -> None:
+        assert all(seq.num_new == 1 for seq in seqs), "a decode context takes one new token a sequence"
+        indptr, indices, last_len, _ = csr_page_table(seqs, self.kv, self.max_seqs if self.pad_rows else 0)
+        pad = self.max_seqs + 1 - len(indptr)  # fixed offsets: both head parts at full size, then the indices
+        head = indptr + [indptr[-1]] * pad + last_len + [1] * (self.max_seqs - len(last_len))
+        upload_into(self._table, torch.tensor(head + indices, dtype=torch.int32))
+
+    def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        return paged_decode_attention(q.to(self.dtype).contiguous(), self.kv.layers[layer], *self._views,
+                                      impl=self.impl)
+
+
+def csr_page_table(seqs: Sequence[SeqSlice], kv: KVCache, pad_to: int = 0) -> tuple[list, list, list, list]:
+    """FlashInfer's CSR page table of a batch: indptr, page indices, last page fills, and qo_indptr (the new
+    tokens' offsets). `pad_to`: rows up to that many padded with one-token sequences on the scratch page (a
+    graph bucket always runs its full size)."""
+    ps = kv.page_size
+    rows = list(seqs) + [SeqSlice([kv.scratch_page], 1, 1)] * max(0, pad_to - len(seqs))
+    indptr, indices, last_len, qo_indptr = [0], [], [], [0]
+    for seq in rows:
+        num_pages = -(-seq.num_total // ps)
+        indices.extend(seq.pages[:num_pages])
+        indptr.append(len(indices))
+        last_len.append(seq.num_total - (num_pages - 1) * ps)
+        qo_indptr.append(qo_indptr[-1] + seq.num_new)
+    return indptr, indices, last_len, qo_indptr
+
+
+def is_hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def make_paged_context(kv: KVCache, max_seqs: int, max_tokens: int, max_pages_per_seq: int, device: torch.device,
+                       num_q_heads: int, num_kv_heads: int, head_dim: int, is_decode: bool, use_cuda_graph: bool,
+                       workspace: torch.Tensor) -> AttentionContext:
+    """The GPU attention context of a stage: decode on the kernel the decode rule picks for its rows (ours, or
+    one of FlashInfer's), anything else FlashInfer's prefill."""
+    if is_decode and resolve_decode_kernel(decode_kernel(), max_seqs, is_hopper(device)) == "triton":
+        return PagedDecodeAttention(kv, max_seqs, max_pages_per_seq, device, use_cuda_graph)
+    return FlashInferAttention(kv, max_seqs, max_tokens, max_pages_per_seq, device, num_q_heads, num_kv_heads,
+                               head_dim, is_decode, use_cuda_graph, workspace)
 
 
 def flashinfer_available() -> bool:

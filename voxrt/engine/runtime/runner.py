@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from voxrt.engine.runtime.attention import (AttentionContext, FlashInferAttention, KVCache, SeqSlice,
-                                            SplitAttention, TorchAttention, flashinfer_available)
+from voxrt.engine.runtime.attention import (AttentionContext, KVCache, SeqSlice, SplitAttention, TorchAttention,
+                                            flashinfer_available, make_paged_context)
 from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
 from voxrt.engine.runtime.lanes import LM, Lanes
 from voxrt.engine.runtime.program import ModelProgram
@@ -238,7 +238,7 @@ class ModelRunner:
         use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
         self.use_graphs = use_graphs
         self._workspace = self._workspace2 = None
-        self._eager_ctx: dict[tuple[str, bool], FlashInferAttention] = {}
+        self._eager_ctx: dict[tuple[str, bool], AttentionContext] = {}
         if cfg.attention_backend == "flashinfer":
             self._workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=cfg.device)
             if cfg.mixed_prefill:  # a mixed step plans its decode and prefill parts before either runs
@@ -386,16 +386,16 @@ class ModelRunner:
             return TorchAttention(self.kv, num_seqs, num_tokens, max_pages if graphed else None, self.cfg.device)
         workspace = self._workspace2 if second else self._workspace
         if graphed:
-            return FlashInferAttention(self.kv, num_seqs, num_tokens, max_pages, self.cfg.device,
-                                       self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
-                                       is_decode=is_decode, use_cuda_graph=True, workspace=workspace)
+            return make_paged_context(self.kv, num_seqs, num_tokens, max_pages, self.cfg.device,
+                                      self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
+                                      is_decode=is_decode, use_cuda_graph=True, workspace=workspace)
         kind = ("decode" if is_decode else "prefill", second)
         ctx = self._eager_ctx.get(kind)  # long-lived: wrappers own pinned buffers, too costly per step
         if ctx is None or ctx.max_tokens < num_tokens or ctx.max_seqs < num_seqs:
             cap = max(num_tokens, self.cfg.max_batch_size if is_decode else 4096)
-            ctx = FlashInferAttention(self.kv, max(num_seqs, self.cfg.max_batch_size), cap, self.max_pages_per_seq,
-                                      self.cfg.device, self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
-                                      is_decode=is_decode, use_cuda_graph=False, workspace=workspace)
+            ctx = make_paged_context(self.kv, max(num_seqs, self.cfg.max_batch_size), cap, self.max_pages_per_seq,
+                                     self.cfg.device, self.geom.num_q_heads, self.geom.num_kv_heads, self.geom.head_dim,
+                                     is_decode=is_decode, use_cuda_graph=False, workspace=workspace)
             self._eager_ctx[kind] = ctx
         return ctx
 
