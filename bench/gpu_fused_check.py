@@ -30,9 +30,9 @@ import torch
 
 from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
-from voxrt.engine.runtime.attention import KVCache, SeqSlice, TorchAttention
+from voxrt.engine.runtime.attention import (DECODE_KERNELS, KVCache, SeqSlice, TorchAttention, decode_kernel,
+                                            set_decode_kernel)
 from voxrt.engine.runtime.core import EngineCore
-from voxrt.engine.runtime.attention import DECODE_KERNELS, decode_kernel, set_decode_kernel
 from voxrt.engine.runtime.kernels import (l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny,
                                           skinny_enabled)
 from voxrt.engine.runtime.sampling import SamplingTensors
@@ -132,7 +132,7 @@ def main() -> int:
     ap.add_argument("--skinny", choices=("on", "env"), default="env",
                     help="on: the tensor-core product at 5..128 rows (kernels.set_skinny; --requests >= 5 runs it)")
     ap.add_argument("--decode-attention", default="",
-                    help="comma-separated FlashInfer decode kernels (runtime/attention.py DECODE_KERNELS): the fused "
+                    help="comma-separated decode kernels (runtime/attention.py DECODE_KERNELS): the fused "
                          "path's greedy run once with each, against the reference's on the default kernel")
     args = ap.parse_args()
     set_pdl(None if args.pdl == "on" else False)  # on: VOXRT_PDL's rule (default on for sm90+)
