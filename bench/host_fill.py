@@ -8,6 +8,11 @@ call, the host side of what the decode stage does before its launch (`ModelRunne
 stage runs): the step's text and slot tensors, the sampling parameters and the attention context's `fill`
 (its per-token page index lists, then its own `_fill`: TorchAttention's page table on the CPU, FlashInfer's
 index lists and plan() on a GPU with FlashInfer). Least of --repeats means of --iters calls, wall ms.
+
+`--decode-attention triton`: the decode buffers' context is our `PagedDecodeAttention` (what a graph bucket of
+more than 8 rows runs on Hopper, attention.py's `auto`), built here on any device since only its fill is timed;
+`--graphed` pads its rows to the bucket as a graph bucket's context does. `depth_filler`: the host side of the
+depth stage's fill for the same rows (the frame's other per-step fill, programs with a code predictor).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 import torch
 
 from voxrt.engine.messages import EngineConfig, SubmitRequest
-from voxrt.engine.runtime.attention import SeqSlice
+from voxrt.engine.runtime.attention import PagedDecodeAttention, SeqSlice
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.sched.plan import DecodeItem
@@ -44,6 +49,10 @@ def main() -> None:
     ap.add_argument("--model", default="tiny-lite")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--decode-attention", choices=("runner", "triton"), default="runner",
+                    help="runner: the context the runner builds (torch on the CPU, FlashInfer on a GPU); "
+                         "triton: PagedDecodeAttention, the >8-row decode context on Hopper")
+    ap.add_argument("--graphed", action="store_true", help="with triton: rows padded as in a graph bucket")
     args = ap.parse_args()
     for batch in (int(b) for b in args.batches.split(",")):
         core = EngineCore(EngineConfig(model=args.model, device=args.device, max_batch_size=batch,
@@ -60,12 +69,30 @@ def main() -> None:
                 r.pages.extend(pool.allocate(more))
         items = [DecodeItem(r, 0, args.tokens, 0) for r in requests]
         bufs = runner._make_decode_buffers(batch, False)
+        if args.decode_attention == "triton":
+            bufs.attn = PagedDecodeAttention(runner.kv, batch, runner.max_pages_per_seq, runner.cfg.device,
+                                             use_cuda_graph=args.graphed)
         fill = runner.decode_filler(items)
         parts = {"decode_filler": lambda: fill(bufs, batch)}
         seqs = [SeqSlice(i.request.pages, 1, i.position + 1) for i in items]
         parts["attn.fill"] = lambda: bufs.attn.fill(seqs)
         parts["attn._fill"] = lambda: bufs.attn._fill(seqs)  # the context's own part of attn.fill
-        parts["sampling"] = lambda: bufs.sampling.fill_from_params([r.params for r in requests], pad_to=batch)
+        if hasattr(bufs, "sampling"):  # trees before the sampling parameters moved to per-slot rows
+            parts["sampling"] = lambda: bufs.sampling.fill_from_params([r.params for r in requests], pad_to=batch)
+        if runner.program.has_depth:
+            depth_bufs = runner._make_depth_buffers(batch, False)
+            hidden, code0 = depth_bufs.hidden.clone(), depth_bufs.code0.clone()
+            slots = torch.tensor([r.slot for r in requests], dtype=torch.int64, device=runner.cfg.device)
+            if hasattr(runner, "depth_filler"):
+                fill_depth = runner.depth_filler(slots, hidden, code0)
+            else:  # the trees before: launch_lm's fill_depth, inline
+                params = [r.params for r in requests]
+
+                def fill_depth(b, size):
+                    b.hidden[:batch].copy_(hidden)
+                    b.code0[:batch].copy_(code0)
+                    b.sampling.fill_from_params(params, pad_to=size)
+            parts["depth_filler"] = lambda: fill_depth(depth_bufs, batch)
         with torch.inference_mode():
             row = {name: timed_ms(fn, args.iters, args.repeats) for name, fn in parts.items()}
         print(f"batch {batch:4d}, {len(requests[0].pages)} pages each ({type(bufs.attn).__name__}): "
