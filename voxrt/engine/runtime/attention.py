@@ -30,8 +30,10 @@ import abc
 import math
 import os
 from dataclasses import dataclass
+from itertools import chain
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention
@@ -79,6 +81,47 @@ class SeqSlice:
     num_total: int
 
 
+class HostStaging:
+    """Pinned host memory for one owner's uploads (a context's indices, a stage's ids), allocated once at
+    capacity and written with numpy, so a step's upload is one `copy_(non_blocking=True)` instead of a
+    `torch.tensor(list).pin_memory()` per array (each a round trip through torch's caching host allocator).
+
+    A ring of `depth` buffers: the host writes step N+1's values while step N's copy may still wait on the
+    stream (the loop runs a step ahead of the GPU), so a buffer is reused only once the event recorded after
+    its last copy has fired (with two, that copy was queued a whole use earlier: it has run unless the GPU is
+    two steps behind). On the CPU copies are synchronous: no pinning, no events."""
+
+    def __init__(self, num_elements: int, dtype: torch.dtype, device: torch.device, depth: int = 2) -> None:
+        self.num_elements, self.dtype, self.device = num_elements, dtype, device
+        self._is_cuda = device.type == "cuda"
+        self._host: list[torch.Tensor | None] = [None] * depth  # allocated on first use
+        self._arrays: list[np.ndarray | None] = [None] * depth
+        self._copied: list = [None] * depth  # the event after each buffer's last copy
+        self._next = 0
+
+    def take(self) -> np.ndarray:
+        """The next buffer of the ring as a numpy array (flat, `num_elements`), free to write."""
+        i = self._next
+        if self._host[i] is None:
+            self._host[i] = torch.empty(self.num_elements, dtype=self.dtype, pin_memory=self._is_cuda)
+            self._arrays[i] = self._host[i].numpy()
+        elif self._copied[i] is not None:
+            self._copied[i].synchronize()  # returns at once unless the GPU is two uses behind
+        return self._arrays[i]
+
+    def upload(self, dst: torch.Tensor, num_elements: int | None = None) -> None:
+        """Copies the first `num_elements` (default: `dst.numel()`) of the buffer `take()` returned into the
+        contiguous `dst`'s first elements, queued on the current stream; the next `take()` moves on."""
+        i = self._next
+        n = dst.numel() if num_elements is None else num_elements
+        dst.view(-1)[:n].copy_(self._host[i][:n], non_blocking=True)
+        if self._is_cuda:
+            event = torch.cuda.Event()
+            event.record()
+            self._copied[i] = event
+        self._next = (i + 1) % len(self._host)
+
+
 class KVCache:
     def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int, head_dim: int,
                  device: torch.device, dtype: torch.dtype) -> None:
@@ -108,28 +151,23 @@ class AttentionContext(abc.ABC):
         self.max_seqs = max_seqs
         self.max_tokens = max_tokens
         self.device = device
-        self.page_idx = torch.full((max_tokens,), kv.scratch_page, dtype=torch.int64, device=device)
-        self.page_off = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        # [page index, offset in the page, position] of each token, in one buffer so a step uploads it once
+        self._token_index = torch.zeros(3, max_tokens, dtype=torch.int64, device=device)
+        self._token_index[0] = kv.scratch_page
+        self.page_idx, self.page_off, self.positions = self._token_index.unbind(0)
+        self._staging = None  # HostStaging, on the first fill (a SplitAttention is never filled)
 
     def fill(self, seqs: Sequence[SeqSlice]) -> None:
-        ps = self.kv.page_size
+        """Page index, offset and position of every new token (rows past them: the scratch page, 0, 0),
+        uploaded in one copy, then the backend's own `_fill`."""
+        if self._staging is None:
+            self._staging = HostStaging(3 * self.max_tokens, torch.int64, self.device)
         assert len(seqs) <= self.max_seqs, (len(seqs), self.max_seqs)
-        page_idx, page_off, positions = [], [], []
-        for seq in seqs:
-            for pos in range(seq.num_total - seq.num_new, seq.num_total):
-                page_idx.append(seq.pages[pos // ps])
-                page_off.append(pos % ps)
-                positions.append(pos)
-        assert len(positions) <= self.max_tokens, (len(positions), self.max_tokens)
-        pad = self.max_tokens - len(positions)
-        page_idx += [self.kv.scratch_page] * pad
-        page_off += [0] * pad
-        positions += [0] * pad
-        host = torch.tensor([page_idx, page_off, positions], dtype=torch.int64)
-        upload_into(self.page_idx, host[0])
-        upload_into(self.page_off, host[1])
-        upload_into(self.positions, host[2])
+        host = self._staging.take().reshape(3, self.max_tokens)
+        n = _token_index(seqs, self.kv.page_size, host)
+        host[0, n:] = self.kv.scratch_page
+        host[1:, n:] = 0
+        self._staging.upload(self._token_index)
         self._fill(seqs)
 
     @abc.abstractmethod
@@ -321,13 +359,33 @@ class PagedDecodeAttention(AttentionContext):
         self._table[: max_seqs + 1] = 0  # indptr: no pages until the first fill
         self._views = (self._table[: max_seqs + 1], self._table[2 * max_seqs + 1 :],
                        self._table[max_seqs + 1 : 2 * max_seqs + 1])  # indptr, indices, last page fills
+        self._table_staging = None  # HostStaging, on the first fill
 
     def _fill(self, seqs: Sequence[SeqSlice]) -> None:
+        """The CSR table built with numpy in the staging buffer: [indptr (max_seqs + 1) | last page fills
+        (max_seqs) | page indices]; graph mode pads rows to max_seqs with one token on the scratch page, eager
+        mode repeats the last indptr and fills 1 past the batch; only the used prefix is uploaded."""
         assert all(seq.num_new == 1 for seq in seqs), "a decode context takes one new token a sequence"
-        indptr, indices, last_len, _ = csr_page_table(seqs, self.kv, self.max_seqs if self.pad_rows else 0)
-        pad = self.max_seqs + 1 - len(indptr)  # fixed offsets: both head parts at full size, then the indices
-        head = indptr + [indptr[-1]] * pad + last_len + [1] * (self.max_seqs - len(last_len))
-        upload_into(self._table, torch.tensor(head + indices, dtype=torch.int32))
+        if self._table_staging is None:
+            self._table_staging = HostStaging(self._table.numel(), torch.int32, self.device)
+        ms, ps, n = self.max_seqs, self.kv.page_size, len(seqs)
+        host = self._table_staging.take()
+        num_total = np.fromiter((seq.num_total for seq in seqs), dtype=np.int64, count=n)
+        num_pages = (num_total + ps - 1) // ps
+        rows = ms if self.pad_rows else n  # padding rows: one page (the scratch page), one token
+        indptr, last_len = host[: ms + 1], host[ms + 1 : 2 * ms + 1]
+        indptr[0] = 0
+        np.cumsum(num_pages, out=indptr[1 : n + 1])
+        indptr[n + 1 : rows + 1] = indptr[n] + np.arange(1, rows - n + 1)
+        indptr[rows + 1 :] = indptr[rows]
+        last_len[:n] = num_total - (num_pages - 1) * ps
+        last_len[n:] = 1
+        num_real = int(indptr[n])
+        indices = host[2 * ms + 1 : 2 * ms + 1 + int(indptr[rows])]
+        indices[:num_real] = np.fromiter(chain.from_iterable(seq.pages[:k] for seq, k in zip(seqs, num_pages.tolist())),
+                                         dtype=np.int32, count=num_real)
+        indices[num_real:] = self.kv.scratch_page
+        self._table_staging.upload(self._table, 2 * ms + 1 + len(indices))
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         return paged_decode_attention(q.to(self.dtype).contiguous(), self.kv.layers[layer], *self._views,
@@ -348,6 +406,31 @@ def csr_page_table(seqs: Sequence[SeqSlice], kv: KVCache, pad_to: int = 0) -> tu
         last_len.append(seq.num_total - (num_pages - 1) * ps)
         qo_indptr.append(qo_indptr[-1] + seq.num_new)
     return indptr, indices, last_len, qo_indptr
+
+
+def _token_index(seqs: Sequence[SeqSlice], page_size: int, out: np.ndarray) -> int:
+    """Writes [page index, offset, position] of every new token of `seqs` into `out[:, :n]` ([3, >= n]) and
+    returns n. A decode batch (one new token a sequence, the step at saturation) by numpy over the rows; a
+    prefill's tokens one by one."""
+    n = len(seqs)
+    if all(seq.num_new == 1 for seq in seqs):
+        assert n <= out.shape[1], (n, out.shape[1])
+        positions = np.fromiter((seq.num_total for seq in seqs), dtype=np.int64, count=n) - 1
+        out[2, :n] = positions
+        out[1, :n] = positions % page_size
+        out[0, :n] = np.fromiter((seq.pages[(seq.num_total - 1) // page_size] for seq in seqs), dtype=np.int64,
+                                 count=n)
+        return n
+    page_idx, page_off, positions = [], [], []
+    for seq in seqs:
+        for pos in range(seq.num_total - seq.num_new, seq.num_total):
+            page_idx.append(seq.pages[pos // page_size])
+            page_off.append(pos % page_size)
+            positions.append(pos)
+    n = len(positions)
+    assert n <= out.shape[1], (n, out.shape[1])
+    out[0, :n], out[1, :n], out[2, :n] = page_idx, page_off, positions
+    return n
 
 
 def is_hopper(device: torch.device) -> bool:
