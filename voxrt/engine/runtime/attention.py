@@ -31,7 +31,7 @@ import math
 import os
 from dataclasses import dataclass
 from itertools import chain
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -71,10 +71,10 @@ def resolve_decode_kernel(kernel: str, rows: int, hopper: bool) -> str:
     return "fa3" if rows <= AUTO_FA3_MAX_ROWS else "triton"
 
 
-@dataclass(frozen=True)
-class SeqSlice:
+class SeqSlice(NamedTuple):
     """One sequence of an attention batch (host side): its pages, and how many of its tokens are new
-    (their K/V are written this step) out of the total after the step."""
+    (their K/V are written this step) out of the total after the step. A named tuple: immutable like the
+    frozen dataclass it was, built in half its time (one per row a step: 0.6 against 1.4 us on the dev VM)."""
 
     pages: Sequence[int]
     num_new: int
@@ -156,6 +156,7 @@ class AttentionContext(abc.ABC):
         self._token_index[0] = kv.scratch_page
         self.page_idx, self.page_off, self.positions = self._token_index.unbind(0)
         self._staging = None  # HostStaging, on the first fill (a SplitAttention is never filled)
+        self._num_total = None  # the step's sequence lengths [S] when each has one new token (a decode step)
 
     def fill(self, seqs: Sequence[SeqSlice]) -> None:
         """Page index, offset and position of every new token (rows past them: the scratch page, 0, 0),
@@ -164,7 +165,7 @@ class AttentionContext(abc.ABC):
             self._staging = HostStaging(3 * self.max_tokens, torch.int64, self.device)
         assert len(seqs) <= self.max_seqs, (len(seqs), self.max_seqs)
         host = self._staging.take().reshape(3, self.max_tokens)
-        n = _token_index(seqs, self.kv.page_size, host)
+        n, self._num_total = _token_index(seqs, self.kv.page_size, host)
         host[0, n:] = self.kv.scratch_page
         host[1:, n:] = 0
         self._staging.upload(self._token_index)
@@ -365,12 +366,12 @@ class PagedDecodeAttention(AttentionContext):
         """The CSR table built with numpy in the staging buffer: [indptr (max_seqs + 1) | last page fills
         (max_seqs) | page indices]; graph mode pads rows to max_seqs with one token on the scratch page, eager
         mode repeats the last indptr and fills 1 past the batch; only the used prefix is uploaded."""
-        assert all(seq.num_new == 1 for seq in seqs), "a decode context takes one new token a sequence"
+        num_total = self._num_total  # fill's, from the same rows
+        assert num_total is not None, "a decode context takes one new token a sequence"
         if self._table_staging is None:
             self._table_staging = HostStaging(self._table.numel(), torch.int32, self.device)
         ms, ps, n = self.max_seqs, self.kv.page_size, len(seqs)
         host = self._table_staging.take()
-        num_total = np.fromiter((seq.num_total for seq in seqs), dtype=np.int64, count=n)
         num_pages = (num_total + ps - 1) // ps
         rows = ms if self.pad_rows else n  # padding rows: one page (the scratch page), one token
         indptr, last_len = host[: ms + 1], host[ms + 1 : 2 * ms + 1]
@@ -408,19 +409,20 @@ def csr_page_table(seqs: Sequence[SeqSlice], kv: KVCache, pad_to: int = 0) -> tu
     return indptr, indices, last_len, qo_indptr
 
 
-def _token_index(seqs: Sequence[SeqSlice], page_size: int, out: np.ndarray) -> int:
-    """Writes [page index, offset, position] of every new token of `seqs` into `out[:, :n]` ([3, >= n]) and
-    returns n. A decode batch (one new token a sequence, the step at saturation) by numpy over the rows; a
-    prefill's tokens one by one."""
+def _token_index(seqs: Sequence[SeqSlice], page_size: int, out: np.ndarray) -> tuple[int, np.ndarray | None]:
+    """Writes [page index, offset, position] of every new token of `seqs` into `out[:, :n]` ([3, >= n]);
+    returns n, and the sequences' lengths when each has one new token (else None). A decode batch (the step at
+    saturation) by numpy over the rows; a prefill's tokens one by one."""
     n = len(seqs)
     if all(seq.num_new == 1 for seq in seqs):
         assert n <= out.shape[1], (n, out.shape[1])
-        positions = np.fromiter((seq.num_total for seq in seqs), dtype=np.int64, count=n) - 1
+        num_total = np.fromiter((seq.num_total for seq in seqs), dtype=np.int64, count=n)
+        positions = num_total - 1
         out[2, :n] = positions
         out[1, :n] = positions % page_size
         out[0, :n] = np.fromiter((seq.pages[(seq.num_total - 1) // page_size] for seq in seqs), dtype=np.int64,
                                  count=n)
-        return n
+        return n, num_total
     page_idx, page_off, positions = [], [], []
     for seq in seqs:
         for pos in range(seq.num_total - seq.num_new, seq.num_total):
@@ -430,7 +432,7 @@ def _token_index(seqs: Sequence[SeqSlice], page_size: int, out: np.ndarray) -> i
     n = len(positions)
     assert n <= out.shape[1], (n, out.shape[1])
     out[0, :n], out[1, :n], out[2, :n] = page_idx, page_off, positions
-    return n
+    return n, None
 
 
 def is_hopper(device: torch.device) -> bool:
