@@ -9,8 +9,8 @@ Stages: prefill (prompts padded to a length bucket), decode (LM step + code 0 sa
 batch and short prompts in one LM pass, when `RunnerConfig.mixed_prefill`), depth (code predictor) and codec
 (streaming decode of chunks). They are `GraphedStage`s: CUDA graphs per batch-size bucket on the GPU, the
 same bodies eagerly on the CPU. Per-request device state (codec caches,
-the repetition history of code 0) lives in rows indexed by the request's slot; the last row is scratch
-for padding rows.
+the repetition history of code 0, the sampling parameters) lives in rows indexed by the request's slot; the
+last row is scratch for padding rows.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from voxrt.engine.runtime.attention import (AttentionContext, KVCache, SeqSlice, SplitAttention, TorchAttention,
-                                            flashinfer_available, make_paged_context)
+from voxrt.engine.runtime.attention import (AttentionContext, HostStaging, KVCache, SeqSlice, SplitAttention,
+                                            TorchAttention, flashinfer_available, make_paged_context)
 from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
 from voxrt.engine.runtime.lanes import LM, Lanes
 from voxrt.engine.runtime.program import ModelProgram
-from voxrt.engine.runtime.sampling import SamplingTensors
+from voxrt.engine.runtime.sampling import SamplingTensors, SlotSampling
 from voxrt.engine.runtime.transfer import upload, upload_into
 from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, DecodeItem, StepPlan, codec_sizes
 
@@ -142,10 +142,11 @@ def resolve_backend(requested: str, device: torch.device) -> str:
 
 @dataclass
 class DecodeBuffers:
-    text_ids: torch.Tensor  # [b]
-    slots: torch.Tensor  # [b]; the codec-track input is the slot's last frame (`ModelRunner.last_codes`)
-    sampling: SamplingTensors
-    attn: AttentionContext
+    ids: torch.Tensor  # [2, b]: text ids, slots (one upload a step, through `staging`)
+    text_ids: torch.Tensor  # [b] ids[0]
+    slots: torch.Tensor  # [b] ids[1]; the codec-track input is the slot's last frame (`ModelRunner.last_codes`)
+    staging: HostStaging  # pinned host buffers for `ids`
+    attn: AttentionContext  # (sampling parameters: the slots' rows of `ModelRunner.slot_sampling`)
     hidden: torch.Tensor  # [b, H] out
     code0: torch.Tensor  # [b] out (the code of LM sub-step `sub`)
     sub: torch.Tensor  # [b] the LM sub-step of the frame (ModelProgram.lm_tokens_per_frame; 0 with one a frame)
@@ -184,7 +185,7 @@ class MixedBuffers:
 class DepthBuffers:
     hidden: torch.Tensor  # [b, H]
     code0: torch.Tensor  # [b]
-    sampling: SamplingTensors
+    slots: torch.Tensor  # [b]: the rows' sampling parameters (`ModelRunner.slot_sampling`)
     codes: torch.Tensor  # [b, K] out
 
 
@@ -230,6 +231,9 @@ class ModelRunner:
         self._text_pad_id = program.spec.text_pad_id
         self.codec_state = program.new_codec_state(cfg.num_slots + 1, cfg.device, cfg.dtype)
         self.history = torch.zeros(cfg.num_slots + 1, program.code0_vocab_size, dtype=torch.bool, device=cfg.device)
+        # each slot's sampling parameters: written by the stage that prefills the slot's request, read by its
+        # decode and depth steps through their slots tensor (sampling.py SlotSampling)
+        self.slot_sampling = SlotSampling(cfg.num_slots + 1, cfg.device)
         # each slot's last frame: written by the step that made it, read by the slot's next decode step
         self.last_codes = torch.zeros(cfg.num_slots + 1, program.num_codebooks, dtype=torch.int64, device=cfg.device)
         self._last_lm_event = None  # the newest LM launch's event: a launch on another stream waits for it
@@ -324,7 +328,7 @@ class ModelRunner:
                 self.lanes.set_mode(mode)
                 lm_stream = self.lanes.stream(LM)
                 with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
-                    self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], [], []),
+                    self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], []),
                                               lm_stream)
                     if self.program.has_depth:
                         self.depth_stage.capture(lambda b: None, lm_stream)
@@ -403,10 +407,11 @@ class ModelRunner:
 
     def _make_decode_buffers(self, b: int, graphed: bool) -> DecodeBuffers:
         dev = self.cfg.device
+        ids = torch.zeros(2, b, dtype=torch.int64, device=dev)
+        ids[1] = self.scratch_slot
+        text_ids, slots = ids.unbind(0)
         return DecodeBuffers(
-            text_ids=torch.zeros(b, dtype=torch.int64, device=dev),
-            slots=torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev),
-            sampling=SamplingTensors.empty(b, dev),
+            ids=ids, text_ids=text_ids, slots=slots, staging=HostStaging(2 * b, torch.int64, dev),
             attn=self._attention(b, b, True, graphed),
             hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
             code0=torch.zeros(b, dtype=torch.int64, device=dev),
@@ -417,7 +422,7 @@ class ModelRunner:
         p = self.program
         x = p.embed_substep(bufs.text_ids, self.last_codes[bufs.slots], bufs.sub)
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)
-        code0 = p.sample_code(hidden, bufs.sampling, self.history[bufs.slots], bufs.sub)
+        code0 = p.sample_code(hidden, self.slot_sampling.gather(bufs.slots), self.history[bufs.slots], bufs.sub)
         self._mark_history(bufs.slots, code0)
         bufs.hidden.copy_(hidden)
         bufs.code0.copy_(code0)
@@ -443,6 +448,7 @@ class ModelRunner:
         hidden = p.lm_forward(x, bufs.attn.positions[: x.shape[0]], bufs.attn)[bufs.last]
         self.history.index_fill_(0, bufs.slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, bufs.slots)
+        self.slot_sampling.scatter(bufs.slots, bufs.sampling)  # its decode steps read them there
         code0 = p.sample_code(hidden, bufs.sampling, self.history[bufs.slots], self._zero_sub[: hidden.shape[0]])
         self._mark_history(bufs.slots, code0)
         bufs.hidden.copy_(hidden)
@@ -464,8 +470,9 @@ class ModelRunner:
         dec_hidden, pre_hidden = hidden[:b], hidden[b:][q.last]
         self.history.index_fill_(0, q.slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, q.slots)
-        for part, h in ((d, dec_hidden), (q, pre_hidden)):
-            code0 = p.sample_code(h, part.sampling, self.history[part.slots], self._zero_sub[: h.shape[0]])
+        self.slot_sampling.scatter(q.slots, q.sampling)
+        for part, h, sampling in ((d, dec_hidden, self.slot_sampling.gather(d.slots)), (q, pre_hidden, q.sampling)):
+            code0 = p.sample_code(h, sampling, self.history[part.slots], self._zero_sub[: h.shape[0]])
             self._mark_history(part.slots, code0)
             part.hidden.copy_(h)
             part.code0.copy_(code0)
@@ -506,11 +513,25 @@ class ModelRunner:
         dev = self.cfg.device
         return DepthBuffers(hidden=torch.zeros(b, self.geom.hidden_size, dtype=self.cfg.dtype, device=dev),
                             code0=torch.zeros(b, dtype=torch.int64, device=dev),
-                            sampling=SamplingTensors.empty(b, dev),
+                            slots=torch.full((b,), self.scratch_slot, dtype=torch.int64, device=dev),
                             codes=torch.zeros(b, self.program.num_codebooks, dtype=torch.int64, device=dev))
 
     def _depth_body(self, bufs: DepthBuffers) -> None:
-        bufs.codes.copy_(self.program.generate_depth(bufs.hidden, bufs.code0, bufs.sampling))
+        sampling = self.slot_sampling.gather(bufs.slots)
+        bufs.codes.copy_(self.program.generate_depth(bufs.hidden, bufs.code0, sampling))
+
+    def depth_filler(self, slots: torch.Tensor, hidden: torch.Tensor, code0: torch.Tensor):
+        """The fill function of the depth stage for rows of these device slots, hidden states and codes 0 (no
+        upload: padding rows take the scratch slot on the device)."""
+        n = hidden.shape[0]
+
+        def fill(b: DepthBuffers, size: int) -> None:
+            b.hidden[:n].copy_(hidden)
+            b.code0[:n].copy_(code0)
+            b.slots[:n].copy_(slots)
+            if size > n:
+                b.slots[n:].fill_(self.scratch_slot)
+        return fill
 
     def _make_codec_buffers(self, b: int, frames: int) -> CodecBuffers:
         dev = self.cfg.device
@@ -541,8 +562,8 @@ class ModelRunner:
                 if timing:
                     launch.start_event = torch.cuda.Event(enable_timing=True)
                     launch.start_event.record()
-            codes = self._lm_codes(plan)
             slots = upload(torch.tensor([r.slot for r in plan.lm_requests], dtype=torch.int64), self.cfg.device)
+            codes = self._lm_codes(plan, slots)
             self.last_codes.index_copy_(0, slots, codes)
             if is_cuda:
                 launch.codes = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=True)
@@ -554,8 +575,9 @@ class ModelRunner:
                 launch.codes = codes.clone()
         return launch
 
-    def _lm_codes(self, plan: StepPlan) -> torch.Tensor:
-        """[n, K] device codes of the plan's LM requests (prefill, code 0, depth), queued on the current stream."""
+    def _lm_codes(self, plan: StepPlan, slots: torch.Tensor) -> torch.Tensor:
+        """[n, K] device codes of the plan's LM requests (prefill, code 0, depth), queued on the current stream;
+        `slots` [n]: theirs, on the device."""
         hidden_parts, code0_parts = [], []
         mixed = self._mixed_stage_for(plan)
         if mixed is not None:  # prompts and decodes in one pass; rows come back in the plan's order
@@ -574,26 +596,18 @@ class ModelRunner:
         hidden = torch.cat(hidden_parts) if len(hidden_parts) > 1 else hidden_parts[0]
         code0 = torch.cat(code0_parts) if len(code0_parts) > 1 else code0_parts[0]
         if self.tokens_per_frame > 1:
-            return self._frame_substeps(plan, code0)
+            return self._frame_substeps(plan, code0, slots)
         if not self.program.has_depth:
             return code0[:, None]
-        params = [r.params for r in plan.lm_requests]
-        n = len(params)
+        n = len(plan.lm_requests)
+        return self.depth_stage.run(n, self.depth_filler(slots, hidden, code0)).codes[:n]
 
-        def fill_depth(b: DepthBuffers, size: int) -> None:
-            b.hidden[:n].copy_(hidden)
-            b.code0[:n].copy_(code0)
-            b.sampling.fill_from_params(params, pad_to=size)
-
-        return self.depth_stage.run(n, fill_depth).codes[:n]
-
-    def _frame_substeps(self, plan: StepPlan, code0: torch.Tensor) -> torch.Tensor:
+    def _frame_substeps(self, plan: StepPlan, code0: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """The rest of the frame for a program of several LM tokens a frame (no depth stage): sub-step j of
         every LM request of the plan is one more decode-stage pass, at the position after sub-step j - 1's, its
         input the code sub-step j - 1 wrote into the slot's frame row (`last_codes`). A prompt's sub-step 0 is
         its prefill (positions 0 .. P - 1), so its sub-step j sits at P + j - 1; a decode's sub-step j at its
         item's position + j. The scheduler booked these positions (ProgramSpec.lm_tokens_per_frame)."""
-        slots = upload(torch.tensor([r.slot for r in plan.lm_requests], dtype=torch.int64), self.cfg.device)
         self.last_codes[:, 0].index_copy_(0, slots, code0)
         n = len(plan.lm_requests)
         requests = list(plan.prefill) + [item.request for item in plan.decode]
@@ -601,7 +615,7 @@ class ModelRunner:
         pad = self._text_pad_id
         for sub in range(1, self.tokens_per_frame):
             def fill(b: DecodeBuffers, size: int, sub=sub) -> None:
-                self._fill_decode(b, size, [pad] * n, [r.slot for r in requests], [r.params for r in requests],
+                self._fill_decode(b, size, [pad] * n, [r.slot for r in requests],
                                   [SeqSlice(r.pages, 1, pos + sub + 1) for r, pos in zip(requests, base)], sub=sub)
             bufs = self.decode_stage.run(n, fill)
             self.last_codes[:, sub].index_copy_(0, slots, bufs.code0[:n])
@@ -662,6 +676,7 @@ class ModelRunner:
         self.history.index_fill_(0, slots, False)  # a new owner of the slot starts clean
         p.reset_codec_slots(self.codec_state, slots)
         sampling = SamplingTensors.from_params([r.params for r in requests], dev)
+        self.slot_sampling.scatter(slots, sampling)  # its decode steps read them there
         code0 = p.sample_code(hidden, sampling, self.history[slots], self._zero_sub[: hidden.shape[0]])
         self._mark_history(slots, code0)
         return hidden, code0
@@ -673,19 +688,23 @@ class ModelRunner:
         """The fill function of the decode stage for these items (also used by the benchmarks)."""
         def fill(b: DecodeBuffers, size: int) -> None:
             self._fill_decode(b, size, [i.text_id for i in items], [i.request.slot for i in items],
-                              [i.request.params for i in items],
                               [SeqSlice(i.request.pages, 1, i.position + 1) for i in items])
         return fill
 
     def _fill_decode(self, b: DecodeBuffers, size: int, text_ids: Sequence[int], slots: Sequence[int],
-                     params: Sequence, seqs: Sequence[SeqSlice], sub: int = 0) -> None:
+                     seqs: Sequence[SeqSlice], sub: int = 0) -> None:
+        """Text ids and slots (padding rows: 0 and the scratch slot) in one upload, then the attention
+        context's fill; the sampling parameters are already on the device, in the slots' rows."""
         n = len(text_ids)
-        pad = size - n
-        upload_into(b.text_ids, torch.tensor(list(text_ids) + [0] * pad, dtype=torch.int64))
-        upload_into(b.slots, torch.tensor(list(slots) + [self.scratch_slot] * pad, dtype=torch.int64))
+        assert size == b.ids.shape[1], (size, b.ids.shape)
+        host = b.staging.take().reshape(2, size)
+        host[0, :n] = text_ids
+        host[0, n:] = 0
+        host[1, :n] = slots
+        host[1, n:] = self.scratch_slot
+        b.staging.upload(b.ids)
         if self.tokens_per_frame > 1:  # one LM token a frame: always sub-step 0, never uploaded
             b.sub.fill_(sub)
-        b.sampling.fill_from_params(params, pad_to=size)
         b.attn.fill(seqs)
 
     def run_codec(self, jobs: Sequence[CodecJob]) -> list[np.ndarray]:
