@@ -27,8 +27,11 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    "128 on a GPU, 64 on the CPU; on the H200 at 80 req/s of LibriTTS, 64 held 54.7%% of requests "
                    "within the SLO and 128 held 100%%: bench/results/2026-12-02-knee-codec)")
     p.add_argument("--max-live-requests", type=int, default=None, help="requests admitted at once, between "
-                   "--max-batch-size and twice it (default: twice with the deadline policy, else --max-batch-size); a step decodes at most --max-batch-size of "
+                   "--max-batch-size and --codec-slots (default: twice with the deadline policy, else --max-batch-size); a step decodes at most --max-batch-size of "
                    "them, so requests whose streamed text arrives slower than the LM reads it do not fill the batch")
+    p.add_argument("--codec-slots", type=int, default=None, help="rows of the codec's streaming state: a request "
+                   "holds one from admission until its last chunk is decoded (default: 8 x --max-batch-size; with "
+                   "2 x, admission waited for slots at 104 req/s on the H200 while the batch had room)")
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--num-pages", type=int, default=None, help="KV pages (default: sized from memory)")
     p.add_argument("--page-size", type=int, default=16)
@@ -154,7 +157,7 @@ def _engine_config(args: argparse.Namespace):
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         async_lm={"auto": None, "async": True, "sync": False}[args.lm_loop],
-                        max_live_requests=args.max_live_requests,
+                        max_live_requests=args.max_live_requests, codec_slots=args.codec_slots,
                         standin_speed=args.standin_speed)
 
 

@@ -335,9 +335,27 @@ def test_the_lm_loop_defaults_to_synchronous_on_the_cpu_and_the_live_cap_is_chec
     assert core.scheduler.config.max_live_requests == 8  # the base policy's default: one batch
     assert make_core(scheduler_type="deadline").scheduler.config.max_live_requests == 16  # two: its default
     assert make_core(async_lm=True).async_lm is True
-    for bad in (7, 17):
+    for bad in (7, 65):  # under a batch, or over the codec slots (8 x max_batch_size by default)
         with pytest.raises(InvalidParamsError, match="max_live_requests"):
             make_core(max_live_requests=bad)
+    with pytest.raises(InvalidParamsError, match="max_live_requests"):
+        make_core(max_live_requests=17, codec_slots=16)
+    with pytest.raises(InvalidParamsError, match="codec_slots"):
+        make_core(codec_slots=0)
+
+
+def test_codec_slots_default_to_8_per_batch_row_and_can_be_set():
+    """Draining requests (generation over, chunks still to decode) keep their codec slot, so the slots are
+    sized apart from the live cap: 8 per batch row unless set."""
+    core = make_core()
+    assert core.stats().num_slots_total == 64 == core.scheduler.slots.num_slots
+    assert {t.shape[0] for t in core.runner.codec_state.values()} == {65}  # one scratch row past the slots
+    core = make_core(codec_slots=20, scheduler_type="deadline")
+    assert core.stats().num_slots_total == 20
+    reqs = [submit(core, f"r{i}", OTHERS[i % len(OTHERS)]) for i in range(3)]
+    drain(core)
+    assert all(r.state is RequestState.FINISHED for r in reqs)
+    assert_pools_empty(core)
 
 
 def test_more_live_requests_than_a_batch_each_get_their_frames():

@@ -32,10 +32,14 @@ class EngineConfig:
     page_size: int = 16  # tokens per KV page
     num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)
     max_batch_size: int = 64  # requests decoded in one step
-    # requests admitted at once (running, or starved of streamed text), up to 2 x max_batch_size (the codec
-    # slots); each step decodes at most max_batch_size of them. None: the policy's default (the deadline
-    # policy, which decodes the least slack first: 2 x max_batch_size; the others: max_batch_size)
+    # requests admitted at once (running, or starved of streamed text), up to codec_slots; each step decodes at
+    # most max_batch_size of them. None: the policy's default (the deadline policy, which decodes the least
+    # slack first: 2 x max_batch_size; the others: max_batch_size)
     max_live_requests: int | None = None
+    # rows of the codec's streaming state: a request holds one from admission until its last chunk is decoded
+    # (after its generation ends, while its later chunks wait for the codec). None: 8 x max_batch_size
+    # (sched/pages.py, SLOTS_PER_BATCH_ROW: why).
+    codec_slots: int | None = None
     max_codec_batch: int = 16  # audio chunks decoded in one codec launch (larger groups are split)
     max_seq_len: int = 4096  # tokens of KV per request (prompt + frames)
     max_prefill_tokens: int = 4096  # prompt tokens admitted in one step

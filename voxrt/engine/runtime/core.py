@@ -34,7 +34,7 @@ from voxrt.engine.runtime.runner import ModelRunner, RunnerConfig, resolve_backe
 from voxrt.engine.runtime.trace import Tracer
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.load import least_slack_ms
-from voxrt.engine.sched.pages import PagePool, SlotPool
+from voxrt.engine.sched.pages import PagePool, SlotPool, default_num_slots
 from voxrt.engine.sched.plan import URGENT, CodecJob
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, Request
@@ -91,12 +91,15 @@ class EngineCore:
         backend = resolve_backend(config.attention_backend, device)
         geom = program.lm_geometry
         page_bytes = bytes_per_page(geom.num_layers, config.page_size, geom.num_kv_heads, geom.head_dim, dtype)
-        num_slots = 2 * config.max_batch_size  # draining requests keep their codec slot
+        # draining requests (generation over, chunks still to decode) keep their codec slot
+        if config.codec_slots is not None and config.codec_slots < 1:
+            raise InvalidParamsError(f"codec_slots must be >= 1, got {config.codec_slots}")
+        num_slots = config.codec_slots or default_num_slots(config.max_batch_size)
         policy = policy_class(config.scheduler_type)  # an unknown name fails before any GPU work
         max_live = config.max_live_requests or policy.default_live_per_batch * config.max_batch_size
         if not config.max_batch_size <= max_live <= num_slots:
             raise InvalidParamsError(f"max_live_requests must be between max_batch_size ({config.max_batch_size}) "
-                                     f"and 2 x max_batch_size ({num_slots}, the codec slots), got {max_live}")
+                                     f"and the codec slots ({num_slots}), got {max_live}")
         self.async_lm = device.type == "cuda" if config.async_lm is None else config.async_lm
         num_pages = config.num_pages or self._default_num_pages(config, device, page_bytes, max_live)
         cost_overrides = dict(config.costs)

@@ -81,6 +81,19 @@ class PagePool:
                 raise PoolError(f"refcounts differ from owners for pages {diff[:10]}")
 
 
+# Codec slots per request a step can decode (`default_num_slots`). A slot is a row of the codec's streaming state
+# (~2 MB for Qwen3-TTS's codec); a request holds it from admission until its LAST chunk is decoded, so requests
+# whose generation is over but whose later chunks wait for the background lane (decoded by deadline, seconds
+# ahead of playback) keep theirs. With 2 per batch row (256 at batch 128) the slots ran out at 104 req/s on the
+# H200 and admission waited for background launches to return them while the batch had room (decode batch p50
+# 76 of 128, 180 requests waiting: bench/results/2026-12-03-knee-104).
+SLOTS_PER_BATCH_ROW = 8
+
+
+def default_num_slots(max_batch_size: int) -> int:
+    return SLOTS_PER_BATCH_ROW * max_batch_size
+
+
 class SlotPool:
     """Slots 0..num_slots-1 of per-request device state. Exclusive: one owner each."""
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.deadlines import codec_launch_ms
-from voxrt.engine.sched.pages import PagePool, SlotPool
+from voxrt.engine.sched.pages import PagePool, SlotPool, default_num_slots
 from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob, ProgramSpec, StepPlan
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, PromptTokens, Request
@@ -149,7 +149,7 @@ class _Batch:
 def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs: CostModel | None = None,
              has_lanes: bool = False, lm_share: float = 0.9, bg_share: float = 0.3, texts: list[str] | None = None,
              config: SchedulerConfig | None = None, spec: ProgramSpec = SIM_SPEC, report_ms: float = 100.0,
-             tokens_per_s: float | None = None) -> SimResult:
+             tokens_per_s: float | None = None, num_slots: int | None = None) -> SimResult:
     """Runs `policy_name` under Poisson load (`rate` requests/s for `duration_s`, arrivals seeded) until every
     request is done. `texts` are used in turn (default: `synthetic_texts`), whole or streamed at
     `tokens_per_s` (None: whole). Deterministic for a seed."""
@@ -167,7 +167,7 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
     config = dataclasses.replace(config or SchedulerConfig(), has_lanes=has_lanes)
     max_tokens = PROMPT_TOKENS + max(pinned_frames(t) for t in pool) + 1
     num_pages = config.max_batch_size * -(-max_tokens // PAGE_SIZE)
-    sched = policy_class(policy_name)(spec, PagePool(num_pages, PAGE_SIZE), SlotPool(2 * config.max_batch_size),
+    sched = policy_class(policy_name)(spec, PagePool(num_pages, PAGE_SIZE), SlotPool(num_slots or default_num_slots(config.max_batch_size)),
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
     sim = _Engine(sched, [(t, f"r{i}", pool[i % len(pool)]) for i, t in enumerate(arrivals)], has_lanes,
