@@ -98,3 +98,12 @@ class TokenBucket:
         self._at_s = now
         self._tokens -= 1
         return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def try_take(self, now_s: float | None = None) -> bool:
+        """Takes a token if one is there now (`delay_s()` would say 0); else takes nothing and says False."""
+        now = time.monotonic() if now_s is None else now_s
+        tokens = min(self.burst, self._tokens + (now - self._at_s) * self.rate)
+        if tokens < 1:
+            return False
+        self._tokens, self._at_s = tokens - 1, now
+        return True

@@ -46,6 +46,7 @@ log = logging.getLogger("voxrt.gateway.realtime")
 
 SUBPROTOCOL = "voxrt.v1"
 POLL_INTERVAL_S = 1.0
+PARSED_KEY = "voxrt.actions"  # a received message already parsed by `_receive_now`: its actions
 
 
 async def realtime_endpoint(ws: WebSocket) -> None:
@@ -155,6 +156,9 @@ class RealtimeSession:
         poller = asyncio.create_task(self._poll_forever())
         self._run_task = asyncio.current_task()
         close_code = None
+        hooked = self._protocol is not None and hasattr(self._protocol, "on_text_now")  # server.py's protocol
+        if hooked:
+            self._protocol.on_text_now = self._receive_now
         try:
             while not self.is_closed:
                 self._is_receiving = True
@@ -174,6 +178,10 @@ class RealtimeSession:
                     if self.close_code is None:
                         self.close_code = close_code
                     break
+                actions = message.get(PARSED_KEY)
+                if actions is not None:  # read and parsed by _receive_now (its token taken): its actions only
+                    await self._execute(actions)
+                    continue
                 delay_s = self.rate.delay_s()
                 if delay_s > 0:  # over the rate: read no further until a token is due (TCP pushes back)
                     await asyncio.sleep(delay_s)
@@ -192,6 +200,8 @@ class RealtimeSession:
                     continue
                 await self._execute(actions)
         finally:
+            if hooked:
+                self._protocol.on_text_now = None
             was_closed = self.is_closed
             self.is_closed = True
             poller.cancel()
@@ -204,6 +214,24 @@ class RealtimeSession:
             if not was_closed and close_code not in (1000, 1001):
                 log.info("session %s: the client went away (close %s) with %d open contexts",
                          self.session.session_id, close_code if close_code is not None else "none", num_open)
+
+    def _receive_now(self, text: str) -> bool:
+        """uvicorn's protocol offers a text message the moment it is read, when nothing is queued ahead of it
+        (server.py). A playback report (~10 a second a session) is handled here at once, as the receive loop
+        would handle it, without the queue, the ASGI task's wake-up through Starlette's layers and its receive;
+        only while that loop waits in `ws.receive()` (so the client's inputs stay in order) and a rate token is
+        there (else it waits in the loop, as before). A message that parses to anything else goes to the
+        queue with its actions, for the loop to execute in order. False: not taken (the queue's path)."""
+        if not self._is_receiving or self.is_closed or '"playback"' not in text or not self.rate.try_take():
+            return False
+        actions = self.session.receive_text(text, now_ms())
+        if len(actions) == 1 and type(actions[0]) is ReportPlayback:
+            runner = self.runners.get(actions[0].context_id)
+            if runner is not None:
+                runner.report_playback(actions[0].played_ms)
+        elif actions:
+            self._protocol.queue.put_nowait({"type": "websocket.receive", PARSED_KEY: actions})
+        return True
 
     async def _poll_forever(self) -> None:
         while not self.is_closed:

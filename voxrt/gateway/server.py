@@ -37,7 +37,24 @@ class _WebSocketProtocol(WebSocketsSansIOProtocol):
     faster than its session reads still meets TCP backpressure, a few messages later; the session's own rate
     limit is unchanged."""
 
+    # A session's hook (RealtimeSession._receive_now): a text message it takes now, on this call, instead of
+    # through the queue, the ASGI task's wake-up and Starlette's receive. Offered only what nothing is queued
+    # ahead of; True: handled (or queued by the session itself), nothing more to do here.
+    on_text_now = None
+
     def send_receive_event_to_app(self) -> None:
+        on_text_now = self.on_text_now
+        if on_text_now is not None and self.curr_msg_data_type == "text" and not self.close_sent and \
+                self.queue.empty():
+            frames = self.frames
+            try:
+                text = (frames[0] if len(frames) == 1 else b"".join(frames)).decode()
+            except UnicodeDecodeError:
+                pass  # the parent's path answers it (close 1007)
+            else:
+                if on_text_now(text):
+                    self.frames = []
+                    return
         was_paused, self.read_paused = self.read_paused, True  # the parent pauses when this is False
         try:
             super().send_receive_event_to_app()
