@@ -1,6 +1,7 @@
-"""Where an engine's time went, from its `--trace-dir` records (kinds `plan`, `lm`, `codec`, `sm_mode`:
+"""Where an engine's time went, from its `--trace-dir` records (kinds `plan`, `lm`, `codec`, `step`, `sm_mode`:
 voxrt/engine/runtime/trace.py): the LM lane's busy share and its idle gaps, step GPU time with and without
-prefills, the decode batch, the waiting queue, and per codec lane its busy share, launch sizes and late chunks.
+prefills, the decode batch, the waiting queue, per codec lane its busy share, launch sizes and late chunks, and
+the host loop's time per step by phase (`step` records).
 Answers "what limits capacity at this rate": a LM lane near 100% busy is the frame's limit; a codec lane near
 100% or late chunks with an idle LM is the codec's; a long waiting queue with headroom on both is the
 scheduler's (admission, live cap); idle gaps are the host loop's.
@@ -87,6 +88,23 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
         out["plan"] = {"plans": len(plans), "waiting_p50": _pct(waiting, 50), "waiting_p99": _pct(waiting, 99),
                        "waiting_max": int(waiting.max()),
                        "deferred_p99": _pct(np.array([r.get("deferred", 0) for r in plans]), 99)}
+    steps = [r for r in recs if r.get("kind") == "step"]
+    if steps:
+        # the host's time per loop step by phase (core.py `_trace_step`): p50 / p99 / mean ms, and the loop
+        # step's whole host time (phases + outside) against the LM's GPU step: the host loop is the limit when
+        # its mean reaches the GPU step's
+        names = sorted({k for r in steps for k in r if k.endswith("_ms") and k != "t_ms"})
+        host = {}
+        for name in names:
+            v = np.array([r[name] for r in steps if r.get(name) is not None])
+            if len(v):
+                host[name[:-3]] = [_pct(v, 50), _pct(v, 99), round(float(v.mean()), 3)]
+        total = np.array([sum(r.get(n) or 0.0 for n in names) for r in steps])
+        busy = total - np.array([r.get("wait_lm_ms") or 0.0 for r in steps])
+        host["total"] = [_pct(total, 50), _pct(total, 99), round(float(total.mean()), 3)]
+        host["total_less_wait"] = [_pct(busy, 50), _pct(busy, 99), round(float(busy.mean()), 3)]
+        out["host"] = {"steps": len(steps), "p50_p99_mean_ms": host,
+                       "live_p50": _pct(np.array([r.get("live", 0) for r in steps]), 50)}
     lanes: dict[str, list[dict]] = defaultdict(list)
     for r in codec:
         lanes[r.get("lane", "?")].append(r)
@@ -125,6 +143,9 @@ def main() -> None:
         for key in ("lm", "plan"):
             if key in s:
                 print(f"  {key}: " + ", ".join(f"{k} {v}" for k, v in s[key].items()))
+        if "host" in s:
+            print(f"  host ({s['host']['steps']} steps, live p50 {s['host']['live_p50']}; ms p50 / p99 / mean): "
+                  + ", ".join(f"{k} {v[0]}/{v[1]}/{v[2]}" for k, v in s["host"]["p50_p99_mean_ms"].items()))
         for lane, c in s.get("codec", {}).items():
             print(f"  codec[{lane}]: " + ", ".join(f"{k} {v}" for k, v in c.items()))
     if args.json:

@@ -5,7 +5,9 @@ failures, traces written; and the lane modes' fallbacks without a GPU."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,8 @@ from voxrt.engine.runtime import core as core_module
 from voxrt.engine.runtime.lanes import default_codec_sms, make_lanes
 from voxrt.engine.sched.plan import BACKGROUND, URGENT
 from voxrt.engine.sched.sm_modes import EveryStepSmMode
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TEXTS = ["Hello there, this is the lane test.", "A second request, a little longer than the first one.",
          "Third."]
@@ -217,7 +221,20 @@ def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path, lanes):
     (path,) = tmp_path.glob("engine-*.jsonl")
     records = [json.loads(line) for line in path.read_text().splitlines()]
     kinds = {r["kind"] for r in records}
-    assert kinds == {"plan", "lm", "codec"}
+    assert kinds == {"plan", "lm", "codec", "step"}
+    # the host's phases of every loop step; update_lm includes the wait for the LM step's codes
+    steps = [r for r in records if r["kind"] == "step"]
+    assert len(steps) == core.num_steps
+    phases = ("collect_ms", "schedule_ms", "launch_lm_ms", "submit_codec_ms", "update_lm_ms", "collect_end_ms")
+    assert all(all(r[p] >= 0 for p in phases) and r["live"] >= 0 for r in steps)
+    assert all(r["wait_lm_ms"] <= r["update_lm_ms"] for r in steps if "wait_lm_ms" in r)
+    assert any("wait_lm_ms" in r for r in steps) and steps[0]["outside_ms"] is None
+    assert all(r["outside_ms"] >= 0 for r in steps[1:])
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)  # bench/trace_summary.py: its host section reads them
+    spec.loader.exec_module(trace_summary)
+    host = trace_summary.summarize(records, skip_s=0)["host"]
+    assert host["steps"] == len(steps) and "schedule" in host["p50_p99_mean_ms"]
     codec = [r for r in records if r["kind"] == "codec"]
     assert sum(r["jobs"] for r in codec) == sum(len(r["frames"]) for r in codec) > 0
     assert all(r["lane"] in ((URGENT, BACKGROUND) if lanes == "inline" else ("loop",)) for r in codec)

@@ -134,6 +134,7 @@ class EngineCore:
         self.gc_pauses = GcPauses().install() if self.tracer is not None else None  # gc_ms on each lm record
         self._last_lm_end = None  # with the trace on CUDA: the previous LM step's end event (GPU idle between them)
         self._lm_in_flight = None  # the LM launch whose frames the scheduler has not seen yet
+        self._last_step_end_ns = None  # with the trace: when the previous step returned (perf_counter)
         self.codec = make_executor(self.runner, self._live, self.lanes.enabled, timing=self.tracer is not None)
         self.codec_launches: dict[str, int] = {}
         self.chunks_on_time = 0
@@ -235,23 +236,33 @@ class EngineCore:
         they left the LM lane idle between steps (issue 13: 71% of steps with two codec launches before them had
         a gap over 1 ms at 96 req/s). A codec job reads its codes from the host, so it does not depend on the
         LM step launched before it."""
+        marks = _Marks() if self.tracer is not None else _NO_MARKS  # the host's phases of this step, traced
         events = self._deliver_all(self.codec.collect())
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        marks.mark("collect")
         plan = self.scheduler.schedule(now_ns, self.codec.lanes_free())
         self._on_plan(now_ns, plan)
         if self.sm_chooser is not None:
             self._choose_sm_mode(now_ns, plan)
         self.decode_batch = len(plan.decode)
+        marks.mark("schedule")
         launched = self._launch_lm(plan) if plan.prefill or plan.decode else None
+        marks.mark("launch_lm")
         self.codec.submit(plan.codec)
+        marks.mark("submit_codec")
         previous, self._lm_in_flight = self._lm_in_flight, launched
         if previous is not None:
-            self._finish_lm(previous)
-        if not self.async_lm:  # the synchronous loop: this step's frames before the next is planned
-            self.finish_lm()
+            self._finish_lm(previous, marks)
+        if not self.async_lm and launched is not None:  # the synchronous loop: this step's frames first
+            self._lm_in_flight = None
+            self._finish_lm(launched, marks)
         if previous is None and launched is None:  # nothing for the LM: wait for a launch to finish, not spin
             self.codec.wait()
+        marks.mark("update_lm")
         events += self._deliver_all(self.codec.collect())
+        if self.tracer is not None:
+            marks.mark("collect_end")
+            self._trace_step(marks, plan)
         for failure in self.scheduler.pop_failures():
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
@@ -289,11 +300,23 @@ class EngineCore:
             self._lm_failed(plan)
             return None
 
-    def _finish_lm(self, launch) -> None:
+    def _trace_step(self, marks: _Marks, plan) -> None:
+        """One `step` record: the host's ms in each phase of this step (`wait_lm`: waiting for the previous LM
+        step's codes, inside `update_lm`), and `outside_ms`, the time since the previous step returned (the
+        engine process delivering events, reading commands)."""
+        outside = None if self._last_step_end_ns is None else (marks.start_ns - self._last_step_end_ns) / 1e6
+        self._last_step_end_ns = marks.last_ns
+        self.tracer.write(kind="step", t_ms=marks.start_ns / 1e6, outside_ms=outside and round(outside, 3),
+                          live=len(self.scheduler.requests), **marks.phases_ms())
+
+    def _finish_lm(self, launch, marks: _Marks | _NoMarks | None = None) -> None:
         """A launched LM step's frames (waiting for them if the GPU is not done) update the scheduler."""
         plan = launch.plan
         try:
+            wait_start = time.perf_counter_ns()
             codes = launch.wait()
+            if marks is not None:
+                marks.add("wait_lm", time.perf_counter_ns() - wait_start)
         except Exception:  # noqa: BLE001 (an asynchronous failure of the step: its requests fail)
             self._lm_failed(plan)
             return
@@ -471,3 +494,38 @@ def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:
     if last <= first or last > len(spans):
         return None
     return spans[first][0], spans[last - 1][1]
+
+
+class _Marks:
+    """Host time of a step's phases with the trace on: `mark(name)` ends the phase `name` (since the previous
+    mark); `add(name, ns)` records a span measured inside another phase."""
+
+    __slots__ = ("start_ns", "last_ns", "spans")
+
+    def __init__(self) -> None:
+        self.start_ns = self.last_ns = time.perf_counter_ns()
+        self.spans: dict[str, int] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter_ns()
+        self.spans[name] = self.spans.get(name, 0) + now - self.last_ns
+        self.last_ns = now
+
+    def add(self, name: str, ns: int) -> None:
+        self.spans[name] = self.spans.get(name, 0) + ns
+
+    def phases_ms(self) -> dict[str, float]:
+        return {f"{name}_ms": round(ns / 1e6, 3) for name, ns in self.spans.items()}
+
+
+class _NoMarks:
+    """`_Marks` when the trace is off: nothing measured."""
+
+    def mark(self, name: str) -> None:
+        pass
+
+    def add(self, name: str, ns: int) -> None:
+        pass
+
+
+_NO_MARKS = _NoMarks()

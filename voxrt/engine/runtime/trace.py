@@ -2,7 +2,9 @@
 run can be replayed and the scheduler's choices checked against what the GPU did. Times in milliseconds on
 the engine's monotonic clock. On a GPU an `lm` record also carries `gpu_idle_ms`, the LM lane's idle time
 between the previous LM step's end and this one's start (CUDA events, read when the step's frames are, a step
-later: tracing adds no wait)."""
+later: tracing adds no wait). A `step` record per loop step has the host's ms in each phase of it (collect,
+schedule, launch_lm, submit_codec, update_lm with wait_lm inside it, collect_end) and `outside_ms`, the time
+between two steps (the engine process delivering events and reading commands)."""
 
 from __future__ import annotations
 
