@@ -117,6 +117,47 @@ def test_staging_ring_alternates_buffers_and_uploads_a_prefix():
     assert staging.take() is first
 
 
+class _Event:
+    """A copy's event as HostStaging sees it (the CPU records none)."""
+
+    def __init__(self, done: bool) -> None:
+        self.done = done
+        self.waited = False
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.waited = True
+
+
+def test_staging_ring_grows_instead_of_waiting_for_a_queued_copy():
+    """An owner filled several times a step (sub-steps): the buffer whose copy is still queued is left alone
+    and a new one taken, without a wait; a buffer whose copy ran is reused; past MAX_DEPTH it waits."""
+    dst = torch.zeros(3, dtype=torch.int64)
+    staging = HostStaging(3, torch.int64, CPU)
+    a = staging.take()
+    staging.upload(dst)
+    b = staging.take()
+    staging.upload(dst)
+    queued = _Event(done=False)
+    staging._copied[0] = queued  # a's copy still waits on the stream
+    c = staging.take()
+    assert c is not a and c is not b and staging.depth == 3 and not queued.waited
+    c[:] = 5
+    staging.upload(dst)
+    assert dst.tolist() == [5, 5, 5]
+    queued.done = True
+    assert staging.take() is a  # its copy ran: reused
+    staging.upload(dst)
+    for i in range(len(staging._copied)):
+        staging._copied[i] = _Event(done=False)
+    staging.MAX_DEPTH = staging.depth  # no more room: the oldest copy is waited for
+    waited_on = staging._copied[staging._next]
+    staging.take()
+    assert waited_on.waited and staging.depth == staging.MAX_DEPTH
+
+
 @pytest.mark.parametrize("graphed", [False, True])
 def test_token_index_and_paged_table_equal_the_previous_lists(graphed):
     kv = KVCache(1, NUM_PAGES, PAGE_SIZE, 1, 4, CPU, torch.float32)

@@ -86,10 +86,15 @@ class HostStaging:
     capacity and written with numpy, so a step's upload is one `copy_(non_blocking=True)` instead of a
     `torch.tensor(list).pin_memory()` per array (each a round trip through torch's caching host allocator).
 
-    A ring of `depth` buffers: the host writes step N+1's values while step N's copy may still wait on the
-    stream (the loop runs a step ahead of the GPU), so a buffer is reused only once the event recorded after
-    its last copy has fired (with two, that copy was queued a whole use earlier: it has run unless the GPU is
-    two steps behind). On the CPU copies are synchronous: no pinning, no events."""
+    A ring of buffers, 2 to start: the host writes step N+1's values while step N's copy may still wait on
+    the stream (the loop runs a step ahead of the GPU), so a buffer is reused only once the event recorded
+    after its last copy has fired. When it has not (an owner filled several times a step: Orpheus's 6
+    sub-steps reuse the decode stage's buffers, whose copies queue behind the whole step before), the ring
+    takes one more buffer instead of waiting, up to MAX_DEPTH, so the host never waits for the GPU here
+    (waiting would take back the host's step ahead). On the CPU copies are synchronous: no pinning, no
+    events, two buffers."""
+
+    MAX_DEPTH = 32
 
     def __init__(self, num_elements: int, dtype: torch.dtype, device: torch.device, depth: int = 2) -> None:
         self.num_elements, self.dtype, self.device = num_elements, dtype, device
@@ -99,14 +104,24 @@ class HostStaging:
         self._copied: list = [None] * depth  # the event after each buffer's last copy
         self._next = 0
 
+    @property
+    def depth(self) -> int:
+        return len(self._host)
+
     def take(self) -> np.ndarray:
         """The next buffer of the ring as a numpy array (flat, `num_elements`), free to write."""
         i = self._next
+        event = self._copied[i]
+        if event is not None and not event.query():  # its copy is still queued
+            if len(self._host) < self.MAX_DEPTH:  # a new buffer here; the busy one moves up the ring
+                self._host.insert(i, None)
+                self._arrays.insert(i, None)
+                self._copied.insert(i, None)
+            else:
+                event.synchronize()
         if self._host[i] is None:
             self._host[i] = torch.empty(self.num_elements, dtype=self.dtype, pin_memory=self._is_cuda)
             self._arrays[i] = self._host[i].numpy()
-        elif self._copied[i] is not None:
-            self._copied[i].synchronize()  # returns at once unless the GPU is two uses behind
         return self._arrays[i]
 
     def upload(self, dst: torch.Tensor, num_elements: int | None = None) -> None:
