@@ -8,6 +8,13 @@ session takes an admission slot (gateway/admission.py), waiting in the bounded q
 gets `server_busy` with `retry_after_ms` and close 4029. Each message first takes a token of the session's
 rate limit. A client that goes away mid-session is one info line in the log, not a traceback.
 
+Playback reports (~10 a second a session) are the bulk of what clients send. Under `voxrt serve` (uvicorn's
+sansio protocol, server.py) a text message is offered to `_receive_now` as it is read; while the receive loop
+waits with nothing queued ahead and a rate token is there, a report is parsed by the `Session` and fed to its
+context there and then, instead of through uvicorn's queue, a wake-up of the session's task (through every
+middleware's frame) and Starlette's receive (bench/results/2026-12-03-gateway-9/). Anything else it parsed is
+queued with its actions for the loop, in order; under any other server every message takes the loop.
+
 A client that stops reading is inactive too (gateway/stall.py, the compat adapters' rule): a send waits while
 the connection cannot take more (uvicorn pauses writing while its transport's buffer is over its high-water
 mark) and the context's AudioOut waits behind it, so the idle timer, which counts a context that owes audio as

@@ -4,7 +4,8 @@ Connection hygiene beyond uvicorn's defaults: a connection that has not complete
 `HEADER_TIMEOUT_S` after it opened is closed (uvicorn times out idle keep-alive connections, but not a fresh
 or half-sent one), and uvicorn's traceback for a WebSocket text frame that is not UTF-8 (a client's fault,
 answered with close 1007) becomes one info line. WebSocket reads pause only when a session has a backlog of
-received messages (`_WebSocketProtocol`), not after each message.
+received messages (`_WebSocketProtocol`), not after each message, and a session may take a text message as
+it is read (`on_text_now`: playback reports, realtime.py) when nothing of its own is queued ahead of it.
 """
 
 from __future__ import annotations
