@@ -20,6 +20,12 @@ unanswered and the client's supervisor restarts the process (voxrt/engine/superv
 Every `LOAD_REPORT_INTERVAL_S` the loop pushes each connection an `EngineLoad` (queue, batch, least stream
 slack; `core.load()`, host-side state only) with that connection's count of submits taken, so a gateway that
 routes new contexts over several engines (voxrt/engine/replicas.py) reads fresh load without asking.
+
+Everything the loop sends goes out through one sender thread (`_Outbox`), in the loop's order: a background
+codec launch's ~16 audio chunks (~130 KB each) took milliseconds to pickle and write, and a write waits while
+the client's end of the pipe is full; on the loop thread that left the GPU idle between LM steps (issue 13: all
+21 gaps over 1 ms of a 96 req/s trace on the H200 followed such a delivery, bench/results/2026-12-03-host-fill).
+A connection whose send fails is dropped by the loop at its next turn (the owner's: the engine exits).
 """
 
 from __future__ import annotations
@@ -90,6 +96,49 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
         core.close()
 
 
+class _Outbox:
+    """The engine's sends, off the step loop: `put(conn, msg)` queues, one daemon thread sends in that order
+    (pickling and the pipe write; the write releases the GIL). A connection whose send fails is reported once
+    through `broken()` and later messages to it are dropped. `close()` sends what is queued, then stops."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._broken: queue.SimpleQueue = queue.SimpleQueue()
+        self._dead: set[int] = set()  # id() of connections whose send failed (the sender thread's own)
+        self._thread = threading.Thread(target=self._send_forever, name="voxrt-engine-send", daemon=True)
+        self._thread.start()
+
+    def put(self, conn: Connection, msg) -> None:
+        self._queue.put((conn, msg))
+
+    def broken(self) -> list[Connection]:
+        """Connections whose send failed since the last call."""
+        out = []
+        while not self._broken.empty():
+            out.append(self._broken.get())
+        return out
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    def _send_forever(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            conn, msg = item
+            if id(conn) in self._dead:
+                continue
+            try:
+                conn.send(msg)
+            except (OSError, ValueError):  # closed, reset, or a broken pipe
+                self._dead.add(id(conn))
+                self._broken.put(conn)
+            except Exception:  # noqa: BLE001 (a message that cannot be pickled must not stop the others)
+                log.exception("could not send %s", type(msg).__name__)
+
+
 def _build_core(config: EngineConfig):
     from voxrt.engine.standin import STANDIN_MODEL, StandInCore  # noqa: PLC0415
 
@@ -113,6 +162,7 @@ class _Hub:
         self.num_step_failures = 0
         self.num_submits: dict[Connection, int] = {owner: 0}  # per connection: echoed in its load reports
         self._next_load_s = 0.0
+        self.outbox = _Outbox()
         if listener is not None:
             threading.Thread(target=self._accept_forever, args=(listener,), name="voxrt-engine-accept",
                              daemon=True).start()
@@ -130,8 +180,15 @@ class _Hub:
             self._accepted.put(conn)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.outbox.close()  # what the loop queued goes out before the engine exits
+
+    def _run(self) -> None:
         was_busy = False
         while True:
+            self._drop_broken()
             while not self._accepted.empty():
                 conn = self._accepted.get()
                 self.conns.append(conn)
@@ -191,11 +248,14 @@ class _Hub:
             self._send(conn, RequestFailed(request_id, code, message))
 
     def _send(self, conn: Connection, msg) -> None:
-        try:
-            conn.send(msg)
-        except (OSError, ValueError):
+        self.outbox.put(conn, msg)
+
+    def _drop_broken(self) -> None:
+        """Connections whose send failed: the owner's ends the engine, another's is dropped (its requests
+        cancelled)."""
+        for conn in self.outbox.broken():
             if conn is self.owner:
-                raise BrokenPipeError from None
+                raise BrokenPipeError
             if conn in self.conns:
                 self._drop(conn)
 
@@ -263,7 +323,7 @@ class _Hub:
             if msg.text:
                 msg = dataclasses.replace(msg, text=scrub_text(msg.text))
             if msg.request_id in self.requests:
-                conn.send(RequestFailed(msg.request_id, "invalid_request",
+                self._send(conn, RequestFailed(msg.request_id, "invalid_request",
                                         f"request id {msg.request_id!r} is already live"))
                 return
             self.requests[msg.request_id] = conn
@@ -275,16 +335,16 @@ class _Hub:
             if self.requests.get(msg.request_id) is conn:  # a request of another client, or one gone: dropped
                 core.append_text(msg.request_id, scrub_text(msg.text), msg.is_final)
         elif isinstance(msg, Heartbeat):
-            conn.send(HeartbeatAck(msg.token))
+            self._send(conn, HeartbeatAck(msg.token))
         elif isinstance(msg, SetPlayback):
             core.set_playback(msg.request_id, msg.played_samples, msg.anchor_ns, msg.is_stalled)
         elif isinstance(msg, CancelRequest):
             core.cancel(msg.request_id)
             if self.requests.get(msg.request_id) is conn:
                 del self.requests[msg.request_id]
-            conn.send(RequestCancelled(msg.request_id))  # acknowledged even when already gone (idempotent)
+            self._send(conn, RequestCancelled(msg.request_id))  # acknowledged even when already gone (idempotent)
         elif isinstance(msg, GetStats):
             stats = core.stats(msg.token, check_pools=msg.check_pools)
-            conn.send(stats if msg.check_pools else dataclasses.replace(stats, pool_ok=self.pool_ok))
+            self._send(conn, stats if msg.check_pools else dataclasses.replace(stats, pool_ok=self.pool_ok))
         else:
             log.error("unknown message %r ignored", type(msg).__name__)
