@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from voxrt.engine.errors import error_from_code
+from voxrt.engine.sched.listener import PLAYBACK_TOLERANCE_MS, report_moves_deadlines  # noqa: F401 (re-exported)
 from voxrt.protocol.clock import PlaybackClock
 from voxrt.protocol.config import Pacing
 from voxrt.protocol.server_events import Alignment, Flushed, ServerEvent
 
 CAPPED_REASONS = ("max_frames",)  # finish reasons that mean "cut at the length cap", not "done speaking"
-PLAYBACK_TOLERANCE_MS = 5.0  # a playback report that moves the engine's deadlines less than this is not sent
 MAX_GENERATIONS = 1000  # engine requests per context (a 20,000-character turn needs a few dozen)
 
 
@@ -236,8 +236,8 @@ class ContextCore:
         played_ms = clock.played_ms(now_ms) + held_ms - self._request_start_ms
         is_stalled = clock.is_stalled(now_ms)
         last = self._playback_sent
-        if last is not None and last[0] == request_key and last[3] == is_stalled and \
-                abs((now_ms - last[2]) - (played_ms - last[1])) < PLAYBACK_TOLERANCE_MS:
+        if last is not None and last[0] == request_key and \
+                not report_moves_deadlines(last[1:], played_ms, now_ms, is_stalled):
             return None
         self._playback_sent = (request_key, played_ms, now_ms, is_stalled)
         return played_ms, is_stalled

@@ -7,7 +7,9 @@ speaks one workload text and simulates its listener.
   handshake is recorded apart (`connect_ms`). The pinned length goes in the first `text` message's
   `num_frames` (a voxrt extension the server honours when started with `--allow-pinned-lengths`).
 - Engine-direct (`EngineTarget`): `EngineClient.submit` with the pinned `num_frames`, the same text modes,
-  `set_playback` every 100 ms.
+  its listener's playback checked every 100 ms and sent (`set_playback`) when it moves the engine's deadlines,
+  by the gateway's rule (`report_moves_deadlines`: the first, and any drift of 5 ms or more), so engine-direct
+  asks of the engine what the WebSocket path does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from voxrt.engine.sched.listener import report_moves_deadlines
 from voxrt.loadgen.listener import Listener, llm_tokens
 from voxrt.loadgen.metrics import RequestRecord
 from voxrt.loadgen.workload import FRAMES_PER_S, WorkItem, frames_at_rate
@@ -149,7 +152,14 @@ class EngineTarget:
                 rid = await client.submit(voice=self.voice, params=params, text=item.text, final=True)
                 feeder = None
 
+            sent: list[tuple[float, float, bool]] = []  # the last report sent to the engine
+
             async def report(played_s: float) -> None:
+                # as the gateway forwards them: only reports that move the engine's deadlines
+                played_ms, now_ms = played_s * 1e3, time.monotonic() * 1e3
+                if not report_moves_deadlines(sent[0] if sent else None, played_ms, now_ms, False):
+                    return
+                sent[:] = [(played_ms, now_ms, False)]
                 await client.set_playback(rid, int(played_s * sample_rate))
             reporter = asyncio.create_task(_report(listener, report, lambda s: s))
             try:

@@ -16,9 +16,24 @@ import math
 import re
 
 CHARS_PER_AUDIO_S = 15.0
+PLAYBACK_TOLERANCE_MS = 5.0  # a playback report that moves the engine's deadlines less than this is not sent
 FRAMES_PER_S = 12.5
 PINNED_LENGTH_RULE = (f"frames = max(1, floor(len(text) / {CHARS_PER_AUDIO_S:g} * {FRAMES_PER_S:g} + 0.5)): "
                       f"{CHARS_PER_AUDIO_S:g} characters per audio second at {FRAMES_PER_S:g} frames/s")
+
+
+def report_moves_deadlines(last: tuple[float, float, bool] | None, played_ms: float, now_ms: float,
+                           is_stalled: bool, tolerance_ms: float = PLAYBACK_TOLERANCE_MS) -> bool:
+    """Whether a playback report (`played_ms` played at `now_ms`) is worth sending to the engine, given the
+    last one sent, `last` = (played_ms, now_ms, is_stalled), or None. The engine extrapolates its last anchor in
+    real time (sched/deadlines.py), so a report that agrees with that within `tolerance_ms`, in the same stall
+    state, moves no deadline by more than that. Drift is measured from the last report sent, so it never
+    accumulates. The gateway forwards by this rule, and so does the engine-direct load generator (which sent
+    every report: ~8,000 a second to the engine at 120 req/s, each read between two steps)."""
+    if last is None:
+        return True
+    last_played, last_now, last_stalled = last
+    return last_stalled != is_stalled or abs((now_ms - last_now) - (played_ms - last_played)) >= tolerance_ms
 
 
 def frames_at_rate(frames: int, frame_rate_hz: float) -> int:
