@@ -20,7 +20,8 @@ that policies are compared in milliseconds of CPU without a GPU. What it models:
   is free for the next plan.
 - Listeners (`sched/listener.py`, shared with the load generator): a listener starts playing at its first
   audio, plays in real time, and stalls when a chunk arrives after its buffer ran dry. Each reports its
-  playback to the scheduler every `report_ms` (`request.playback`, as of the report's tick).
+  playback every `report_ms`, and the scheduler takes it (`request.playback`, as of the report's tick) when it
+  moves the deadlines by the gateway's rule (`report_moves_deadlines`: the first, a stall, a drift of 5 ms).
 
 The SLO is the load generator's: first audio within 200 ms and no stall. The simulation also checks what the
 stateful codec needs: the chunks of a request launch and complete in order, one at a time, and a slot never
@@ -44,7 +45,7 @@ from voxrt.engine.sched.plan import BACKGROUND, LANES, URGENT, CodecJob, Program
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, PromptTokens, Request
 from voxrt.engine.sched.scheduler import Scheduler, SchedulerConfig
-from voxrt.engine.sched.listener import Listener, llm_tokens, pinned_frames  # 15 characters per audio second at 12.5 frames/s
+from voxrt.engine.sched.listener import Listener, llm_tokens, pinned_frames, report_moves_deadlines  # 15 characters per audio second at 12.5 frames/s
 
 TTFA_SLO_MS = 200.0
 PROMPT_TOKENS = 8
@@ -373,7 +374,8 @@ class _Engine:
 
     def _report(self) -> None:
         """Each playing listener's latest report tick (every `report_ns` from its first audio) up to now,
-        as the listener was at that tick, becomes its request's playback anchor."""
+        as the listener was at that tick, becomes its request's playback anchor when it moves the deadlines
+        (the rule the gateway forwards reports by)."""
         if self.now < self.earliest_tick_ns:
             return
         spec = self.sched.spec
@@ -390,7 +392,11 @@ class _Engine:
             tick_s = tick_ns / 1e9
             played = round(listener.played_s(tick_s) * spec.sample_rate)
             is_stalled = not listener.is_finished and listener.play_end_s is not None and listener.play_end_s <= tick_s
-            request.playback = PlaybackAnchor(played, tick_ns, is_stalled)
+            last = request.playback  # forwarded as the gateway and the load generator do (`report_moves_deadlines`)
+            if last is None or report_moves_deadlines(
+                    (last.played_samples * 1e3 / spec.sample_rate, last.anchor_ns / 1e6, last.is_stalled),
+                    played * 1e3 / spec.sample_rate, tick_ns / 1e6, is_stalled):
+                request.playback = PlaybackAnchor(played, tick_ns, is_stalled)
         self.earliest_tick_ns = min(self.next_tick_ns.values(), default=math.inf)
 
     def _finish_records(self) -> None:
