@@ -78,6 +78,41 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+class _Marks:
+    """Host time of a step's phases with the trace on: `mark(name)` ends the phase `name` (since the previous
+    mark); `add(name, ns)` records a span measured inside another phase."""
+
+    __slots__ = ("start_ns", "last_ns", "spans")
+
+    def __init__(self) -> None:
+        self.start_ns = self.last_ns = time.perf_counter_ns()
+        self.spans: dict[str, int] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter_ns()
+        self.spans[name] = self.spans.get(name, 0) + now - self.last_ns
+        self.last_ns = now
+
+    def add(self, name: str, ns: int) -> None:
+        self.spans[name] = self.spans.get(name, 0) + ns
+
+    def phases_ms(self) -> dict[str, float]:
+        return {f"{name}_ms": round(ns / 1e6, 3) for name, ns in self.spans.items()}
+
+
+class _NoMarks:
+    """`_Marks` when the trace is off: nothing measured."""
+
+    def mark(self, name: str) -> None:
+        pass
+
+    def add(self, name: str, ns: int) -> None:
+        pass
+
+
+_NO_MARKS = _NoMarks()
+
+
 class EngineCore:
     def __init__(self, config: EngineConfig, program: ModelProgram | None = None) -> None:
         self.config = config
@@ -262,7 +297,7 @@ class EngineCore:
         events += self._deliver_all(self.codec.collect())
         if self.tracer is not None:
             marks.mark("collect_end")
-            self._trace_step(marks, plan)
+            self._trace_step(marks)
         for failure in self.scheduler.pop_failures():
             events.append(RequestFailed(failure.request.request_id, failure.code, failure.message))
         self.num_steps += 1
@@ -300,7 +335,7 @@ class EngineCore:
             self._lm_failed(plan)
             return None
 
-    def _trace_step(self, marks: _Marks, plan) -> None:
+    def _trace_step(self, marks: _Marks) -> None:
         """One `step` record: the host's ms in each phase of this step (`wait_lm`: waiting for the previous LM
         step's codes, inside `update_lm`), and `outside_ms`, the time since the previous step returned (the
         engine process delivering events, reading commands)."""
@@ -309,14 +344,13 @@ class EngineCore:
         self.tracer.write(kind="step", t_ms=marks.start_ns / 1e6, outside_ms=outside and round(outside, 3),
                           live=len(self.scheduler.requests), **marks.phases_ms())
 
-    def _finish_lm(self, launch, marks: _Marks | _NoMarks | None = None) -> None:
+    def _finish_lm(self, launch, marks: _Marks | _NoMarks = _NO_MARKS) -> None:
         """A launched LM step's frames (waiting for them if the GPU is not done) update the scheduler."""
         plan = launch.plan
         try:
             wait_start = time.perf_counter_ns()
             codes = launch.wait()
-            if marks is not None:
-                marks.add("wait_lm", time.perf_counter_ns() - wait_start)
+            marks.add("wait_lm", time.perf_counter_ns() - wait_start)
         except Exception:  # noqa: BLE001 (an asynchronous failure of the step: its requests fail)
             self._lm_failed(plan)
             return
@@ -494,38 +528,3 @@ def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:
     if last <= first or last > len(spans):
         return None
     return spans[first][0], spans[last - 1][1]
-
-
-class _Marks:
-    """Host time of a step's phases with the trace on: `mark(name)` ends the phase `name` (since the previous
-    mark); `add(name, ns)` records a span measured inside another phase."""
-
-    __slots__ = ("start_ns", "last_ns", "spans")
-
-    def __init__(self) -> None:
-        self.start_ns = self.last_ns = time.perf_counter_ns()
-        self.spans: dict[str, int] = {}
-
-    def mark(self, name: str) -> None:
-        now = time.perf_counter_ns()
-        self.spans[name] = self.spans.get(name, 0) + now - self.last_ns
-        self.last_ns = now
-
-    def add(self, name: str, ns: int) -> None:
-        self.spans[name] = self.spans.get(name, 0) + ns
-
-    def phases_ms(self) -> dict[str, float]:
-        return {f"{name}_ms": round(ns / 1e6, 3) for name, ns in self.spans.items()}
-
-
-class _NoMarks:
-    """`_Marks` when the trace is off: nothing measured."""
-
-    def mark(self, name: str) -> None:
-        pass
-
-    def add(self, name: str, ns: int) -> None:
-        pass
-
-
-_NO_MARKS = _NoMarks()
