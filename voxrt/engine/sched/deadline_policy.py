@@ -268,6 +268,8 @@ class DeadlineScheduler(Scheduler):
         one frame of audio would leave the next chunk no time). One pass over the live requests."""
         step_ms = self.costs.lm_step_ms(len(plan.lm_requests))
         step_ns = step_ms * 1e6
+        held_step_ms = self._held_step_ms()  # `starved_cut_ns`'s step, once for every starved stream
+        held_step_ns = held_step_ms * 1e6
         ready, early, batch_jobs = [], [], []
         next_size = self.spec.next_chunk_size
         running, starved, draining = RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING
@@ -276,16 +278,18 @@ class DeadlineScheduler(Scheduler):
             if (state is not running and state is not starved and state is not draining) or request.num_chunks_in_flight:
                 continue  # nothing to cut (`chunk_shape`): waiting, or its chunk is in flight
             have = len(request.frames) - request.num_frames_chunked  # frames not cut yet
-            # the commonest answer first: a running request short of its next chunk has none ready
-            if state is running and request.finish_reason is None and have < next_size(request.num_frames_chunked):
+            # the commonest answers first: a running request short of its next chunk has none ready, nor has a
+            # starved stream that holds its frames (`holds_starved_frames`: past its first chunk)
+            if ((state is running or (state is starved and self.holds_starved_frames(request)))
+                    and request.finish_reason is None and have < next_size(request.num_frames_chunked)):
                 shape = None
             else:
                 shape = self.chunk_shape(request)
             if shape is None:
                 if not request.is_streaming or request.num_chunks == 0 or state is draining or have <= 0:
                     continue
-                if state is starved:  # held frames: one statement of when (`starved_cut_ns`)
-                    if now_ns < self.starved_cut_ns(request):
+                if state is starved:  # held frames: `starved_cut_ns` from the cached chunk parts
+                    if self._slack_ns(request, now_ns, held_step_ms) > held_step_ns:  # now < the cut time
                         continue
                 elif self._slack_ns(request, now_ns, step_ms) >= step_ns:
                     continue
@@ -313,9 +317,12 @@ class DeadlineScheduler(Scheduler):
         the live batch, so that the engine, idle but for held frames, wakes in time."""
         if not self.holds_starved_frames(request):
             return None
-        step_ms = self.costs.lm_step_ms(max(1, len(self.requests)))
-        return next_chunk_slack_ns(request, 0, self.spec, self.costs, step_ms, self._startup_ns,
-                                   self._margin_ns) - step_ms * 1e6
+        step_ms = self._held_step_ms()
+        return self._slack_ns(request, 0, step_ms) - step_ms * 1e6
+
+    def _held_step_ms(self) -> float:
+        """The LM step `starved_cut_ns` allows for: the cost model's step at the live count."""
+        return self.costs.lm_step_ms(max(1, len(self.requests)))
 
     def _background_latency_ns(self, jobs: list[CodecJob]) -> float:
         limit = self.config.max_codec_batch
