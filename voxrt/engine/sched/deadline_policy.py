@@ -161,11 +161,15 @@ class DeadlineScheduler(Scheduler):
         if len(running) <= self.config.max_batch_size - len(plan.prefill):
             return running  # every one fits: the order does not matter
         step_ms = self.costs.lm_step_ms(self.config.max_batch_size)
+        parts = self._next_chunk_parts
 
-        def key(request: Request) -> tuple[bool, float]:
+        def key(request: Request) -> tuple[bool, float]:  # `_slack_ns`, inline: every running request, every step
             if not request.is_streaming:
                 return (True, 0.0)
-            return (False, self._slack_ns(request, now_ns, step_ms))
+            due_ns, size, codec_ms = parts(request)
+            missing = 0 if request.finish_reason is not None else size - (len(request.frames)
+                                                                           - request.num_frames_chunked)
+            return (False, due_ns - now_ns - ((missing if missing > 0 else 0) * step_ms + codec_ms) * 1e6)
 
         return sorted(running, key=key)
 
@@ -272,6 +276,7 @@ class DeadlineScheduler(Scheduler):
         held_step_ns = held_step_ms * 1e6
         ready, early, batch_jobs = [], [], []
         next_size = self.spec.next_chunk_size
+        parts = self._next_chunk_parts
         running, starved, draining = RequestState.RUNNING, RequestState.STARVED, RequestState.DRAINING
         for request in self.requests.values():
             state = request.state
@@ -291,8 +296,11 @@ class DeadlineScheduler(Scheduler):
                 if state is starved:  # held frames: `starved_cut_ns` from the cached chunk parts
                     if self._slack_ns(request, now_ns, held_step_ms) > held_step_ns:  # now < the cut time
                         continue
-                elif self._slack_ns(request, now_ns, step_ms) >= step_ns:
-                    continue
+                else:  # running, short of its next chunk: `_slack_ns` inline (the commonest case, every step)
+                    due_ns, size, codec_ms = parts(request)
+                    missing = 0 if request.finish_reason is not None else size - have
+                    if due_ns - now_ns - ((missing if missing > 0 else 0) * step_ms + codec_ms) * 1e6 >= step_ns:
+                        continue
                 shape = self.chunk_shape(request, early=True)
                 if shape is None:
                     continue
