@@ -105,6 +105,19 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
         host["total_less_wait"] = [_pct(busy, 50), _pct(busy, 99), round(float(busy.mean()), 3)]
         out["host"] = {"steps": len(steps), "p50_p99_mean_ms": host,
                        "live_p50": _pct(np.array([r.get("live", 0) for r in steps]), 50)}
+    hubs = [r for r in recs if r.get("kind") == "hub"]
+    if hubs:
+        # the engine process around each step (process.py `_trace_hub`): reading commands, by type, and
+        # routing the step's events; together about the step record's `outside_ms`
+        counts: dict[str, int] = defaultdict(int)
+        for r in hubs:
+            for name, n in (r.get("commands") or {}).items():
+                counts[name] += n
+        out["hub"] = {"steps": len(hubs),
+                      "commands_per_step": {k: round(v / len(hubs), 2) for k, v in sorted(counts.items())}}
+        for name in ("read_ms", "route_ms"):
+            v = np.array([r.get(name) or 0.0 for r in hubs])
+            out["hub"][f"{name}_p50_p99_mean"] = [_pct(v, 50), _pct(v, 99), round(float(v.mean()), 3)]
     lanes: dict[str, list[dict]] = defaultdict(list)
     for r in codec:
         lanes[r.get("lane", "?")].append(r)
@@ -146,6 +159,8 @@ def main() -> None:
         if "host" in s:
             print(f"  host ({s['host']['steps']} steps, live p50 {s['host']['live_p50']}; ms p50 / p99 / mean): "
                   + ", ".join(f"{k} {v[0]}/{v[1]}/{v[2]}" for k, v in s["host"]["p50_p99_mean_ms"].items()))
+        if "hub" in s:
+            print("  hub: " + ", ".join(f"{k} {v}" for k, v in s["hub"].items()))
         for lane, c in s.get("codec", {}).items():
             print(f"  codec[{lane}]: " + ", ".join(f"{k} {v}" for k, v in c.items()))
     if args.json:

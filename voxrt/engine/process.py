@@ -163,6 +163,10 @@ class _Hub:
         self.num_submits: dict[Connection, int] = {owner: 0}  # per connection: echoed in its load reports
         self._next_load_s = 0.0
         self.outbox = _Outbox()
+        # with the core's trace on (`--trace-dir`): the commands read between two steps, by type, and the time
+        # spent reading them and routing the step's events, one `hub` record a step (`_trace_hub`)
+        self.tracer = getattr(core, "tracer", None)
+        self._commands: dict[str, int] | None = {} if self.tracer is not None else None
         if listener is not None:
             threading.Thread(target=self._accept_forever, args=(listener,), name="voxrt-engine-accept",
                              daemon=True).start()
@@ -197,12 +201,15 @@ class _Hub:
             busy = self.core.has_work()
             timeout = 0.0 if busy else IDLE_POLL_S
             wake_s = None if busy else self.core.seconds_to_wake()  # frames held for a deadline
+            read_ns = time.perf_counter_ns() if self.tracer is not None else 0
             for conn in wait(self.conns, timeout if wake_s is None else min(timeout, wake_s)):
                 if not self._drain(conn):
                     return
             busy = self.core.has_work()
             if busy:
-                self._step()
+                if self.tracer is not None:
+                    read_ns = time.perf_counter_ns() - read_ns
+                self._step(read_ns)
             elif was_busy:  # just went idle: a good moment for the pool's integrity check
                 self.pool_ok = self.core.stats(check_pools=True).pool_ok
                 if not self.pool_ok:
@@ -220,9 +227,10 @@ class _Hub:
         for conn in list(self.conns):
             self._send(conn, dataclasses.replace(load, num_submits_seen=self.num_submits.get(conn, 0)))
 
-    def _step(self) -> None:
+    def _step(self, read_ns: int = 0) -> None:
         """One step. The core fails the requests of a step that raises; an exception that escapes it anyway
-        is logged, and after a few in a row every live request fails, so a broken state cannot spin."""
+        is logged, and after a few in a row every live request fails, so a broken state cannot spin.
+        `read_ns`: the time the loop spent reading commands before it (traced)."""
         try:
             events = self.core.step()
         except Exception:  # noqa: BLE001 (the engine outlives any one step)
@@ -234,8 +242,18 @@ class _Hub:
                 self.num_step_failures = 0
             return
         self.num_step_failures = 0
+        route_ns = time.perf_counter_ns() if self.tracer is not None else 0
         for event in events:
             self._route(event)
+        if self.tracer is not None:
+            self._trace_hub(read_ns, time.perf_counter_ns() - route_ns, len(events))
+
+    def _trace_hub(self, read_ns: int, route_ns: int, num_events: int) -> None:
+        """One `hub` record: what the engine process did around a step (the step record's `outside_ms`):
+        reading commands (`read_ms`, `commands` by type) and routing the step's events to their clients."""
+        commands, self._commands = self._commands, {}
+        self.tracer.write(kind="hub", t_ms=time.monotonic_ns() / 1e6, read_ms=round(read_ns / 1e6, 3),
+                          route_ms=round(route_ns / 1e6, 3), events=num_events, commands=commands)
 
     def _fail(self, request_id: str, code: str, message: str) -> None:
         """Ends one request (pages and slot return) and tells its client why."""
@@ -267,6 +285,9 @@ class _Hub:
                 if isinstance(msg, Shutdown):
                     log.info("shutdown requested")
                     return False
+                if self._commands is not None:
+                    name = type(msg).__name__
+                    self._commands[name] = self._commands.get(name, 0) + 1
                 self._handle(conn, msg)
                 if not conn.poll(0):
                     return True

@@ -1,0 +1,76 @@
+"""The engine process's `hub` trace record (voxrt/engine/process.py `_Hub._trace_hub`): with the core's trace on,
+one record a step says which commands were read before it (by type) and how long reading them and routing the
+step's events took, the parts of the step record's `outside_ms`; with the trace off, nothing is counted."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing as mp
+from pathlib import Path
+
+from voxrt.engine.messages import AppendText, AudioChunk, SetPlayback
+from voxrt.engine.process import _Hub
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Tracer:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def write(self, **record) -> None:
+        self.records.append(record)
+
+
+class _Core:
+    """What the hub asks of a core here: text and playback commands are taken, a step gives one chunk."""
+
+    def __init__(self, tracer) -> None:
+        self.tracer = tracer
+        self.appended: list[tuple[str, str]] = []
+
+    def append_text(self, request_id, text, is_final):
+        self.appended.append((request_id, text))
+        return True
+
+    def set_playback(self, request_id, played_samples, anchor_ns, is_stalled=False):
+        return True
+
+    def step(self):
+        return [AudioChunk("r", 0, b"\0\0\0\0", 24000, 0, 1, False)]
+
+
+def _drive(tracer):
+    parent, child = mp.Pipe()
+    core = _Core(tracer)
+    hub = _Hub(core, child, None)
+    hub.requests["r"] = child
+    for msg in (AppendText("r", " one"), AppendText("r", " two"), SetPlayback("r", 0, 1)):
+        parent.send(msg)
+    assert hub._drain(child)
+    hub._step(read_ns=1_500_000)
+    assert parent.recv().request_id == "r"  # the chunk was routed to its client
+    hub.outbox.close()
+    return core, hub
+
+
+def test_a_traced_step_records_the_commands_read_before_it_and_the_routing():
+    tracer = _Tracer()
+    core, hub = _drive(tracer)
+    assert core.appended == [("r", " one"), ("r", " two")]
+    (record,) = tracer.records
+    assert record["kind"] == "hub" and record["read_ms"] == 1.5 and record["route_ms"] >= 0
+    assert record["events"] == 1 and record["commands"] == {"AppendText": 2, "SetPlayback": 1}
+    hub._step()  # the counts start again after each record
+    assert tracer.records[-1]["commands"] == {}
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_summary)
+    hub_summary = trace_summary.summarize([dict(r, t_ms=1.0) for r in tracer.records], skip_s=0)["hub"]
+    assert hub_summary["steps"] == 2 and hub_summary["commands_per_step"] == {"AppendText": 1.0, "SetPlayback": 0.5}
+    assert hub_summary["read_ms_p50_p99_mean"][2] == 0.75
+
+
+def test_without_a_trace_nothing_is_counted():
+    core, hub = _drive(None)
+    assert core.appended == [("r", " one"), ("r", " two")] and hub._commands is None
