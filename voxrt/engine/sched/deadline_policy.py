@@ -283,13 +283,17 @@ class DeadlineScheduler(Scheduler):
             if (state is not running and state is not starved and state is not draining) or request.num_chunks_in_flight:
                 continue  # nothing to cut (`chunk_shape`): waiting, or its chunk is in flight
             have = len(request.frames) - request.num_frames_chunked  # frames not cut yet
-            # the commonest answers first: a running request short of its next chunk has none ready, nor has a
-            # starved stream that holds its frames (`holds_starved_frames`: past its first chunk)
-            if ((state is running or (state is starved and self.holds_starved_frames(request)))
-                    and request.finish_reason is None and have < next_size(request.num_frames_chunked)):
+            need = next_size(request.num_frames_chunked)
+            # `chunk_shape(request)`, inline (every live request, every step): its answers in its order
+            if request.finish_reason is not None:  # generation done: the rest, the last chunk when it fits
+                is_last = have <= need
+                shape = (have if is_last else need), is_last, False
+            elif have >= need:
+                shape = need, False, False
+            elif state is starved and have > 0 and self._cuts_starved_at_once(request):
+                shape = self.spec.largest_codec_size(have), False, False
+            else:  # short of its next chunk: a running request, or a starved stream that holds its frames
                 shape = None
-            else:
-                shape = self.chunk_shape(request)
             if shape is None:
                 if not request.is_streaming or request.num_chunks == 0 or state is draining or have <= 0:
                     continue

@@ -142,7 +142,7 @@ class DecodeItem(NamedTuple):
     text_index: int = 0  # the request's text tokens consumed once this step has read its input
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CodecJob:
     request: Request
     first_frame: int
