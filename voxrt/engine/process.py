@@ -201,8 +201,9 @@ class _Hub:
             busy = self.core.has_work()
             timeout = 0.0 if busy else IDLE_POLL_S
             wake_s = None if busy else self.core.seconds_to_wake()  # frames held for a deadline
-            read_ns = time.perf_counter_ns() if self.tracer is not None else 0
-            for conn in wait(self.conns, timeout if wake_s is None else min(timeout, wake_s)):
+            ready = wait(self.conns, timeout if wake_s is None else min(timeout, wake_s))
+            read_ns = time.perf_counter_ns() if self.tracer is not None else 0  # reading, not waiting
+            for conn in ready:
                 if not self._drain(conn):
                     return
             busy = self.core.has_work()
