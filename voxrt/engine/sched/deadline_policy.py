@@ -302,8 +302,8 @@ class DeadlineScheduler(Scheduler):
                         continue
                 else:  # running, short of its next chunk: `_slack_ns` inline (the commonest case, every step)
                     due_ns, size, codec_ms = parts(request)
-                    missing = 0 if request.finish_reason is not None else size - have
-                    if due_ns - now_ns - ((missing if missing > 0 else 0) * step_ms + codec_ms) * 1e6 >= step_ns:
+                    missing = size - have  # generating (a done one has a shape above), so short by this much
+                    if due_ns - now_ns - (missing * step_ms + codec_ms) * 1e6 >= step_ns:
                         continue
                 shape = self.chunk_shape(request, early=True)
                 if shape is None:
