@@ -7,6 +7,7 @@
 # gateway (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine
 # through that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
 #   direct      engine-direct, whole text, at RATES
+#   direct-tokens  engine-direct, tokens at TOKENS_PER_S (the engine's cost of token streaming, no gateway)
 #   ws-whole    WebSocket, whole text, at RATES
 #   ws-tokens   WebSocket, tokens at TOKENS_PER_S (30/s), at RATES
 #   ttfa        TTFA at 1 req/s: WebSocket tokens at 30/s, then WebSocket whole text (TTFA_DURATION_S each)
@@ -134,6 +135,8 @@ WS=(--url ws://127.0.0.1:$PORT/v1/realtime)
 for path in $PATHS; do
   case $path in
     direct) run direct "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" ;;
+    direct-tokens) run direct-tokens "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" \
+                     --tokens-per-s "$TOKENS_PER_S" ;;
     ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" --warmup "$WS_WARMUP" ;;
     ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup "$WS_WARMUP" ;;
     ttfa) run ttfa-tokens "$TTFA_DURATION_S" 1 "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup 2

@@ -150,8 +150,8 @@ def report(runs_dir: str) -> None:
     paths(runs)
 
 
-PATHS = (("direct", "engine-direct, whole text", None), ("ws-whole", "WebSocket, whole text", "ttfa-whole"),
-         ("ws-tokens", "WebSocket, tokens", "ttfa-tokens"))
+PATHS = (("direct", "engine-direct, whole text", None), ("direct-tokens", "engine-direct, tokens", None),
+         ("ws-whole", "WebSocket, whole text", "ttfa-whole"), ("ws-tokens", "WebSocket, tokens", "ttfa-tokens"))
 
 
 def paths(runs: Path) -> None:

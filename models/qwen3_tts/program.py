@@ -50,6 +50,7 @@ from voxrt.engine.runtime.sampling import SamplingTensors, apply_repetition_pena
 from voxrt.engine.sched.plan import ProgramSpec
 from voxrt.engine.sched.request import PromptTokens, Request
 from voxrt.models.common.checkpoint import load_strict
+from voxrt.models.common.tokenize import span_tokenizer
 from voxrt.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from voxrt.models.qwen3_tts.talker import Talker
 
@@ -76,6 +77,7 @@ class Qwen3TTSProgram(ModelProgram):
         tc = cfg.talker
         self.talker = talker if talker is not None else Talker(tc)
         self.tokenizer = tokenizer
+        self._encode_spans = span_tokenizer(tokenizer)  # per streamed word, in the engine's loop: the fast backend
         self.codec = codec
         self.generation = generation or GenerationDefaults()
         g = self.generation  # the checkpoint's generation_config.json sampling, for requests that set none
@@ -169,9 +171,9 @@ class Qwen3TTSProgram(ModelProgram):
 
     def tokenize(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """The checkpoint's BPE over `text` alone, with character spans. Special-token strings in user text
-        stay plain text (`split_special_tokens`): a client cannot inject <|im_end|> or tts markers."""
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True)
-        return list(enc["input_ids"]), [tuple(span) for span in enc["offset_mapping"]]
+        stay plain text (`split_special_tokens`): a client cannot inject <|im_end|> or tts markers. Through the
+        tokenizer's Rust backend where it has one (models/common/tokenize.py: ~6x faster a word, same ids)."""
+        return self._encode_spans(text)
 
     def codec_prefix(self, voice: str) -> list[int]:
         """Codec ids before the first text token: think/language tags, the speaker, codec_pad, codec_bos
