@@ -99,7 +99,8 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
             v = np.array([r[name] for r in steps if r.get(name) is not None])
             if len(v):
                 host[name[:-3]] = [_pct(v, 50), _pct(v, 99), round(float(v.mean()), 3)]
-        total = np.array([sum(r.get(n) or 0.0 for n in names) for r in steps])
+        # the phases are disjoint but for `wait_lm`, which is measured inside `update_lm` (core.py): counted once
+        total = np.array([sum(r.get(n) or 0.0 for n in names if n != "wait_lm_ms") for r in steps])
         busy = total - np.array([r.get("wait_lm_ms") or 0.0 for r in steps])
         host["total"] = [_pct(total, 50), _pct(total, 99), round(float(total.mean()), 3)]
         host["total_less_wait"] = [_pct(busy, 50), _pct(busy, 99), round(float(busy.mean()), 3)]

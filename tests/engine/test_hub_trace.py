@@ -74,3 +74,16 @@ def test_a_traced_step_records_the_commands_read_before_it_and_the_routing():
 def test_without_a_trace_nothing_is_counted():
     core, hub = _drive(None)
     assert core.appended == [("r", " one"), ("r", " two")] and hub._commands is None
+
+
+def test_the_host_totals_count_the_wait_once():
+    """`wait_lm` is measured inside `update_lm` (core.py): the loop step is the sum of the phases without it, and
+    the host's busy time that sum less the wait."""
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_summary)
+    step = dict(kind="step", t_ms=1.0, live=3, outside_ms=1.0, collect_ms=0.5, schedule_ms=2.0, launch_lm_ms=1.5,
+                submit_codec_ms=0.5, update_lm_ms=5.0, wait_lm_ms=4.0, collect_end_ms=0.5)
+    host = trace_summary.summarize([step, dict(step, t_ms=2.0)], skip_s=0)["host"]["p50_p99_mean_ms"]
+    assert host["total"][2] == 11.0  # 1 + 0.5 + 2 + 1.5 + 0.5 + 5 + 0.5
+    assert host["total_less_wait"][2] == 7.0
