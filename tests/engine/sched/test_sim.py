@@ -155,3 +155,28 @@ def test_deadline_holds_starved_frames_for_fewer_chunks_with_no_stall(monkeypatc
     assert_clean(at_once)
     chunks = [sum(len(r.chunk_order) for r in result.records) for result in (held, at_once)]
     assert chunks[0] < 0.9 * chunks[1], chunks  # 278 against 330 when this was written
+
+
+def test_pages_follow_the_live_cap_and_a_request_failed_for_pages_is_not_a_stuck_engine(monkeypatch):
+    """The simulated engine sizes its KV pages for every live request, as the engine does; and when a plan fails
+    a request blocked on pages (`fail_one_blocked_on_pages`), the freed pages let the next plan run: the
+    simulation goes on rather than calling the engine stuck (it did, with nothing in flight at that step)."""
+    from voxrt.engine.sched import sim
+    from voxrt.engine.sched.pages import PagePool
+    from voxrt.engine.sched.scheduler import SchedulerConfig
+
+    sizes = []
+
+    def small_pool(num_pages, page_size):  # an eighth of what the simulation asks for: requests run out of pages
+        sizes.append(num_pages)
+        return PagePool(max(8, num_pages // 8), page_size)
+
+    monkeypatch.setattr(sim, "PagePool", small_pool)
+    config = SchedulerConfig(max_batch_size=8, max_live_requests=32)
+    texts = ["the quick brown fox jumps over the lazy dog " * 3, "far away and over"]
+    result = simulate("deadline", rate=40, duration_s=3, seed=0, has_lanes=True, config=config, texts=texts)
+    max_tokens = sim.PROMPT_TOKENS + max(pinned_frames(t) for t in texts) + 1
+    assert sizes == [32 * -(-max_tokens // sim.PAGE_SIZE)]  # the live cap, not the batch, sizes the pool
+    statuses = {r.status for r in result.records}
+    assert "failed" in statuses and "unfinished" not in statuses  # some failed for pages; every one ended
+    result.scheduler.check_integrity()

@@ -167,7 +167,7 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
     pool = texts if texts else synthetic_texts(rng, max(1, len(arrivals)))
     config = dataclasses.replace(config or SchedulerConfig(), has_lanes=has_lanes)
     max_tokens = PROMPT_TOKENS + max(pinned_frames(t) for t in pool) + 1
-    num_pages = config.max_batch_size * -(-max_tokens // PAGE_SIZE)
+    num_pages = config.live_cap * -(-max_tokens // PAGE_SIZE)  # as the engine sizes them: every live request
     sched = policy_class(policy_name)(spec, PagePool(num_pages, PAGE_SIZE), SlotPool(num_slots or default_num_slots(config.max_batch_size)),
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
@@ -226,13 +226,16 @@ class _Engine:
             for request in plan.prefill:
                 record = self.records[request.request_id]
                 record.admitted_ns, record.deferred_since_ns = self.now, request.deferred_since_ns
+            failures = self.sched.pop_failures()  # a request the plan failed freed its pages: not idle
+            for failure in failures:
+                self.records[failure.request.request_id].status = "failed"
             if self.has_lanes:
                 self._run_with_lanes(plan)
-                if not (plan.prefill or plan.decode):  # the engine thread waits for the next event
+                if not (plan.prefill or plan.decode or failures):  # the engine thread waits for the next event
                     self._wait()
             else:
                 self._run_time_shared(plan)
-                if plan.is_empty:
+                if plan.is_empty and not failures:
                     self._wait()
             for failure in self.sched.pop_failures():
                 self.records[failure.request.request_id].status = "failed"
