@@ -17,11 +17,13 @@
 # SEED, WORKLOAD (bench/workloads/*.jsonl, default LibriTTS test-clean), MAX_REQUESTS (per point), TRACE=1 (a
 # --trace-dir for (c), summarised by bench/trace_summary.py),
 # PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among
-# base-sync base-lanes deadline-lanes smoke split (GROUP1="" runs none), and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
+# base-sync base-lanes deadline-lanes smoke split (GROUP1="" runs none), deadline-demote (deadline-lanes with
+# --deadline-late-start-demotion-ms $DEMOTION_MS, default 2000: bench/results/2026-12-04-late-start), and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
 # adaptive-smoke (its audio against the loop, switching every step)). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
 SPLIT=${SPLIT:-}
+DEMOTION_MS=${DEMOTION_MS:-2000}  # deadline-demote: --deadline-late-start-demotion-ms
 MODES=${MODES:-32,64}  # deadline-adaptive: the SM modes it moves between
 RATES=${RATES:-6,8,10,12,14,16,18,20,22,24}
 DURATION=${DURATION:-15}
@@ -71,6 +73,8 @@ config() {
                     else
                       loadgen deadline-lanes deadline --lanes auto "${split_args[@]}"
                     fi ;;
+    deadline-demote) loadgen deadline-demote deadline --lanes auto "${split_args[@]}" \
+                       --deadline-late-start-demotion-ms "$DEMOTION_MS" ;;
     deadline-adaptive) loadgen deadline-adaptive deadline --lanes auto --sm-modes "$MODES" --sm-mode adaptive \
                          --trace-dir "$R/trace-adaptive"
                        echo "SM mode switches: $(cat "$R"/trace-adaptive/*.jsonl | grep -c '"kind":"sm_mode"')" ;;

@@ -112,6 +112,26 @@ def test_max_batch_size_defaults_by_device_and_rejects_nonpositive():
         _engine_config(args)
 
 
+def test_late_start_demotion_flag_reaches_the_engine_config_and_rejects_negative():
+    """--deadline-late-start-demotion-ms: off (0) by default, a value (inf too) reaches EngineConfig, < 0 and NaN are
+    clear errors (sched/deadline_policy.py, admission)."""
+    import math  # noqa: PLC0415
+
+    from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
+
+    base = ["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"]
+    parser = build_parser()
+    assert _engine_config(parser.parse_args(base)).late_start_demotion_ms == 0.0
+    args = parser.parse_args(base + ["--deadline-late-start-demotion-ms", "2000"])
+    assert _engine_config(args).late_start_demotion_ms == 2000.0
+    args = parser.parse_args(base + ["--deadline-late-start-demotion-ms", "inf"])
+    assert math.isinf(_engine_config(args).late_start_demotion_ms)
+    for bad in ("-1", "nan"):
+        args = parser.parse_args(base + ["--deadline-late-start-demotion-ms", bad])
+        with pytest.raises(SystemExit, match="late-start-demotion-ms"):
+            _engine_config(args)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--dp-size", "0"], "--dp-size must be an integer >= 1"),
     (["--dp-size", "2", "--device", "cuda:1"], "names one device"),

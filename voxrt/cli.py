@@ -52,6 +52,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--urgent-ms", type=float, default=100.0, help="chunks due within this run on the urgent lane")
     p.add_argument("--deadline-max-prefill-deferral-ms", type=float, default=100.0,
                    help="the deadline policy defers a new request's prefill at most this long")
+    p.add_argument("--deadline-late-start-demotion-ms", type=float, default=0.0,
+                   help="under overload, a waiting stream already past its first-audio deadline is admitted after "
+                   "the streams that can still make theirs, for at most this long past it (0, the default: "
+                   "earliest arrival first; sched/deadline_policy.py)")
     p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
                    "ready chunks (or earlier when a deadline nears or the LM is idle)")
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
@@ -137,7 +141,8 @@ def _engine_config(args: argparse.Namespace):
 
     if args.scheduler_type not in POLICIES:
         raise SystemExit(f"error: unknown scheduler type {args.scheduler_type!r}; available: {', '.join(sorted(POLICIES))}")
-    for name in ("deadline_startup_ms", "deadline_margin_ms", "urgent_ms", "deadline_max_prefill_deferral_ms"):
+    for name in ("deadline_startup_ms", "deadline_margin_ms", "urgent_ms", "deadline_max_prefill_deferral_ms",
+                 "deadline_late_start_demotion_ms"):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
     if args.dec_batch < 1 or args.max_codec_batch < 1:
@@ -154,7 +159,8 @@ def _engine_config(args: argparse.Namespace):
                         max_codec_batch=args.max_codec_batch, lanes=args.lanes, codec_sms=codec_sms, sm_mode=sm_mode,
                         deadline_startup_ms=args.deadline_startup_ms, deadline_margin_ms=args.deadline_margin_ms,
                         urgent_ms=args.urgent_ms,
-                        max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms, dec_batch=args.dec_batch,
+                        max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
+                        late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         async_lm={"auto": None, "async": True, "sync": False}[args.lm_loop],
                         max_live_requests=args.max_live_requests, codec_slots=args.codec_slots,

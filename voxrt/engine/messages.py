@@ -55,6 +55,7 @@ class EngineConfig:
     deadline_margin_ms: float = 50.0
     urgent_ms: float = 100.0
     max_prefill_deferral_ms: float = 100.0
+    late_start_demotion_ms: float = 0.0
     dec_batch: int = 8
     costs: tuple[tuple[str, float], ...] = ()  # CostModel fields that override the start-up measurement
     trace_dir: str | None = None  # JSON lines: each launch's GPU time and each decision

@@ -315,6 +315,37 @@ def test_deadline_admits_by_first_audio_deadline():
     assert [r.request_id for r in sched.schedule(NOW).prefill] == ["early"]
 
 
+def test_deadline_late_start_demotion_admits_on_time_streams_before_lost_ones():
+    """With `late_start_demotion_ms`, a waiting stream already past its first-audio deadline (arrival + 200 ms
+    here: no margin) goes after one still on time, for at most the bound past that deadline; off by default."""
+    def one_admitted(**config):
+        sched = make("deadline", max_batch_size=1, **config)
+        add(sched, "lost", num_words=3, arrival_ns=NOW - 250 * MS)  # 50 ms past its deadline
+        add(sched, "on_time", num_words=3, arrival_ns=NOW - 20 * MS)
+        add(sched, "batch_job", num_words=3, arrival_ns=NOW - 900 * MS).is_streaming = False
+        return [r.request_id for r in sched.schedule(NOW).prefill]
+
+    assert one_admitted() == ["lost"]  # default: earliest arrival first
+    assert one_admitted(late_start_demotion_ms=1000.0) == ["on_time"]
+    assert one_admitted(late_start_demotion_ms=50.0) == ["lost"]  # 50 ms late: past the bound, by arrival again
+    assert one_admitted(late_start_demotion_ms=math.inf) == ["on_time"]
+    # every one still admitted, in that order, when the batch has room; non-streaming ones last as before
+    sched = make("deadline", late_start_demotion_ms=1000.0)
+    add(sched, "lost", num_words=3, arrival_ns=NOW - 250 * MS)
+    add(sched, "on_time", num_words=3, arrival_ns=NOW - 20 * MS)
+    add(sched, "batch_job", num_words=3, arrival_ns=NOW - 900 * MS).is_streaming = False
+    assert [r.request_id for r in sched.schedule(NOW).prefill] == ["on_time", "lost", "batch_job"]
+    # the margin moves the deadline as chunk_deadline_ns does: due at arrival + 200 - 60 ms
+    sched = make("deadline", max_batch_size=1, late_start_demotion_ms=1000.0, deadline_margin_ms=60.0)
+    add(sched, "lost", num_words=3, arrival_ns=NOW - 150 * MS)  # due NOW - 10 ms
+    add(sched, "on_time", num_words=3, arrival_ns=NOW - 20 * MS)
+    assert [r.request_id for r in sched.schedule(NOW).prefill] == ["on_time"]
+    with pytest.raises(ValueError, match="late_start_demotion_ms"):
+        SchedulerConfig(late_start_demotion_ms=-1.0)
+    with pytest.raises(ValueError, match="late_start_demotion_ms"):
+        SchedulerConfig(late_start_demotion_ms=math.nan)
+
+
 def test_next_chunk_slack():
     sched = make("deadline")
     # chunk 2 (8 frames from frame 6) due first_chunk + 6 frames = NOW + 280 ms; 3 frames missing at 10 ms

@@ -160,6 +160,7 @@ class EngineCore:
                                               deadline_margin_ms=config.deadline_margin_ms,
                                               urgent_ms=config.urgent_ms,
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
+                                              late_start_demotion_ms=config.late_start_demotion_ms,
                                               dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
                                               max_live_requests=max_live))
         self._cost_overrides = cost_overrides
@@ -196,6 +197,9 @@ class EngineCore:
                  program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
                  num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
                  config.scheduler_type, max_live, config.max_batch_size)
+        if config.late_start_demotion_ms > 0 and config.scheduler_type == "deadline":
+            log.info("deadline policy: a stream past its first-audio deadline is admitted after those on time, "
+                     "for up to %g ms", config.late_start_demotion_ms)
 
     @staticmethod
     def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, max_live: int) -> int:

@@ -10,7 +10,13 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    anyway). A request is deferred at most `max_prefill_deferral_ms` from its first deferral
    (`request.deferred_since_ns`): it is not deferred past a step that would end after that bound (by the cost
    model's step time), so it is admitted by then (a step longer than its estimate may overrun by the error).
-   `should_defer_prefill` is the rule as a pure function.
+   `should_defer_prefill` is the rule as a pure function. Under overload, earliest-arrival-first makes every
+   waiting request late once the queue is longer than the TTFA budget (each waits for all the lost ones ahead
+   of it): with `late_start_demotion_ms` > 0 (off by default), a stream whose first chunk is already past its
+   deadline goes after the streams that can still make theirs, for at most that long past its deadline, then
+   by arrival again. In the simulation (bench/sim_late_start.py: LibriTTS, 60 s, its knee near 88 req/s) a
+   2 s bound held 98.6% instead of 91.4% at 88 req/s (tokens at 30/s, 80 req/s: 98.1% instead of 91.2%), the
+   demoted requests' TTFA p99 rising to 1.2-1.7 s (bench/results/2026-12-04-late-start/); not yet on a GPU.
 2. The LM: every running request decodes a frame (as the base policy); when more are admitted than a batch
    holds (`max_live_requests` over `max_batch_size`), the ones whose next chunk has the least slack.
 3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within
@@ -49,6 +55,10 @@ from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, ProgramSpec, S
 from voxrt.engine.sched.request import Request, RequestState
 from voxrt.engine.sched.scheduler import PromptBuilder, Scheduler, SchedulerConfig
 from voxrt.engine.sched.text_feed import Tokenizer
+
+
+def _by_arrival(request: Request) -> tuple:
+    return (not request.is_streaming, request.arrival_ns)
 
 
 def should_defer_prefill(now_ns: int, deferred_since_ns: int | None, max_deferral_ns: int, extra_step_ns: float,
@@ -107,11 +117,27 @@ class DeadlineScheduler(Scheduler):
         running, waiting = self.running_and_waiting()
         if waiting and len(running) < self.config.live_cap:  # else `admit` would take none
             # streams by first-audio deadline (arrival + startup), then the non-streaming ones
-            by_first_audio = sorted(waiting, key=lambda r: (not r.is_streaming, r.arrival_ns))
+            by_first_audio = sorted(waiting, key=self._admission_key(now_ns))
             self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
         self.decode(plan, self._by_urgency(running, plan, now_ns))
         self._plan_codec(plan, now_ns)
         return plan
+
+    def _admission_key(self, now_ns: int) -> Callable[[Request], tuple]:
+        """The order of the waiting requests (module docstring, 1): streams by arrival (their first-audio
+        deadline), then the non-streaming ones; with `late_start_demotion_ms`, a stream whose first chunk is
+        already past its deadline (`chunk_deadline_ns` of frame 0: arrival + startup - margin) by less than that
+        bound goes after the streams still on time."""
+        demotion_ns = self.config.late_start_demotion_ms * 1e6
+        if demotion_ns <= 0:
+            return _by_arrival
+        due_after_arrival_ns = self._startup_ns - self._margin_ns
+
+        def key(request: Request) -> tuple:
+            late_ns = now_ns - request.arrival_ns - due_after_arrival_ns
+            return (not request.is_streaming, 0 <= late_ns < demotion_ns, request.arrival_ns)
+
+        return key
 
     def _next_chunk_parts(self, request: Request) -> tuple:
         """(deadline, frames, codec ms) of a request's next chunk (`chunk_deadline_ns`, `next_chunk_size`,

@@ -35,6 +35,10 @@ class SchedulerConfig:
     deadline_margin_ms: float = 50.0  # chunks are due this long before the listener needs them (delivery)
     urgent_ms: float = 100.0  # chunks due within this go to the urgent lane
     max_prefill_deferral_ms: float = 100.0  # a new request's admission is deferred at most this long
+    # The deadline policy's admission under overload: a waiting stream whose first chunk is already past its
+    # deadline is admitted after the streams that can still make theirs, for at most this long past that
+    # deadline (then by arrival again). 0 (default): earliest arrival first, late or not.
+    late_start_demotion_ms: float = 0.0
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
     has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
     # Requests admitted at once (running or starved of text): None = max_batch_size. Above max_batch_size a
@@ -44,6 +48,8 @@ class SchedulerConfig:
     max_live_requests: int | None = None
 
     def __post_init__(self) -> None:
+        if not self.late_start_demotion_ms >= 0:  # NaN too
+            raise ValueError(f"late_start_demotion_ms must be >= 0, got {self.late_start_demotion_ms}")
         if self.max_live_requests is not None and self.max_live_requests < self.max_batch_size:
             raise ValueError(f"max_live_requests ({self.max_live_requests}) must be >= max_batch_size "
                              f"({self.max_batch_size})")

@@ -1,0 +1,68 @@
+"""The deadline policy's admission under overload, in the simulation (sched/sim.py; CPU only, no GPU figures):
+earliest arrival first against `late_start_demotion_ms` (a waiting stream already past its first-audio deadline
+goes after the streams still on time, for at most that long).
+
+    python bench/sim_late_start.py --rates 80,88,96,104 --duration 60 --demotion 0,2000,inf
+    python bench/sim_late_start.py --rates 72,80,88 --duration 60 --demotion 0,2000,inf --tokens-per-s 30
+
+LibriTTS test-clean texts, Poisson arrivals (seed 0: the same arrivals for every setting), the lanes runtime
+with the H200's start-up cost model (`COSTS`: measured at engine start on the whole GPU) on SM shares that put
+the simulated knee near 88 req/s. The simulated runtime pauses the LM for every urgent codec launch, so its knee
+sits below the GPU's (~112 req/s at 90%, bench/results/2026-12-04-capacity): compare settings here, not
+absolute rates against the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from voxrt.engine.sched.costs import CostModel
+from voxrt.engine.sched.scheduler import SchedulerConfig
+from voxrt.engine.sched.sim import TTFA_SLO_MS, simulate
+
+# measured at engine start-up on the H200 (bench/results/2026-12-03-frame-l2/frame.log), prefill per token
+# raised to the mixed steps' observed cost (steps with prompts ~2.7 ms longer for ~15 prompt tokens)
+COSTS = CostModel(lm_base_ms=3.5, lm_per_request_ms=0.0104, prefill_per_token_ms=0.08, codec_base_ms=1.51,
+                  codec_per_frame_ms=0.0256)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rates", default="80,88,96")
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--demotion", default="0,2000,inf", help="late_start_demotion_ms values (0: off)")
+    ap.add_argument("--tokens-per-s", type=float, default=None, help="stream each text at this rate (default: whole)")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--live", type=int, default=256)
+    ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
+    ap.add_argument("--out", default=None, help="JSON lines, one per run")
+    args = ap.parse_args()
+    with open(args.workload) as f:
+        texts = [json.loads(line)["text"] for line in f][:4000]
+    rows = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        for demotion in (float(d) for d in args.demotion.split(",")):
+            config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
+                                     late_start_demotion_ms=demotion)
+            result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
+                              lm_share=0.55, bg_share=0.31, costs=COSTS, num_slots=8 * args.batch,
+                              tokens_per_s=args.tokens_per_s, config=config)
+            ttfa = sorted(result.ttfa_ms)
+            pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
+            row = dict(rate=rate, demotion_ms=demotion if math.isfinite(demotion) else "inf",
+                       tokens_per_s=args.tokens_per_s, requests=len(result.records),
+                       attainment_pct=round(100 * result.attainment, 1),
+                       late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),
+                       stalled=sum(1 for s in result.stalls if s), ttfa_p50_ms=pick(0.5), ttfa_p99_ms=pick(0.99),
+                       ttfa_max_ms=round(ttfa[-1], 1) if ttfa else None, codec_errors=len(result.codec_errors))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    main()
