@@ -4,6 +4,9 @@ goes after the streams still on time, for at most that long).
 
     python bench/sim_late_start.py --rates 80,88,96,104 --duration 60 --demotion 0,2000,inf
     python bench/sim_late_start.py --rates 72,80,88 --duration 60 --demotion 0,2000,inf --tokens-per-s 30
+    # calibrated to the H200's 60 s whole-text points (104 req/s 100%, 112 95.3%; 2026-12-04-capacity):
+    python bench/sim_late_start.py --rates 112,120,128 --lm-share 0.52 --bg-share 0.55 --urgent-pause 0.1 \
+        --prefill-ms 0.06 --demotion 0,2000,inf
 
 LibriTTS test-clean texts, Poisson arrivals (seed 0: the same arrivals for every setting), the lanes runtime
 with the H200's start-up cost model (`COSTS`: measured at engine start on the whole GPU) on SM shares that put
@@ -15,6 +18,7 @@ absolute rates against the GPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 
@@ -36,22 +40,28 @@ def main() -> None:
     ap.add_argument("--tokens-per-s", type=float, default=None, help="stream each text at this rate (default: whole)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--live", type=int, default=256)
+    ap.add_argument("--lm-share", type=float, default=0.55)
+    ap.add_argument("--bg-share", type=float, default=0.31)
+    ap.add_argument("--urgent-pause", type=float, default=1.0, help="sim.simulate's urgent_pause")
+    ap.add_argument("--prefill-ms", type=float, default=COSTS.prefill_per_token_ms, help="prefill ms a prompt token")
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
     ap.add_argument("--out", default=None, help="JSON lines, one per run")
     args = ap.parse_args()
     with open(args.workload) as f:
         texts = [json.loads(line)["text"] for line in f][:4000]
+    costs = dataclasses.replace(COSTS, prefill_per_token_ms=args.prefill_ms)
     rows = []
     for rate in (float(r) for r in args.rates.split(",")):
         for demotion in (float(d) for d in args.demotion.split(",")):
             config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
                                      late_start_demotion_ms=demotion)
             result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
-                              lm_share=0.55, bg_share=0.31, costs=COSTS, num_slots=8 * args.batch,
-                              tokens_per_s=args.tokens_per_s, config=config)
+                              lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
+                              tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause)
             ttfa = sorted(result.ttfa_ms)
             pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
-            row = dict(rate=rate, demotion_ms=demotion if math.isfinite(demotion) else "inf",
+            row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
+                       prefill_ms=args.prefill_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
                        tokens_per_s=args.tokens_per_s, requests=len(result.records),
                        attainment_pct=round(100 * result.attainment, 1),
                        late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),

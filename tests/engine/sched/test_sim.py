@@ -180,3 +180,15 @@ def test_pages_follow_the_live_cap_and_a_request_failed_for_pages_is_not_a_stuck
     statuses = {r.status for r in result.records}
     assert "failed" in statuses and "unfinished" not in statuses  # some failed for pages; every one ended
     result.scheduler.check_integrity()
+
+
+def test_urgent_pause_is_validated_and_a_lighter_pause_never_slows_the_engine():
+    """`urgent_pause`: how much of an urgent launch pauses the LM and background lanes (1.0 as before). A lighter
+    pause finishes this seeded load no later, and both runs keep the codec's rules."""
+    with pytest.raises(ValueError, match="urgent_pause"):
+        simulate("deadline", rate=10, duration_s=1, seed=0, has_lanes=True, urgent_pause=1.5)
+    full = simulate("deadline", rate=40, duration_s=3, seed=3, has_lanes=True)
+    light = simulate("deadline", rate=40, duration_s=3, seed=3, has_lanes=True, urgent_pause=0.1)
+    assert full.codec_errors == [] and light.codec_errors == []
+    assert len(full.records) == len(light.records)
+    assert light.end_ns <= full.end_ns

@@ -13,7 +13,9 @@ that policies are compared in milliseconds of CPU without a GPU. What it models:
   on one clock; the chunks complete, and their audio goes out, at the end of the step.
 - The runtime with lanes (`has_lanes=True`): the LM and the background codec lane share the GPU on static SM
   partitions, an LM step taking `lm_ms / lm_share` and a background launch `codec_ms / bg_share`; an urgent
-  launch takes `codec_ms` on the whole GPU and pauses both others for its duration. Each lane runs its batches
+  launch takes `codec_ms` on the whole GPU and pauses both others for its duration (`urgent_pause` of it:
+  1.0 by default; on the H200 an urgent launch at high priority beside the partitions slowed the LM step far
+  less than a full pause would, bench/results/2026-12-04-late-start/). Each lane runs its batches
   in order (a policy that ignores `lanes_free` queues behind the lane's batch). The engine thread schedules
   when no LM step is in flight (after each step, or at the next arrival or launch completion while idle) and
   only then observes completed codec launches: their audio goes out, `complete_codec` is called, and the lane
@@ -150,12 +152,15 @@ class _Batch:
 def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs: CostModel | None = None,
              has_lanes: bool = False, lm_share: float = 0.9, bg_share: float = 0.3, texts: list[str] | None = None,
              config: SchedulerConfig | None = None, spec: ProgramSpec = SIM_SPEC, report_ms: float = 100.0,
-             tokens_per_s: float | None = None, num_slots: int | None = None) -> SimResult:
+             tokens_per_s: float | None = None, num_slots: int | None = None,
+             urgent_pause: float = 1.0) -> SimResult:
     """Runs `policy_name` under Poisson load (`rate` requests/s for `duration_s`, arrivals seeded) until every
     request is done. `texts` are used in turn (default: `synthetic_texts`), whole or streamed at
     `tokens_per_s` (None: whole). Deterministic for a seed."""
     if not (0 < lm_share <= 1 and 0 < bg_share <= 1):
         raise ValueError(f"shares must be in (0, 1], got lm_share={lm_share}, bg_share={bg_share}")
+    if not 0 <= urgent_pause <= 1:
+        raise ValueError(f"urgent_pause must be in [0, 1], got {urgent_pause}")
     if tokens_per_s is not None and not tokens_per_s > 0:
         raise ValueError(f"tokens_per_s must be > 0 (or None: whole texts), got {tokens_per_s}")
     rng = random.Random(seed)
@@ -172,7 +177,7 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
     sim = _Engine(sched, [(t, f"r{i}", pool[i % len(pool)]) for i, t in enumerate(arrivals)], has_lanes,
-                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s)
+                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s, urgent_pause)
     sim.run()
     return SimResult(policy=policy_name, rate=rate, has_lanes=has_lanes, records=list(sim.records.values()),
                      scheduler=sched, num_steps=sim.num_steps, end_ns=sim.now, codec_errors=sim.codec_errors)
@@ -182,7 +187,8 @@ class _Engine:
     """The simulated runtime and listeners around one scheduler."""
 
     def __init__(self, sched: Scheduler, arrivals: list[tuple[int, str, str]], has_lanes: bool, lm_share: float,
-                 bg_share: float, report_ns: int, tokens_per_s: float | None = None) -> None:
+                 bg_share: float, report_ns: int, tokens_per_s: float | None = None,
+                 urgent_pause: float = 1.0) -> None:
         self.sched = sched
         self.costs = sched.costs
         self.arrivals = arrivals  # (arrival_ns, request id, text), in time order
@@ -191,6 +197,7 @@ class _Engine:
         self.lm_share = lm_share
         self.bg_share = bg_share
         self.report_ns = report_ns
+        self.urgent_pause = urgent_pause
         self.token_gap_ns = None if tokens_per_s is None else round(1e9 / tokens_per_s)
         self.text_due: list[tuple[int, int, str, str, bool]] = []  # heap: (due, seq, request id, piece, final)
         self.num_text_pieces = 0
@@ -256,7 +263,9 @@ class _Engine:
         urgent = [job for job in plan.codec if job.lane == URGENT]
         background = [job for job in plan.codec if job.lane != URGENT]
         self._launch_checks(plan.codec)
-        paused_until = self.lanes[URGENT][-1].end_ns if self.lanes[URGENT] else self.now
+        # the others start once the urgent lane's queue has paused them (`urgent_pause` of its remaining time)
+        urgent_left_ns = max(0, self.lanes[URGENT][-1].end_ns - self.now) if self.lanes[URGENT] else 0
+        paused_until = self.now + round(self.urgent_pause * urgent_left_ns)
         if background:
             queue = self.lanes[BACKGROUND]
             start = max(self.now, queue[-1].end_ns if queue else self.now, paused_until)
@@ -270,9 +279,10 @@ class _Engine:
             start = max(self.now, queue[-1].end_ns if queue else self.now)
             duration = _ns(codec_launch_ms(self.costs, urgent, spec, max_batch))
             queue.append(_Batch(urgent, start, start + duration))
+            pause = round(self.urgent_pause * duration)
             for batch in self.lanes[BACKGROUND] + ([self.lm] if self.lm else []):  # the whole GPU: both pause
                 if batch.end_ns > start:
-                    batch.end_ns += duration
+                    batch.end_ns += pause
         if self.lm is not None:  # the engine thread waits for its LM step
             self.now = self.lm.end_ns
             self.lm = None
