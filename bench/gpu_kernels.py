@@ -97,8 +97,8 @@ def attention(batches: list[int]) -> list[dict]:
 
 
 def sampler(batches: list[int]) -> list[dict]:
-    """Per vocabulary and batch: us a draw per rule and warps; every Triton draw checked equal to the torch
-    rule's on the same uniforms."""
+    """Per vocabulary and batch: us a draw per rule, threshold search and warps; every Triton draw checked equal
+    to the torch rule's on the same uniforms."""
     out = []
     for vocab in (2048, 3072):
         for b in batches:
@@ -112,14 +112,19 @@ def sampler(batches: list[int]) -> list[dict]:
                 params = (torch.full((b,), 0.9, device=DEV), torch.full((b,), k, device=DEV, dtype=torch.int64),
                           torch.full((b,), p, device=DEV), torch.full((b,), greedy, device=DEV, dtype=torch.bool))
                 sample_codes(logits, uniform, *params, want, impl="torch")
-                for warps in (None, 2, 4, 8, 16):
-                    fn = lambda: sample_codes(logits, uniform, *params, codes, impl="triton", num_warps=warps)  # noqa: E731
-                    codes.fill_(-1)
-                    fn()
-                    torch.cuda.synchronize()
-                    if not torch.equal(codes, want):  # recorded, not raised: the timing table still prints
-                        row.setdefault("MISMATCH", []).append(f"{label}_w{warps or 'auto'}")
-                    row[f"{label}_w{warps or 'auto'}_us"] = round(graph_us(fn), 2)
+                # the threshold searches (kernels/sampling.py): `rounds` keeps the rows' old labels; `sort` only
+                # where there is a threshold to find (greedy and temperature-only rows never search)
+                for search in ("rounds", "sort") if k or p < 1.0 else ("rounds",):
+                    tag = label if search == "rounds" else f"{label}_{search}"
+                    for warps in (None, 2, 4, 8, 16):
+                        fn = lambda: sample_codes(logits, uniform, *params, codes, impl="triton",  # noqa: E731
+                                                  num_warps=warps, search=search)
+                        codes.fill_(-1)
+                        fn()
+                        torch.cuda.synchronize()
+                        if not torch.equal(codes, want):  # recorded, not raised: the timing table still prints
+                            row.setdefault("MISMATCH", []).append(f"{tag}_w{warps or 'auto'}")
+                        row[f"{tag}_w{warps or 'auto'}_us"] = round(graph_us(fn), 2)
             out.append(row)
             print(json.dumps(row), flush=True)
     return out

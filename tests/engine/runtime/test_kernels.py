@@ -13,7 +13,7 @@ from voxrt.engine.runtime.kernels import default_impl, triton_available
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
 from voxrt.engine.runtime.kernels.norm import add_rms_norm, silu_mul
 from voxrt.engine.runtime.kernels.rope import norm_rope_torch, qk_norm_rope_paged, rope_inv_freq
-from voxrt.engine.runtime.kernels.sampling import sample_codes
+from voxrt.engine.runtime.kernels.sampling import SEARCHES, sample_codes, sampler_search
 from voxrt.models.common.layers import apply_rotary, rotary_cos_sin
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -153,9 +153,11 @@ def _params(bsz, temperature, top_k, top_p, greedy):
             torch.full((bsz,), top_p, dtype=torch.float32), torch.full((bsz,), greedy, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("top_k,top_p,greedy", [(0, 1.0, False), (50, 1.0, False), (5, 0.8, False),
                                                 (0, 0.3, False), (1, 1.0, False), (50, 1.0, True)])
-def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy):
+def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy, search, monkeypatch):
+    monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", search)  # the Triton kernel's threshold search, read at launch
     g = torch.Generator().manual_seed(7)
     bsz, vocab, hidden = 6, 300, 40
     logits = (torch.randn(bsz, vocab, generator=g) * 3).to(torch.bfloat16)
@@ -184,11 +186,14 @@ def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy):
         assert (x.gather(-1, codes[:, None]) >= kth).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sampler_threshold_search_is_exact_at_codec_vocabulary_size(dtype):
-    """A codec-sized vocabulary (the search's 17 rounds narrow the 32-bit range to one integer): the Triton
-    draw gives the torch rule's codes, with ties (bf16 scores repeat) and with top-k at its edges (1, all but
-    one) and beside top-p."""
+# the sort search on bf16 only (its ties are the harder case): a 2048-wide sort takes ~3 s a row in the interpreter
+@pytest.mark.parametrize("dtype,search", [(torch.float32, "rounds"), (torch.bfloat16, "rounds"),
+                                          (torch.bfloat16, "sort")])
+def test_sampler_threshold_search_is_exact_at_codec_vocabulary_size(dtype, search, monkeypatch):
+    """A codec-sized vocabulary (the rounds search's 17 rounds narrow the 32-bit range to one integer; the sort
+    search reads the thresholds off the sorted row): the Triton draw gives the torch rule's codes, with ties
+    (bf16 scores repeat) and with top-k at its edges (1, all but one) and beside top-p."""
+    monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", search)
     g = torch.Generator().manual_seed(11)
     bsz, vocab = 4, 2048
     logits = (torch.randn(bsz, vocab, generator=g) * torch.linspace(0.5, 6, bsz)[:, None]).to(dtype)
@@ -200,6 +205,33 @@ def test_sampler_threshold_search_is_exact_at_codec_vocabulary_size(dtype):
         got = torch.full((bsz,), -1, dtype=torch.int64)
         sample_codes(logits, uniform, *params, out=got, impl="triton")
         assert torch.equal(got, want), (top_k, top_p)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_sampler_keeps_every_tie_at_the_thresholds(search):
+    """Scores on a few levels (each repeated a hundred times or so), with top-k and top-p boundaries that fall
+    inside a group of equal scores: the whole group stays, as in the torch rule."""
+    g = torch.Generator().manual_seed(13)
+    bsz, vocab = 2, 2048
+    logits = torch.randint(0, 16, (bsz, vocab), generator=g).float() * 0.25
+    uniform = torch.rand(bsz, vocab, generator=g)
+    for top_k, top_p in [(50, 1.0), (300, 1.0), (0, 0.5), (200, 0.7)]:
+        params = _params(bsz, 1.0, top_k, top_p, False)
+        want = torch.empty(bsz, dtype=torch.int64)
+        sample_codes(logits, uniform, *params, out=want, impl="torch")
+        got = torch.full((bsz,), -1, dtype=torch.int64)
+        sample_codes(logits, uniform, *params, out=got, impl="triton", search=search)
+        assert torch.equal(got, want), (top_k, top_p)
+
+
+def test_sampler_search_is_read_from_the_environment(monkeypatch):
+    monkeypatch.delenv("VOXRT_SAMPLER_SEARCH", raising=False)
+    assert sampler_search() == "rounds"  # the default until the sort is measured faster on a GPU
+    monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", " Sort ")
+    assert sampler_search() == "sort"
+    monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", "bisect")
+    with pytest.raises(ValueError, match="VOXRT_SAMPLER_SEARCH"):
+        sampler_search()
 
 
 def test_sampler_distribution_follows_temperature_top_k_and_top_p():

@@ -14,16 +14,35 @@ candidates' masked counts or sums over the row held in registers in one reductio
 where a bisection needs 32; more candidates per round would spill registers). One program per row; the row
 must fit one block (codec vocabularies: 2048-4096).
 
+`VOXRT_SAMPLER_SEARCH=sort` (read at each launch; default `rounds`, the search above) finds the same thresholds
+with one `tl.sort` of the row's scores instead: the k-th largest kept score is the top-k threshold, and the
+first sorted score where the cumulative sum of the sorted probabilities reaches p is the top-p one. Same kept
+set, same codes (tests/engine/runtime/test_kernels.py runs both against the torch rule); NOT yet timed on a
+GPU against the rounds (bench/gpu_kernels.py's sampler rows `*_sort_w*_us`).
+
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
 kernels/norm.py), the logits are first scaled by each row's rstd(x).
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
+
+SEARCHES = ("rounds", "sort")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
+
+
+def sampler_search() -> str:
+    """`VOXRT_SAMPLER_SEARCH` (`rounds`, the default, or `sort`), read at each launch, so a graph captured
+    afterwards takes the value of its capture."""
+    search = os.environ.get("VOXRT_SAMPLER_SEARCH", "rounds").strip().lower() or "rounds"
+    if search not in SEARCHES:
+        raise ValueError(f"VOXRT_SAMPLER_SEARCH={search!r}; expected one of {', '.join(SEARCHES)}")
+    return search
 
 if triton_available():
     import triton
@@ -51,11 +70,32 @@ if triton_available():
         return hi
 
     @triton.jit
+    def _sorted_cut(scaled, keep, cols, top_k, do_k, top_p, do_p):
+        """`keep` cut by top-k (when do_k) then top-p (when do_p), the thresholds read off the row's scores sorted
+        descending (`VOXRT_SAMPLER_SEARCH=sort`). The row holds at least one kept score; dropped ones are -inf."""
+        ordered = tl.sort(scaled, descending=True)  # [V]: kept scores first, the -inf ones (dropped, padding) last
+        # top-k: fewer than k kept values are strictly greater than x iff x >= the k-th largest (ties stay)
+        kth = tl.max(tl.where(cols == top_k - 1, ordered, float("-inf")), axis=0)
+        lowest = tl.where(do_k, kth, float("-inf"))
+        keep = keep & (scaled >= lowest)
+        if do_p:
+            kept = (ordered > float("-inf")) & (ordered >= lowest)  # a prefix of `ordered`
+            e = tl.where(kept, tl.exp(ordered - tl.max(ordered, axis=0)), 0.0)
+            mass = tl.cumsum(e / tl.sum(e, axis=0), axis=0)  # [V]: the mass of the sorted values up to each
+            # the first sorted value whose mass reaches p stays (the mass above it is below p), the next does not;
+            # values tied with it stay by `>=` (the mass strictly greater than them is no more than its own)
+            last = tl.sum(kept.to(tl.int32), axis=0) - 1
+            first = tl.min(tl.where(kept & (mass >= top_p), cols, last), axis=0)
+            cut = tl.max(tl.where(cols == first, ordered, float("-inf")), axis=0)
+            keep = keep & (scaled >= cut)
+        return keep
+
+    @triton.jit
     def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
                        x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
                        HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
-                       PDL: tl.constexpr):
+                       SORT: tl.constexpr, PDL: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
@@ -79,14 +119,20 @@ if triton_available():
             key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # int32, ordered like the floats
             top_k = tl.load(topk_ptr + row)
             num_kept = tl.sum(keep.to(tl.int32), axis=0)
-            if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
-                ones = tl.where(keep, 1.0, 0.0)
-                keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
             top_p = tl.load(topp_ptr + row)
-            if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
-                e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
-                probs = e / tl.sum(e, axis=0)
-                keep = keep & (key >= _threshold(key, keep, probs, top_p, 17))
+            if SORT:
+                do_k = (top_k > 0) & (top_k < num_kept)
+                do_p = top_p < 1.0
+                if do_k | do_p:
+                    keep = _sorted_cut(scaled, keep, cols, top_k, do_k, top_p, do_p)
+            else:
+                if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
+                    ones = tl.where(keep, 1.0, 0.0)
+                    keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
+                if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
+                    e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
+                    probs = e / tl.sum(e, axis=0)
+                    keep = keep & (key >= _threshold(key, keep, probs, top_p, 17))
             u = tl.load(u_ptr + row * u_stride + cols, mask=valid, other=0.5)
             u = tl.minimum(tl.maximum(u, 1e-20), 1.0 - 1e-7)
             score = tl.where(keep, scaled - tl.log(-tl.log(u)), float("-inf"))
@@ -123,10 +169,11 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
                  top_p: torch.Tensor, greedy: torch.Tensor, out: torch.Tensor, suppress: torch.Tensor | None = None,
                  next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
                  impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6,
-                 num_warps: int | None = None) -> None:
+                 num_warps: int | None = None, search: str | None = None) -> None:
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
-    [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first."""
+    [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first.
+    `search`: the Triton kernel's threshold search, `rounds` or `sort` (None: `VOXRT_SAMPLER_SEARCH`)."""
     check_impl(impl)
     rows = x
     if impl == "torch":
@@ -146,6 +193,9 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         return
     bsz, vocab = logits.shape
     assert logits.stride(-1) == 1 and uniform.stride(-1) == 1
+    search = sampler_search() if search is None else search
+    if search not in SEARCHES:
+        raise ValueError(f"unknown sampler search {search!r}; expected one of {', '.join(SEARCHES)}")
     has_next = next_table is not None
     hidden = next_table.shape[1] if has_next else 0
     x2 = _rows(rows) if rows is not None else logits
@@ -156,4 +206,5 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
-        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=num_warps or (8 if vocab > 2048 else 4), **pdl_args(logits.device))
+        BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or (8 if vocab > 2048 else 4),
+        **pdl_args(logits.device))
