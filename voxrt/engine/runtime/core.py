@@ -197,9 +197,13 @@ class EngineCore:
                  program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
                  num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
                  config.scheduler_type, max_live, config.max_batch_size)
-        if config.late_start_demotion_ms > 0 and config.scheduler_type == "deadline":
-            log.info("deadline policy: a stream past its first-audio deadline is admitted after those on time, "
-                     "for up to %g ms", config.late_start_demotion_ms)
+        if config.late_start_demotion_ms > 0:
+            if config.scheduler_type == "deadline":
+                log.info("deadline policy: a stream past its first-audio deadline is admitted after those on time, "
+                         "for up to %g ms", config.late_start_demotion_ms)
+            else:  # only the deadline policy orders admission by first-audio deadline
+                log.warning("late_start_demotion_ms=%g is ignored: it applies to the deadline policy, not %s",
+                            config.late_start_demotion_ms, config.scheduler_type)
 
     @staticmethod
     def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, max_live: int) -> int:

@@ -193,8 +193,9 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         return
     bsz, vocab = logits.shape
     assert logits.stride(-1) == 1 and uniform.stride(-1) == 1
-    search = sampler_search() if search is None else search
-    if search not in SEARCHES:
+    if search is None:
+        search = sampler_search()  # validated there
+    elif search not in SEARCHES:
         raise ValueError(f"unknown sampler search {search!r}; expected one of {', '.join(SEARCHES)}")
     has_next = next_table is not None
     hidden = next_table.shape[1] if has_next else 0
