@@ -193,6 +193,12 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--paths", default="reference,fused", help=f"comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--kernels-only", action="store_true", help="skip the TTFA and throughput runs")
+    ap.add_argument("--gemv-programs", type=int, default=None, help="kernels/gemv.py's TARGET_PROGRAMS (the "
+                    "products' grid) for every path of this run (default: the module's)")
+    ap.add_argument("--gemv-first", type=int, default=None, help="kernels/gemv.py's PREFETCH_ELEMENTS (with PDL, "
+                    "the weight elements a program loads before its wait) for every path of this run")
+    ap.add_argument("--gemv-plain-first", type=int, default=None, help="kernels/gemv.py's PLAIN_FIRST_ELEMENTS "
+                    "(without PDL, the width of a program's first weight tile; 0: an ordinary tile)")
     ap.add_argument("--lanes", default="auto", help="the engine's --lanes: auto runs the LM on its green-context "
                     "partition (60 SMs on an H200 by default), off on the whole GPU")
     args = ap.parse_args()
@@ -201,8 +207,19 @@ def main() -> None:
         ap.error(f"unknown paths {sorted(unknown)}; expected some of {', '.join(PATHS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.makedirs(args.out, exist_ok=True)
+    from voxrt.engine.runtime.kernels import gemv  # noqa: PLC0415
+    if args.gemv_programs:
+        gemv.TARGET_PROGRAMS = args.gemv_programs
+    if args.gemv_first:
+        gemv.PREFETCH_ELEMENTS = args.gemv_first
+    if args.gemv_plain_first is not None:
+        gemv.PLAIN_FIRST_ELEMENTS = args.gemv_plain_first
+    print(f"gemv: TARGET_PROGRAMS {gemv.TARGET_PROGRAMS}, PREFETCH_ELEMENTS {gemv.PREFETCH_ELEMENTS}, "
+          f"PLAIN_FIRST_ELEMENTS {gemv.PLAIN_FIRST_ELEMENTS}", flush=True)
     batches = [int(b) for b in args.batches.split(",")]
-    all_results = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
+    all_results = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
+                       gemv_programs=gemv.TARGET_PROGRAMS, gemv_first=gemv.PREFETCH_ELEMENTS,
+                       gemv_plain_first=gemv.PLAIN_FIRST_ELEMENTS)
     for checkpoint in args.checkpoint:
         t0 = time.monotonic()
         program = build_program("qwen3-tts", checkpoint)

@@ -177,8 +177,11 @@ def plan(n: int) -> int:
 
 
 PREFETCH_ELEMENTS = 8192  # weight elements a program loads before the PDL wait: 16 KB in bf16, gpu_pdl.py's tile
+PLAIN_FIRST_ELEMENTS = 0  # without PDL: 0 = the first tile is an ordinary BLOCK_K one; else as wide as this allows
 SKINNY_MAX_ROWS = 128  # the tensor-core product takes 5..128 rows when it is on (kernels.set_skinny)
 SKINNY_TARGET_PROGRAMS = 128
+SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) for every
+# shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
 
 
 def _prefetch_args(nxt: torch.Tensor | None, device: torch.device) -> dict:
@@ -225,7 +228,8 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     # with PDL the first tile is as wide as PREFETCH_ELEMENTS allows (the more weight streams before the wait,
     # the more of the previous kernel's tail it hides); without, the first tile is an ordinary one
     if first_k is None:
-        first_k = max(block_k, min(next_pow2(k), PREFETCH_ELEMENTS // block_n)) if pdl["PDL"] else block_k
+        first = PREFETCH_ELEMENTS if pdl["PDL"] else PLAIN_FIRST_ELEMENTS
+        first_k = max(block_k, min(next_pow2(k), first // block_n)) if first else block_k
     assert first_k % block_k == 0, (first_k, block_k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, w, out, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, ROWS=m, RESIDUAL=residual,
@@ -239,7 +243,7 @@ def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual
     (bench/gpu_gemv_sweep.py measures the alternatives)."""
     m, k = x.shape[0], w.shape[1]
     n = w.shape[0]
-    bm, bn, bk, warps, stages = config or (*skinny_plan(m, n, k), 4, 3)
+    bm, bn, bk, warps, stages = config or SKINNY_CONFIG or (*skinny_plan(m, n, k), 4, 3)
     _skinny_kernel[(triton.cdiv(n, bn), triton.cdiv(m, bm))](
         x, w, out, m, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, RESIDUAL=residual,
         RSTD=rstd_eps is not None, SILU=silu, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,

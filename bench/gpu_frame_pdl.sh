@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 12: programmatic dependent launch (PDL) and the products' grid, on the whole GPU and on the LM's
+# partition, in one GPU call (each step skippable through STEPS):
+#   chains     bench/gpu_gemv_pdl.py: the frame's product chains per variant (grid, first tile, PDL, the
+#              tensor-core product), whole GPU and a 60-SM partition; the tensor-core product per config, flag
+#   frame      bench/gpu_frame.py on the whole GPU, KV context 128: fused against fused-pdl
+#   best       the frame with the variant (grid, first tile, PDL or not) the chains found fastest at one row
+#   partition  fused against fused-pdl (best grid) on the LM's green-context partition, batch 1 and 64
+#   sampler    bench/gpu_kernels.py --only sampler (the sort-based search against the rounds)
+# Run from the repository root on the GPU machine:
+#   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_frame_pdl.sh
+set -uo pipefail
+OUT=${OUT:-out/pdl}
+R=$OUT/r
+mkdir -p "$R"
+CKPT=/tmp/q17
+STEPS=${STEPS:-chains frame best partition sampler}
+. bench/gpu_setup.sh
+BEST_ARGS=""
+for step in $STEPS; do
+  case $step in
+    chains)
+      (cd bench && timeout "${CHAINS_TIMEOUT:-200}" python -u gpu_gemv_pdl.py --out "$R" --rows "${ROWS:-1,8,64}") > "$R/chains.log" 2>&1
+      echo "== chains (rc $?)"; sed -n '/^== /,$p' "$R/chains.log"; grep -i "Traceback" -A3 "$R/chains.log" | head -8 ;;
+    frame)
+      (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
+        --batches "${BATCHES:-1,8,64,128}" --paths fused,fused-pdl --kernels-only --out "$R/frame") > "$R/frame.log" 2>&1
+      echo "== frame (rc $?)"; sed -n '/^== /,$p' "$R/frame.log"; grep -i "Traceback\|Error" "$R/frame.log" | head -5 ;;
+    best|partition)
+      if [ -z "$BEST_ARGS" ]; then
+        BEST_ARGS=$(python - "$R/gemv_pdl.json" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    rows = [r for r in d["chains"] if r.get("rows") == 1 and "ms" in r]
+except Exception:
+    d, rows = {}, []
+tot = {}
+for r in rows:
+    tot[r["variant"]] = tot.get(r["variant"], 0.0) + r["ms"]
+v = d.get("variants", {}).get(min(tot, key=tot.get) if tot else "pdl",
+                             {"programs": 256, "first": 8192, "plain_first": 0, "pdl": True})
+path = "fused-pdl" if v["pdl"] else "fused-nopdl"
+print(f"--gemv-programs {v['programs']} --gemv-first {v['first']} --gemv-plain-first {v['plain_first']} --paths {path}")
+EOF
+        )
+        echo "best PDL grid at one row: $BEST_ARGS"
+      fi
+      if [ "$step" = best ]; then
+        (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off $BEST_ARGS \
+          --batches "${BATCHES:-1,8,64,128}" --kernels-only --out "$R/best") > "$R/best.log" 2>&1
+        echo "== best (rc $?)"; sed -n '/^== /,$p' "$R/best.log"; grep -i "Traceback\|Error" "$R/best.log" | head -5
+      else
+        (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes auto \
+          ${BEST_ARGS% --paths*} --batches 1,64 --paths fused,fused-pdl --kernels-only --out "$R/partition") > "$R/partition.log" 2>&1
+        echo "== partition (rc $?)"; sed -n '/^== /,$p' "$R/partition.log"; grep -i "Traceback\|Error" "$R/partition.log" | head -5
+      fi ;;
+    sampler)
+      (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
+      echo "== sampler (rc $?)"; tail -6 "$R/sampler.log" | cut -c1-1500 ;;
+  esac
+done
+tar czf "$OUT/pdl-results.tgz" -C "$OUT" r
+[ -d ~/.triton/cache ] && tar czf "$OUT/triton-cache.tgz" -C ~/.triton cache
+ls -la "$OUT"
