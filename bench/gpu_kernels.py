@@ -114,9 +114,9 @@ def sampler(batches: list[int]) -> list[dict]:
                 sample_codes(logits, uniform, *params, want, impl="torch")
                 # the threshold searches (kernels/sampling.py): `rounds` keeps the rows' old labels; `sort` only
                 # where there is a threshold to find (greedy and temperature-only rows never search)
-                for search in ("rounds", "sort") if k or p < 1.0 else ("rounds",):
+                for search in ("rounds", "sort", "rounds16") if k or p < 1.0 else ("rounds",):
                     tag = label if search == "rounds" else f"{label}_{search}"
-                    for warps in (None, 2, 4, 8, 16):
+                    for warps in (None, 1, 2, 4, 8):
                         fn = lambda: sample_codes(logits, uniform, *params, codes, impl="triton",  # noqa: E731
                                                   num_warps=warps, search=search)
                         codes.fill_(-1)

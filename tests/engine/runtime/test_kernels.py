@@ -188,7 +188,7 @@ def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy, 
 
 # the sort search on bf16 only (its ties are the harder case): a 2048-wide sort takes ~3 s a row in the interpreter
 @pytest.mark.parametrize("dtype,search", [(torch.float32, "rounds"), (torch.bfloat16, "rounds"),
-                                          (torch.bfloat16, "sort")])
+                                          (torch.bfloat16, "sort"), (torch.bfloat16, "rounds16")])
 def test_sampler_threshold_search_is_exact_at_codec_vocabulary_size(dtype, search, monkeypatch):
     """A codec-sized vocabulary (the rounds search's 17 rounds narrow the 32-bit range to one integer; the sort
     search reads the thresholds off the sorted row): the Triton draw gives the torch rule's codes, with ties
@@ -222,6 +222,45 @@ def test_sampler_keeps_every_tie_at_the_thresholds(search):
         got = torch.full((bsz,), -1, dtype=torch.int64)
         sample_codes(logits, uniform, *params, out=got, impl="triton", search=search)
         assert torch.equal(got, want), (top_k, top_p)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampler_rounds16_keeps_every_tie_and_scaling_keeps_the_order(temperature):
+    """The 16-bit search runs on the bfloat16 logits while the torch rule ranks the scaled float32 scores (rstd of
+    the rows, then the temperature): ties on a few levels and boundaries inside a group stay exact, with and
+    without the rows' scaling."""
+    g = torch.Generator().manual_seed(17)
+    bsz, vocab, hidden = 3, 2048, 64
+    logits = (torch.randint(-24, 24, (bsz, vocab), generator=g).float() * 0.37).to(torch.bfloat16)
+    rows = torch.randn(bsz, hidden, generator=g) * torch.tensor([0.01, 1.0, 30.0])[:, None]
+    uniform = torch.rand(bsz, vocab, generator=g)
+    for top_k in (50, 300, 1, vocab - 1):
+        for x in (None, rows):
+            params = _params(bsz, temperature, top_k, 1.0, False)
+            want = torch.empty(bsz, dtype=torch.int64)
+            sample_codes(logits, uniform, *params, out=want, impl="torch", x=x)
+            got = torch.full((bsz,), -1, dtype=torch.int64)
+            sample_codes(logits, uniform, *params, out=got, impl="triton", x=x, search="rounds16")
+            assert torch.equal(got, want), (top_k, x is None)
+
+
+def test_sampler_rounds16_falls_back_where_scaling_could_merge_values():
+    """Rows whose scores leave the normal float range (a huge logit over a small temperature overflows to inf;
+    tiny ones become subnormal) take the 32-bit search: the codes still equal the torch rule's."""
+    g = torch.Generator().manual_seed(19)
+    bsz, vocab = 2, 512
+    logits = torch.randn(bsz, vocab, generator=g) * 3
+    logits[0, :5] = 3.0e38  # / 0.5 -> inf: five equal scores that were five equal logits (the rule keeps them)
+    logits[1] = logits[1] * 1e-38  # subnormal scores
+    logits = logits.to(torch.bfloat16)
+    uniform = torch.rand(bsz, vocab, generator=g)
+    for top_k in (3, 50):
+        params = _params(bsz, 0.5, top_k, 1.0, False)
+        want = torch.empty(bsz, dtype=torch.int64)
+        sample_codes(logits, uniform, *params, out=want, impl="torch")
+        got = torch.full((bsz,), -1, dtype=torch.int64)
+        sample_codes(logits, uniform, *params, out=got, impl="triton", search="rounds16")
+        assert torch.equal(got, want), top_k
 
 
 def test_sampler_search_is_read_from_the_environment(monkeypatch):

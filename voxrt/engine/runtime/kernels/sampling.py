@@ -20,6 +20,14 @@ first sorted score where the cumulative sum of the sorted probabilities reaches 
 set, same codes (tests/engine/runtime/test_kernels.py runs both against the torch rule); NOT yet timed on a
 GPU against the rounds (bench/gpu_kernels.py's sampler rows `*_sort_w*_us`).
 
+`VOXRT_SAMPLER_SEARCH=rounds16`: the same rounds, but the top-k threshold is searched over the 16-bit image of
+the bfloat16 logits instead of the 32-bit image of the scaled float32 scores: 9 rounds instead of 17. The kept set
+is the same: scaling by the row's rstd and dividing by the temperature (both > 0) maps distinct bfloat16 values to
+distinct float32 scores in the same order (a relative gap of at least 2^-8 survives two roundings of 2^-24), so
+the k-th largest score is the image of the k-th largest logit and ties are the same ties. That holds while every
+kept score is a normal float or zero and finite; a row where one is not (a checked reduction) takes the 17
+rounds. Float32 logits always take the 17 rounds. NOT yet timed on a GPU.
+
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
 kernels/norm.py), the logits are first scaled by each row's rstd(x).
 """
@@ -33,7 +41,7 @@ import torch
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
-SEARCHES = ("rounds", "sort")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
+SEARCHES = ("rounds", "sort", "rounds16")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
 
 
 def sampler_search() -> str:
@@ -95,7 +103,7 @@ if triton_available():
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
                        x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
                        HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
-                       SORT: tl.constexpr, PDL: tl.constexpr):
+                       SORT: tl.constexpr, PDL: tl.constexpr, KEY16: tl.constexpr = False):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
@@ -128,7 +136,20 @@ if triton_available():
             else:
                 if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
                     ones = tl.where(keep, 1.0, 0.0)
-                    keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
+                    if KEY16:
+                        # the scores keep the logits' order when every kept one is finite and normal or zero
+                        mag = tl.abs(scaled)
+                        big = tl.max(tl.where(keep, mag, 0.0), axis=0)
+                        small = tl.min(tl.where(keep & (mag > 0.0), mag, 1.0), axis=0)
+                        if (big < float("inf")) & (small >= 1.1754943508222875e-38):
+                            raw = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=0.0)
+                            half = raw.to(tl.int16, bitcast=True).to(tl.int32)
+                            key16 = tl.where(half >= 0, half, half ^ 0x7FFF)  # ordered like the bfloat16 values
+                            keep = keep & (key16 >= _threshold(key16, keep, ones, top_k.to(tl.float32) - 0.5, 9))
+                        else:
+                            keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
+                    else:
+                        keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
                 if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
                     e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
                     probs = e / tl.sum(e, axis=0)
@@ -208,4 +229,4 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
         BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or (8 if vocab > 2048 else 4),
-        **pdl_args(logits.device))
+        KEY16=search == "rounds16" and logits.dtype == torch.bfloat16, **pdl_args(logits.device))
