@@ -11,7 +11,7 @@ Paths: reference, fused (Triton kernels launched with programmatic dependent lau
 kernels/__init__.py), fused-nopdl (the same kernels launched plainly: what PDL buys, in the same process),
 fused-cublas (cuBLAS products instead of kernels/gemv.py's), fused-l2 (each product prefetches the next one's
 weight into the L2), fused-skinny (kernels/gemv.py's tensor-core product at 5..128 rows instead of cuBLAS),
-fused-l2-skinny (both), fused-cudacores / fused-fa2nosplit / fused-fa3 (the talker's decode attention on
+fused-l2-skinny (both), fused-skinny-pdl (the tensor-core product and PDL), fused-cudacores / fused-fa2nosplit / fused-fa3 (the talker's decode attention on
 FlashInfer's CUDA-core decode kernel at every batch, its FA2 tensor-core kernel without split KV, or its FA3
 kernel, or ours (fused-tritonattn: runtime/kernels/paged_decode.py), where `fused` takes the default rule,
 auto: runtime/attention.py). `--kernels-only`: the frame table and per-kernel
@@ -88,9 +88,9 @@ def run_path(program, checkpoint: str, path: str, batches: list[int], context: i
     """`path`: reference, fused (PDL as configured: off unless VOXRT_PDL=1), fused-pdl / fused-nopdl (PDL on /
     off while this path's graphs are captured and run), or fused-cublas (the fused path with cuBLAS products instead of kernels/gemv.py's skinny ones: what the skinny
     products buy)."""
-    set_pdl({"fused-nopdl": False, "fused-pdl": True}.get(path))
+    set_pdl({"fused-nopdl": False, "fused-pdl": True, "fused-skinny-pdl": True}.get(path))
     set_l2_prefetch(True if path in ("fused-l2", "fused-l2-skinny") else None)
-    set_skinny(True if path in ("fused-skinny", "fused-l2-skinny") else None)
+    set_skinny(True if path in ("fused-skinny", "fused-l2-skinny", "fused-skinny-pdl") else None)
     set_decode_kernel({"fused-cudacores": "cuda-cores", "fused-fa2nosplit": "fa2-nosplit", "fused-fa3": "fa3",
                        "fused-tritonattn": "triton"}.get(path))
     try:
@@ -153,6 +153,7 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
 
 
 PATHS = ("reference", "fused-cublas", "fused-nopdl", "fused", "fused-pdl", "fused-l2", "fused-skinny", "fused-l2-skinny",
+         "fused-skinny-pdl",
          "fused-cudacores", "fused-fa2nosplit", "fused-fa3", "fused-tritonattn")
 
 
@@ -199,6 +200,10 @@ def main() -> None:
                     "the weight elements a program loads before its wait) for every path of this run")
     ap.add_argument("--gemv-plain-first", type=int, default=None, help="kernels/gemv.py's PLAIN_FIRST_ELEMENTS "
                     "(without PDL, the width of a program's first weight tile; 0: an ordinary tile)")
+    ap.add_argument("--gemv-skinny-config", default=None, help="kernels/gemv.py's SKINNY_CONFIG as "
+                    "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages (default: skinny_plan's per shape)")
+    ap.add_argument("--gemv-skinny-max-dim", type=int, default=None, help="kernels/gemv.py's SKINNY_MAX_MIN_DIM: the "
+                    "tensor-core product only where min(N, K) <= this (1024: the code predictor's products alone)")
     ap.add_argument("--lanes", default="auto", help="the engine's --lanes: auto runs the LM on its green-context "
                     "partition (60 SMs on an H200 by default), off on the whole GPU")
     args = ap.parse_args()
@@ -214,8 +219,13 @@ def main() -> None:
         gemv.PREFETCH_ELEMENTS = args.gemv_first
     if args.gemv_plain_first is not None:
         gemv.PLAIN_FIRST_ELEMENTS = args.gemv_plain_first
+    if args.gemv_skinny_config:
+        gemv.SKINNY_CONFIG = tuple(int(v) for v in args.gemv_skinny_config.split(","))
+    if args.gemv_skinny_max_dim:
+        gemv.SKINNY_MAX_MIN_DIM = args.gemv_skinny_max_dim
     print(f"gemv: TARGET_PROGRAMS {gemv.TARGET_PROGRAMS}, PREFETCH_ELEMENTS {gemv.PREFETCH_ELEMENTS}, "
-          f"PLAIN_FIRST_ELEMENTS {gemv.PLAIN_FIRST_ELEMENTS}", flush=True)
+          f"PLAIN_FIRST_ELEMENTS {gemv.PLAIN_FIRST_ELEMENTS}, SKINNY_CONFIG {gemv.SKINNY_CONFIG}, "
+          f"SKINNY_MAX_MIN_DIM {gemv.SKINNY_MAX_MIN_DIM}", flush=True)
     batches = [int(b) for b in args.batches.split(",")]
     all_results = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
                        gemv_programs=gemv.TARGET_PROGRAMS, gemv_first=gemv.PREFETCH_ELEMENTS,

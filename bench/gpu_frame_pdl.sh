@@ -6,6 +6,9 @@
 #   frame      bench/gpu_frame.py on the whole GPU, KV context 128: fused against fused-pdl
 #   best       the frame with the variant (grid, first tile, PDL or not) the chains found fastest at one row
 #   partition  fused against fused-pdl (best grid) on the LM's green-context partition, batch 1 and 64
+#   skinny     the frame at 8 / 64 / 128 rows with the code predictor's products on the tensor-core product and
+#              PDL (fused-skinny-pdl, the talker's on cuBLAS), in the config the chains' per-shape step found
+#              fastest over the predictor's shapes at 64 rows
 #   sampler    bench/gpu_kernels.py --only sampler (the sort-based search against the rounds)
 # Run from the repository root on the GPU machine:
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_frame_pdl.sh
@@ -14,10 +17,12 @@ OUT=${OUT:-out/pdl}
 R=$OUT/r
 mkdir -p "$R"
 CKPT=/tmp/q17
-STEPS=${STEPS:-chains frame best partition sampler}
+STEPS=${STEPS:-frame chains skinny best sampler partition}
 . bench/gpu_setup.sh
 BEST_ARGS=""
+BUDGET_S=${BUDGET_S:-540}  # a step that starts after this many seconds of the script is skipped
 for step in $STEPS; do
+  if [ "$SECONDS" -gt "$BUDGET_S" ]; then echo "== $step skipped (budget: ${SECONDS} s of ${BUDGET_S})"; continue; fi
   case $step in
     chains)
       (cd bench && timeout "${CHAINS_TIMEOUT:-200}" python -u gpu_gemv_pdl.py --out "$R" --rows "${ROWS:-1,8,64}") > "$R/chains.log" 2>&1
@@ -55,6 +60,28 @@ EOF
           ${BEST_ARGS% --paths*} --batches 1,64 --paths fused,fused-pdl --kernels-only --out "$R/partition") > "$R/partition.log" 2>&1
         echo "== partition (rc $?)"; sed -n '/^== /,$p' "$R/partition.log"; grep -i "Traceback\|Error" "$R/partition.log" | head -5
       fi ;;
+    skinny)
+      SKINNY_CFG=$(python - "$R/gemv_pdl.json" <<'EOF'
+import json, sys
+try:
+    rows = [r for r in json.load(open(sys.argv[1]))["skinny"] if r["rows"] == 64 and r["shape"].startswith("pred.")]
+except Exception:
+    rows = []
+tot = {}
+for r in rows:
+    for key, us in r.items():
+        if key.endswith("_us") and key not in ("cublas_us", "residual_us", "rstd_us", "silu+residual_us") \
+                and isinstance(us, (int, float)):
+            tot[key[:-3]] = tot.get(key[:-3], 0.0) + us
+best = min(tot, key=tot.get) if tot else "plan"
+print("" if best == "plan" else "--gemv-skinny-config " + best.replace("x", ","))
+EOF
+      )
+      echo "skinny config: ${SKINNY_CFG:-planned}"
+      (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off $SKINNY_CFG \
+        --gemv-skinny-max-dim 1024 --batches 8,64,128 --paths fused-skinny,fused-skinny-pdl --kernels-only \
+        --out "$R/skinny") > "$R/skinny.log" 2>&1
+      echo "== skinny (rc $?)"; sed -n '/^== /,$p' "$R/skinny.log"; grep -i "Traceback\|Error" "$R/skinny.log" | head -5 ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
       echo "== sampler (rc $?)"; tail -6 "$R/sampler.log" | cut -c1-1500 ;;

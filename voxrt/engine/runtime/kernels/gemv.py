@@ -180,6 +180,7 @@ PREFETCH_ELEMENTS = 8192  # weight elements a program loads before the PDL wait:
 PLAIN_FIRST_ELEMENTS = 0  # without PDL: 0 = the first tile is an ordinary BLOCK_K one; else as wide as this allows
 SKINNY_MAX_ROWS = 128  # the tensor-core product takes 5..128 rows when it is on (kernels.set_skinny)
 SKINNY_TARGET_PROGRAMS = 128
+SKINNY_MAX_MIN_DIM: int | None = None  # the tensor-core product only where min(N, K) <= this (None: every shape)
 SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) for every
 # shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
 
@@ -257,7 +258,8 @@ def _takes(rows: int, n: int, k: int, device: torch.device, force: bool) -> bool
     kernel at up to SKINNY_MAX_ROWS rows where that is on (kernels.set_skinny / VOXRT_SKINNY)."""
     if rows <= MAX_ROWS and (force or prefers_gemv(rows, n, k)):
         return True
-    return MAX_ROWS < rows <= SKINNY_MAX_ROWS and k % 16 == 0 and skinny_enabled(device)
+    return (MAX_ROWS < rows <= SKINNY_MAX_ROWS and k % 16 == 0 and skinny_enabled(device)
+            and (SKINNY_MAX_MIN_DIM is None or min(n, k) <= SKINNY_MAX_MIN_DIM))
 
 
 def _fits(x: torch.Tensor, w: torch.Tensor, force: bool) -> bool:
