@@ -9,7 +9,9 @@
 #   skinny     the frame at 8 / 64 / 128 rows with the code predictor's products on the tensor-core product and
 #              PDL (fused-skinny-pdl, the talker's on cuBLAS), in the config the chains' per-shape step found
 #              fastest over the predictor's shapes at 64 rows
-#   sampler    bench/gpu_kernels.py --only sampler (the sort-based search against the rounds)
+#   sampler    bench/gpu_kernels.py --only sampler (the sort-based and 16-bit searches against the rounds)
+#   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
+#              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_frame_pdl.sh
 set -uo pipefail
@@ -82,6 +84,10 @@ EOF
         --gemv-skinny-max-dim 1024 --batches 8,64,128 --paths fused-skinny,fused-skinny-pdl --kernels-only \
         --out "$R/skinny") > "$R/skinny.log" 2>&1
       echo "== skinny (rc $?)"; sed -n '/^== /,$p' "$R/skinny.log"; grep -i "Traceback\|Error" "$R/skinny.log" | head -5 ;;
+    check)
+      (cd bench && timeout "${CHECK_TIMEOUT:-280}" python -u gpu_fused_check.py --checkpoint $CKPT --out "$R" --pdl on \
+        --requests 8 ${CHECK_ARGS:-}) > "$R/check.log" 2>&1
+      echo "== fused check (rc $?)"; grep -v " INFO \|^ *warn" "$R/check.log" | tail -8 ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
       echo "== sampler (rc $?)"; tail -6 "$R/sampler.log" | cut -c1-1500 ;;
