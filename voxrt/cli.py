@@ -276,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "each gateway process's event loop (default 0: each frame on the loop, just before it is sent)")
     serve.add_argument("--opus-signal", default="auto", choices=["auto", "voice", "music"], help="libopus's mode "
                        "hint: auto (its speech/music detector), voice (SILK/hybrid), music (CELT, cheapest per frame)")
+    serve.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"], help="each gateway "
+                       "process's event loop: uvloop (libuv's, less CPU per frame), asyncio (the standard library's) "
+                       "or auto (default: uvloop when installed, else asyncio); the log says which runs")
     serve.add_argument("--per-message-deflate", action="store_true", help="allow WebSocket compression "
                        "(off by default: audio frames do not compress and deflate costs CPU per frame)")
     serve.add_argument("--drain-grace-s", type=float, default=30.0, help="on SIGTERM: not ready, new sessions "
@@ -477,9 +480,15 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
                                 trace_path=args.trace_file, encode_threads=args.encode_threads,
                                 opus_signal=args.opus_signal, aliases=_aliases(args, env),
-                                drain_grace_s=args.drain_grace_s, dp_size=args.dp_size)
+                                drain_grace_s=args.drain_grace_s, dp_size=args.dp_size, loop=args.loop)
     except ValueError as exc:
         parser.error(str(exc).replace("dp_size", "--dp-size"))
+    from voxrt.gateway.event_loop import LoopUnavailable, resolve_loop  # noqa: PLC0415
+
+    try:
+        resolve_loop(args.loop)  # --loop uvloop without uvloop: refused here, before the engine starts
+    except LoopUnavailable as exc:
+        parser.error(str(exc))
     if args.codec_gpu is not None or args.codec_sms is not None:
         parser.error(_codec_gpu_refusal(args.codec_gpu, args.codec_sms, args.dp_size))
     if args.dp_size > 1:

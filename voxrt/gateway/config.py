@@ -53,6 +53,9 @@ class GatewayConfig:
     # Engine replicas (`--dp-size`, voxrt/engine/replicas.py): this many engine processes (replica i on cuda:i, or
     # all on the CPU), a new context going to the one with the most SLO headroom. 1: the one engine, as before.
     dp_size: int = 1
+    # The event loop of each gateway process (`--loop`, gateway/event_loop.py): "auto" (uvloop where it can be
+    # imported, else the standard library's), "uvloop" or "asyncio".
+    loop: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.dp_size, int) or self.dp_size < 1:
@@ -75,6 +78,8 @@ class GatewayConfig:
             raise ValueError(f"drain_grace_s must be >= 0, got {self.drain_grace_s}")
         if self.opus_signal not in ("auto", "voice", "music"):
             raise ValueError(f"opus_signal must be auto, voice or music, got {self.opus_signal!r}")
+        if self.loop not in ("auto", "uvloop", "asyncio"):
+            raise ValueError(f"loop must be auto, uvloop or asyncio, got {self.loop!r}")
 
     @property
     def auth_enabled(self) -> bool:

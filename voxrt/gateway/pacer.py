@@ -20,6 +20,7 @@ import collections.abc
 import heapq
 import itertools
 import logging
+import math
 import sys
 import time
 import weakref
@@ -58,6 +59,9 @@ class Pacer:
         self._armed_ms: float | None = None
         self._is_ticking = False  # inside _tick, which arms the timer once at its end
         self.num_wakeups = 0
+        # uvloop (libuv) keeps timers in whole milliseconds of its own clock (`loop.time()`, the monotonic clock
+        # truncated to the millisecond) and rounds a delay to the nearest millisecond: see `_arm`
+        self._ms_timers = type(loop).__module__.partition(".")[0] == "uvloop"
 
     @classmethod
     def for_running_loop(cls) -> "Pacer":
@@ -94,6 +98,16 @@ class Pacer:
         now = now_ms()
         if due_ms - now <= self.tick_ms:
             self._handle = self._loop.call_soon(self._tick)
+        elif self._ms_timers:
+            # libuv fires a timer at the first millisecond of its clock at or after its start plus its delay
+            # (whole ms), up to ~1 ms before the exact time, and a delay under 0.5 ms rounds to none: the
+            # tick-before-due request below made wake-ups that served nothing and re-armed at once, ~34 a
+            # frame (bench/results/2026-12-05-gateway-11/). Here the wake-up is asked for the first whole
+            # millisecond of that clock at or after tick_ms before the due time: never before it (nothing
+            # wasted), and within the millisecond after it (the frame still leaves before its due time).
+            loop_ms = self._loop.time() * 1000
+            self._handle = self._loop.call_at((loop_ms + math.ceil(due_ms - self.tick_ms - loop_ms)) / 1000,
+                                              self._tick)
         else:
             # A wake-up serves what is due within tick_ms of it, so it is asked for tick_ms before the due time:
             # the selector rounds its timeout up to whole milliseconds (epoll), so a timer fires up to ~1 ms

@@ -22,6 +22,7 @@ from voxrt.engine.messages import EngineConfig
 from voxrt.gateway.app import build_app
 from voxrt.gateway.config import GatewayConfig
 from voxrt.gateway.drain import drain
+from voxrt.gateway.event_loop import describe, resolve_loop
 
 log = logging.getLogger("voxrt.gateway.server")
 
@@ -102,8 +103,12 @@ class _Server(uvicorn.Server):
     _loop: asyncio.AbstractEventLoop | None = None
     _drain_task: asyncio.Task | None = None
 
+    loop_description = ""  # which event loop runs (make_server), logged at startup
+
     async def startup(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.loop_description:
+            log.info("%s", self.loop_description)
         await super().startup(sockets=sockets)
         if self.started and not self.is_quiet:
             cfg = self.config
@@ -149,10 +154,14 @@ def make_server(gateway: GatewayConfig, engine: EngineConfig | None, host: str, 
     # PCM frame costs CPU per frame for audio that does not compress; the JSON messages are small.
     # log_config=None: uvicorn's loggers go through voxrt/logs.py's handler; access_log=False: the gateway
     # writes its own access lines (gateway/access.py, with ids and durations).
+    # loop: the resolved name (gateway/event_loop.py), never uvicorn's own "auto"; LoopUnavailable for
+    # --loop uvloop without uvloop
+    loop = resolve_loop(gateway.loop)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws=_WebSocketProtocol,
                             http=_HeaderTimeoutH11, ws_max_size=ws_max, ws_per_message_deflate=per_message_deflate,
-                            lifespan="on", timeout_graceful_shutdown=5, log_config=None, access_log=False)
+                            lifespan="on", timeout_graceful_shutdown=5, log_config=None, access_log=False, loop=loop)
     logging.getLogger("uvicorn.error").addFilter(_CLIENT_FAULT_FILTER)
     server = _Server(config)
     server.is_quiet = quiet
+    server.loop_description = describe(loop, gateway.loop)
     return server

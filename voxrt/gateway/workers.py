@@ -36,6 +36,7 @@ from voxrt.engine.messages import EngineConfig
 from voxrt.engine.replicas import ReplicaSet
 from voxrt.engine.supervisor import SupervisorConfig
 from voxrt.gateway.config import GatewayConfig
+from voxrt.gateway.event_loop import run as run_on_loop
 
 log = logging.getLogger("voxrt.gateway.workers")
 
@@ -147,4 +148,4 @@ def serve_workers(gateway: GatewayConfig, engine: EngineConfig, host: str, port:
                 except OSError:
                     pass
 
-    return asyncio.run(main())
+    return run_on_loop(main(), gateway.loop)

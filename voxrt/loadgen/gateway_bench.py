@@ -22,7 +22,8 @@ files every gateway process writes (`--stats-file`, voxrt/gateway/stats.py):
 The ceiling is the highest session count whose send-jitter p99 stays within `--jitter-bound-ms` (5 ms).
 
 The clients are plain `websockets` clients (cheaper per frame than voxrt.client) in `--client-procs`
-processes. `--gateway-cpus` / `--client-cpus` pin each side to its own cores (Linux), so the gateway's
+processes, on uvloop where it is installed (`--client-loop`); the gateway runs `voxrt serve`'s default loop
+unless `-- --loop asyncio|uvloop` says otherwise, and each row records which (`gateway_loop`, from its log). `--gateway-cpus` / `--client-cpus` pin each side to its own cores (Linux), so the gateway's
 figures are per core and the clients do not steal its CPU; the stand-in engine process goes to
 `--engine-cpus` (default: the clients' cores). `--nice -10` (as root) raises the gateway and the clients over
 other work on a shared machine, their autogroups included (Linux schedules each session as a group, so a
@@ -48,6 +49,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from voxrt.gateway.event_loop import resolve_loop
 from voxrt.loadgen.listener import Listener
 from voxrt.timing import LoopLagMonitor, MsHistogram
 
@@ -145,12 +147,14 @@ def _set_nice(nice: int) -> None:
 
 
 def _client_main(args: tuple, out) -> None:
-    cpus, nice = args[-1]
+    from voxrt.gateway.event_loop import run  # noqa: PLC0415
+
+    cpus, nice, loop = args[-1]
     if cpus:
         os.sched_setaffinity(0, cpus)
     if nice:
         _set_nice(nice)
-    out.put(asyncio.run(_clients(*args[:-1])))
+    out.put(run(_clients(*args[:-1]), loop))
 
 
 # ---- the gateway ------------------------------------------------------------------------------------------------
@@ -298,7 +302,8 @@ def run_point(num_sessions: int, args) -> dict:
                for i in range(args.client_procs)]
         for i, n in enumerate(per):
             p = ctx.Process(target=_client_main, args=((url, n, args.frames, args.ramp, run_s, window, args.seed + i,
-                                                        args.lead_ms, (args.client_cpus, args.nice)), queue),
+                                                        args.lead_ms, (args.client_cpus, args.nice, args.client_loop)),
+                                                  queue),
                             daemon=True)
             p.start()
             procs.append(p)
@@ -317,6 +322,7 @@ def run_point(num_sessions: int, args) -> dict:
         stop_gateway(gateway)
     log_lines = Path(f"{prefix}.serve.log").read_text().splitlines()
     problems = [line for line in log_lines if "ERROR" in line or "WARNING" in line or "Traceback" in line]
+    loop_line = next((line[line.index("event loop: ") + 12:] for line in log_lines if "event loop: " in line), None)
     if problems:
         print(f"[gateway-bench] {len(problems)} warnings/errors in the gateway log, e.g. {problems[:3]}",
               file=sys.stderr)
@@ -324,7 +330,7 @@ def run_point(num_sessions: int, args) -> dict:
     cpu = figures["cpu_cores"] or 0.0
     client_frames = sum(c["frames"] for c in clients)
     return {
-        "sessions": num_sessions, **figures,
+        "sessions": num_sessions, "gateway_loop": loop_line, **figures,
         "cpu_per_session_pct": 100 * cpu / num_sessions if num_sessions else None,
         "sessions_per_core": num_sessions / cpu if cpu else None,
         "client_frames_per_s": client_frames / args.duration,
@@ -395,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--nice", type=int, default=0, help="niceness increment for the gateway and the clients "
                    "(negative, as root, keeps other work on a shared machine from preempting them)")
+    p.add_argument("--client-loop", default="auto", choices=["auto", "uvloop", "asyncio"], help="the client "
+                   "processes' event loop (auto: uvloop when installed); the gateway's is `-- --loop ...`")
     p.add_argument("--opus-floor", action="store_true", help="first time libopus alone on the stand-in's "
                    "signal and print the sessions-per-core floor")
     p.add_argument("--out", default=None, help="write the rows and the ceiling as JSON here")
@@ -425,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in counts:
         row = run_point(n, args)
+        if not rows:
+            print(f"gateway's {row['gateway_loop'] and 'event loop: ' + row['gateway_loop'] or 'event loop: not logged'}; the clients': "
+                  f"{resolve_loop(args.client_loop)}", flush=True)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
         print(format_table([row], args.jitter_bound_ms).splitlines()[-1], flush=True)
