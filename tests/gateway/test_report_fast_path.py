@@ -79,3 +79,48 @@ def test_a_report_while_the_receive_loop_is_busy_is_left_to_the_queue():
     session.rate._tokens = 0.0
     assert not session._receive_now('{"type":"playback","context_id":"a","played_ms":1}')  # no token: the loop waits
     assert not session._receive_now('{"type":"ping"}')  # not a report
+
+
+def test_a_read_of_one_short_text_frame_skips_the_frame_parser_and_others_take_it(live, monkeypatch):
+    """server.py's `data_received`: a read that is exactly one short, masked, unfragmented text frame goes to the
+    session's hook without websockets' parser; a report split over two fragments, or one whose frame is too
+    long for the short header, takes the parser, and every report reaches its context in order."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol  # noqa: PLC0415
+
+    parsed, reports = [], []
+    original_parent, original_report = WebSocketsSansIOProtocol.data_received, ContextRunner.report_playback
+
+    def spy_parent(self, data):
+        parsed.append(bytes(data))
+        return original_parent(self, data)
+
+    def spy_report(self, played_ms):
+        reports.append(played_ms)
+        return original_report(self, played_ms)
+    monkeypatch.setattr(WebSocketsSansIOProtocol, "data_received", spy_parent)
+    monkeypatch.setattr(ContextRunner, "report_playback", spy_report)
+
+    async def scenario():
+        async with connect(live, compression=None) as ws:
+            await start_session(ws, output={"codec": "opus", "sample_rate": 48000, "frame_ms": 20})
+            await ws.send(json.dumps({"type": "text", "context_id": "a", "text": "Hello there, how are you today?"}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+            assert (await recv_json(ws))["type"] == "context.started"
+            time.sleep(0.05)  # noqa: ASYNC251 (the server reads what came before on its own)
+            num_before = len(parsed)
+            for i in range(3):  # short frames, each read alone: the fast path
+                await ws.send(json.dumps({"type": "playback", "context_id": "a", "played_ms": 10.0 * i}))
+                time.sleep(0.01)  # noqa: ASYNC251
+            num_fast = len(parsed) - num_before
+            # the same report in two fragments (websockets' fragmented send), then one past 125 bytes: the parser
+            await ws.send(iter(['{"type":"playback","context_id":"a",', '"played_ms":30.0}']))
+            time.sleep(0.01)  # noqa: ASYNC251
+            await ws.send(json.dumps({"type": "playback", "context_id": "a", "played_ms": 40.0, "pad": "x" * 120}))
+            frames, messages = await collect_context(ws)
+            return num_fast, frames, messages
+
+    num_fast, frames, messages = run(scenario())
+    assert num_fast == 0  # none of the three short reports went through websockets' parser
+    assert reports[:5] == [0.0, 10.0, 20.0, 30.0, 40.0]  # every report reached its context, in order
+    assert frames[-1][0].is_last and messages[-1]["type"] == "context.done"
+    assert all(m["type"] != "error" for m in messages)

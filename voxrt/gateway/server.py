@@ -17,6 +17,12 @@ import signal
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.protocol import State
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # websockets without its C extension
+    from websockets.utils import apply_mask
 
 from voxrt.engine.messages import EngineConfig
 from voxrt.gateway.app import build_app
@@ -43,6 +49,31 @@ class _WebSocketProtocol(WebSocketsSansIOProtocol):
     # through the queue, the ASGI task's wake-up and Starlette's receive. Offered only what nothing is queued
     # ahead of; True: handled (or queued by the session itself), nothing more to do here.
     on_text_now = None
+
+    def data_received(self, data: bytes) -> None:
+        """A read that is exactly one short, whole, masked text frame (a playback report, ~10 a second a
+        session: most of what clients send) goes to `on_text_now` without websockets' frame parser, its events
+        and uvicorn's dispatch: RFC 6455 §5.2's header read here, the payload unmasked by websockets' own
+        `apply_mask`. Only where the parser holds nothing (no partial frame buffered, no fragmented message
+        under way), the connection is open, no extension is negotiated (so RSV bits must be clear) and
+        nothing is queued ahead; anything else, or a message the hook does not take, goes the parent's way
+        with the same bytes (nothing was consumed)."""
+        on_text_now = self.on_text_now
+        length = len(data) - 6  # 2 bytes of header, 4 of mask, then a payload of < 126 bytes
+        if on_text_now is not None and 0 <= length < 126 and data[0] == 0x81 and data[1] == 0x80 | length:
+            conn = self.conn
+            # (getattr: websockets releases that name these otherwise skip the fast path)
+            if conn.state is State.OPEN and getattr(conn, "current_size", 0) is None and \
+                    not getattr(conn.reader, "buffer", True) and not conn.extensions and not self.close_sent and \
+                    self.queue.empty():
+                try:
+                    text = apply_mask(data[6:], data[2:6]).decode()
+                except UnicodeDecodeError:
+                    pass  # the parent's path answers it (close 1007)
+                else:
+                    if on_text_now(text):
+                        return
+        super().data_received(data)
 
     def send_receive_event_to_app(self) -> None:
         on_text_now = self.on_text_now
