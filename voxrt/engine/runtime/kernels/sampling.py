@@ -26,7 +26,9 @@ is the same: scaling by the row's rstd and dividing by the temperature (both > 0
 distinct float32 scores in the same order (a relative gap of at least 2^-8 survives two roundings of 2^-24), so
 the k-th largest score is the image of the k-th largest logit and ties are the same ties. That holds while every
 kept score is a normal float or zero and finite; a row where one is not (a checked reduction) takes the 17
-rounds. Float32 logits always take the 17 rounds. NOT yet timed on a GPU.
+rounds. Float32 logits always take the 17 rounds. NOT yet timed on a GPU: its first form failed to compile with
+the GPU image's Triton 3.6 (bench/results/2026-12-05-frame-pdl/; tests/engine/runtime/test_kernels_compile.py
+compiles every search for sm90 on the CPU now).
 
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
 kernels/norm.py), the logits are first scaled by each row's rstd(x).
@@ -59,15 +61,15 @@ if triton_available():
     from voxrt.engine.runtime.kernels.norm import row_rstd
 
     @triton.jit
-    def _threshold(key, keep, weight, target, ROUNDS: tl.constexpr):
+    def _threshold(key, keep, weight, target, rounds):
         """The smallest integer K with sum(weight over kept keys > K) < target (weights >= 0, the sum at the
         lowest kept key - 1 is >= target): 4 candidates per round, each round shrinks [lo, hi] 4-fold, so 17
-        rounds take the 2^32-wide integer range down to one step."""
+        rounds take the 2^32-wide integer range down to one step (9 a 2^16-wide one)."""
         # keys are int32 (no kept key is INT32_MIN, so lo does not wrap); the arithmetic on the bounds is int64
         lo = tl.min(tl.where(keep, key, 2147483647), axis=0).to(tl.int64) - 1
         hi = tl.max(tl.where(keep, key, -2147483647), axis=0).to(tl.int64)
         j = tl.arange(0, 4).to(tl.int64)
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             mids = lo + ((hi - lo) * (j + 1)) // 4  # [4], mids[3] == hi
             above = keep[None, :] & (key[None, :] > mids.to(tl.int32)[:, None])  # [4, V]
             total = tl.sum(tl.where(above, weight[None, :], 0.0), axis=1)  # [4], non-increasing
@@ -113,6 +115,8 @@ if triton_available():
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()  # after the wait: one kernel ahead at most
         x = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=float("-inf")).to(tl.float32)
+        if KEY16:
+            x16 = x  # the logits as loaded (bfloat16, exact in float32), before any scaling
         if HAS_X:
             x = x * row_rstd(x_ptr + row * x_stride, n_x, x_eps, BLOCK_X)
         if HAS_SUPPRESS:
@@ -136,20 +140,21 @@ if triton_available():
             else:
                 if (top_k > 0) & (top_k < num_kept):  # keep x when fewer than top_k kept values are greater
                     ones = tl.where(keep, 1.0, 0.0)
-                    if KEY16:
-                        # the scores keep the logits' order when every kept one is finite and normal or zero
+                    search_key = key
+                    rounds = 17
+                    if KEY16:  # the scores keep the logits' order when every kept one is finite and normal or zero
                         mag = tl.abs(scaled)
                         big = tl.max(tl.where(keep, mag, 0.0), axis=0)
                         small = tl.min(tl.where(keep & (mag > 0.0), mag, 1.0), axis=0)
-                        if (big < float("inf")) & (small >= 1.1754943508222875e-38):
-                            raw = tl.load(logits_ptr + row * l_stride + cols, mask=valid, other=0.0)
-                            half = raw.to(tl.int16, bitcast=True).to(tl.int32)
-                            key16 = tl.where(half >= 0, half, half ^ 0x7FFF)  # ordered like the bfloat16 values
-                            keep = keep & (key16 >= _threshold(key16, keep, ones, top_k.to(tl.float32) - 0.5, 9))
-                        else:
-                            keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
-                    else:
-                        keep = keep & (key >= _threshold(key, keep, ones, top_k.to(tl.float32) - 0.5, 17))
+                        ok16 = (big < float("inf")) & (small >= 1.1754943508222875e-38)
+                        # the logits' 16 bits, ordered: the top half of the ordered image of their exact float32
+                        raw = x16.to(tl.int32, bitcast=True)
+                        key16 = tl.where(raw >= 0, raw, raw ^ 0x7FFFFFFF) >> 16
+                        search_key = tl.where(ok16, key16, key)
+                        rounds = tl.where(ok16, 9, 17)
+                    # one call site: two inlined searches in sibling branches broke Triton 3.6's compile ("operand
+                    # does not dominate this use"; bench/aot_check.py reproduces it on a CPU)
+                    keep = keep & (search_key >= _threshold(search_key, keep, ones, top_k.to(tl.float32) - 0.5, rounds))
                 if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
                     e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
                     probs = e / tl.sum(e, axis=0)
