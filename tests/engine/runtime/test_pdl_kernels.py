@@ -4,7 +4,12 @@ at most one kernel runs ahead of a running one), and no global store before the 
 also load (their weight tile) before the wait. The interpreter cannot run the gdc_* instructions, so this is
 the CPU's only view of the PDL variants; a GPU runs them (bench/gpu_fused_check.py, bench/gpu_frame.py).
 The compiler needs the kernels un-interpreted, so one subprocess (this file run as a script, with
-TRITON_INTERPRET=0) compiles them all and reports what the PTX shows."""
+TRITON_INTERPRET=0) compiles them all and reports what the PTX shows. It is also the CPU's check that every
+kernel form compiles at all (the interpreter never runs the compiler's passes). Against another Triton than the
+installed one (the GPU image has 3.6):
+
+    pip install --target /tmp/t36 --no-deps triton==3.6.0
+    VOXRT_COMPILE_PYTHONPATH=/tmp/t36 python -m pytest tests/engine/runtime/test_pdl_kernels.py"""
 
 from __future__ import annotations
 
@@ -47,6 +52,9 @@ def _kernels():
                        PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256)
     skinny_consts = dict(RESIDUAL=True, RSTD=False, SILU=False, BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, DOT_F32=False,
                          PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256)
+    sample_ptrs = dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
+                       greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16)
+    sample_consts = dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024)
     return {
         "gemv": (gemv._gemv_kernel, gemv_ptrs, gemv_consts, True),
         "gemv-silu": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "SILU": True}, True),
@@ -66,10 +74,16 @@ def _kernels():
                             dict(qkv_ptr=BF16, out_ptr=BF16, k_cache_ptr=BF16, v_cache_ptr=BF16, qw_ptr=BF16,
                                  kw_ptr=BF16, inv_freq_ptr="*fp32", x_ptr=BF16),
                             dict(T=1, HQ=16, HKV=8, D=128, L=16, HAS_X=True, BLOCK_X=1024, NH=1), True),
-        "sample": (sampling._sample_kernel,
-                   dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
-                        greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16),
-                   dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024), True),
+        # each threshold search (kernels/sampling.py), with and without the suppress mask: the rounds16 one's first
+        # form passed the interpreter and failed Triton 3.6's make_ttgir on the H200 without the mask ("operand
+        # does not dominate this use"); compiling here with that Triton (VOXRT_COMPILE_PYTHONPATH, module
+        # docstring) reproduced it
+        **{name: (sampling._sample_kernel, sample_ptrs, {**sample_consts, "HAS_SUPPRESS": suppress,
+                                                         "SORT": search == "sort", "KEY16": search == "rounds16"},
+                 suppress)  # the mask is what the sampler reads before its wait
+           for name, search, suppress in (("sample", "rounds", True), ("sample-nomask", "rounds", False),
+                                          ("sample-sort", "sort", False), ("sample-rounds16", "rounds16", False),
+                                          ("sample-rounds16-mask", "rounds16", True))},
     }
 
 
@@ -97,6 +111,9 @@ def facts() -> dict:
     if not os.path.exists(ptxas):
         pytest.skip("Triton's CUDA toolchain (ptxas) is not bundled here")
     env = {**os.environ, "TRITON_INTERPRET": "0"}
+    extra = os.environ.get("VOXRT_COMPILE_PYTHONPATH")  # another Triton first on the path (module docstring)
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra, os.getcwd(), env.get("PYTHONPATH", "")) if p)
     done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

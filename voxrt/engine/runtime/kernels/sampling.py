@@ -27,8 +27,8 @@ distinct float32 scores in the same order (a relative gap of at least 2^-8 survi
 the k-th largest score is the image of the k-th largest logit and ties are the same ties. That holds while every
 kept score is a normal float or zero and finite; a row where one is not (a checked reduction) takes the 17
 rounds. Float32 logits always take the 17 rounds. NOT yet timed on a GPU: its first form failed to compile with
-the GPU image's Triton 3.6 (bench/results/2026-12-05-frame-pdl/; tests/engine/runtime/test_kernels_compile.py
-compiles every search for sm90 on the CPU now).
+the GPU image's Triton 3.6 (bench/results/2026-12-05-frame-pdl/; tests/engine/runtime/test_pdl_kernels.py
+compiles every search for sm90 on the CPU now, and reproduces that failure with Triton 3.6).
 
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
 kernels/norm.py), the logits are first scaled by each row's rstd(x).
@@ -153,7 +153,7 @@ if triton_available():
                         search_key = tl.where(ok16, key16, key)
                         rounds = tl.where(ok16, 9, 17)
                     # one call site: two inlined searches in sibling branches broke Triton 3.6's compile ("operand
-                    # does not dominate this use"; bench/aot_check.py reproduces it on a CPU)
+                    # does not dominate this use"; tests/engine/runtime/test_pdl_kernels.py reproduces it on a CPU)
                     keep = keep & (search_key >= _threshold(search_key, keep, ones, top_k.to(tl.float32) - 0.5, rounds))
                 if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
                     e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
