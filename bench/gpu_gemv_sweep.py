@@ -56,8 +56,9 @@ def chain(layers: list[dict], rows: int, steps: int, head: torch.Tensor | None):
     """The products of `steps` passes over `layers` (+ `head` after each pass) in the frame's order, each told
     the next one's weight; returns a function that runs them and returns the residual stream."""
     h = layers[0]["o"].shape[0]
-    attn_in = torch.randn(rows, layers[0]["o"].shape[1], device=DEV, dtype=DT) * 0.1  # stands in for attention
-    x0 = torch.randn(rows, h, device=DEV, dtype=DT)
+    g = torch.Generator(device=DEV).manual_seed(rows)  # the same inputs for every variant (they are compared)
+    attn_in = torch.randn(rows, layers[0]["o"].shape[1], device=DEV, dtype=DT, generator=g) * 0.1  # for attention
+    x0 = torch.randn(rows, h, device=DEV, dtype=DT, generator=g)
     x = x0.clone()
 
     def run():

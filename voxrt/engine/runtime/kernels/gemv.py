@@ -100,8 +100,11 @@ if triton_available():
             part = w0.to(tl.float32) * x0[None, :]  # [BLOCK_N, FIRST_K]
             if FIRST_K == BLOCK_K:
                 acc = part
-            else:  # folded to the loop's tile: the accumulator stays BLOCK_N x BLOCK_K (wider ones spill)
-                acc = tl.sum(tl.reshape(part, (BLOCK_N, FIRST_K // BLOCK_K, BLOCK_K)), axis=1)
+            else:  # the wide first tile reduced on its own. Its former fold into the loop's tile (a reshape to
+                # [BLOCK_N, FIRST_K // BLOCK_K, BLOCK_K], summed over the middle) made product chains 2.3-5x
+                # slower on the H200, with PDL or without (bench/results/2026-12-05-frame-pdl); not yet timed so
+                y_first = tl.sum(part, axis=1)  # [BLOCK_N]
+                acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
             ss = tl.sum(x0 * x0, axis=0)
             for k0 in range(FIRST_K, K, BLOCK_K):
                 rk = k0 + tl.arange(0, BLOCK_K)
@@ -112,6 +115,8 @@ if triton_available():
                 if RSTD:
                     ss += tl.sum(x * x, axis=0)
             y = tl.sum(acc, axis=1)
+            if FIRST_K != BLOCK_K:
+                y = y + y_first
             if RSTD:
                 y = y / tl.sqrt(ss / K + eps)
             dst = out_ptr + m * out_stride + rn
