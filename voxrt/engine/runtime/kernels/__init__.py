@@ -15,12 +15,15 @@ on, the kernel reads only what no kernel of the frame writes (weights, norm weig
 right after the wait: so the next kernel streams its weights while this one computes, and at most one kernel
 runs ahead. (Triggering at the kernel's start instead let whole chains of kernels launch early and sit on the
 SMs: the batch-1 frame took 13.1 ms against 4.5 without PDL on the H200, bench/results/2026-12-02-frame.)
-With the trigger after the wait it still took 12.3 ms: PDL is OFF by default (`VOXRT_PDL=1` turns it on) until
-that is understood; the micro-benchmark's gain did not carry over to the frame. Both frame figures were taken
-on the LM's 60-SM green-context partition (the engine's lanes), the micro-benchmark on the whole GPU: the
-frame with PDL on the whole GPU (`LANES=off` in bench/gpu_frame.sh) has not been measured, and the gemv's
-program count (`gemv.TARGET_PROGRAMS`, sized for 132 SMs) with PDL's wider first tile may need more than one
-wave on 60 SMs. `gdc_wait()` returns once every earlier kernel has COMPLETED and its writes are visible (PTX
+With the trigger after the wait it still took 12.3 ms, and on the whole GPU 9.2 ms against 3.86
+(bench/results/2026-12-05-frame-pdl): not the partition, then. What that run points at instead is the products'
+wide first tile, which PDL turned on (PREFETCH_ELEMENTS): the same wide tile without PDL ran the predictor's
+product chain 5x slower, and PDL with ordinary tiles only (the talker's chain at 128 programs: 1.19 ms against
+1.13 plainly at 256) cost little, where the predictor's chain at 128 programs, two of whose products still had
+a wide tile, took 6.2 ms against 1.8. The tile
+was folded into the loop's by a reshape; it is reduced on its own now (kernels/gemv.py), not yet timed. PDL
+stays OFF by default (`VOXRT_PDL=1` turns it on) until a GPU shows it faster.
+`gdc_wait()` returns once every earlier kernel has COMPLETED and its writes are visible (PTX
 `griddepcontrol.wait`), so after it the kernel sees memory as a plainly launched kernel would; before it, it
 writes nothing (no write-after-read race with a kernel still reading) and reads nothing written in the
 frame. Every program of a PDL kernel reaches the wait, so a kernel completes only after its predecessor did:
@@ -77,9 +80,9 @@ def _device_has_pdl(index: int) -> bool:
 def pdl_enabled(device: torch.device) -> bool:
     """Whether kernels on `device` launch with PDL: on CUDA with compute capability >= 9 (griddepcontrol is
     sm90+), compiled Triton (never the interpreter: the CI path runs the kernels with PDL off), and only when
-    asked (`VOXRT_PDL=1` or `set_pdl(True)`): measured on the H200 (on the LM's 60-SM partition) it made the
-    batch-1 frame 2.7x slower (4.50 -> 12.26 ms, bench/results/2026-12-02-frame), so it stays off until that
-    is understood."""
+    asked (`VOXRT_PDL=1` or `set_pdl(True)`): measured on the H200 it made the batch-1 frame 2.4-5x slower (whole
+    GPU 3.86 -> 9.2 ms, the LM's 60-SM partition 4.45 -> 22.7; bench/results/2026-12-05-frame-pdl), so it stays
+    off until a GPU shows it faster (the module docstring says what is suspected)."""
     if device.type != "cuda" or interpreting() or not triton_available():
         return False
     wanted = _pdl_override if _pdl_override is not None else \
