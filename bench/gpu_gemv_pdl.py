@@ -50,6 +50,8 @@ GEMV_VARIANTS = {
     "one16k": _v(plain_first=16384),  # without PDL, the slice's first 16K elements in one load
     "one16k-p512": _v(programs=512, plain_first=16384),
     "pdl": _v(pdl=True),
+    "pdl-ordinary": _v(first=0, pdl=True),  # PDL with the loop's tile first (no wide tile: 2026-12-05-frame-pdl)
+    "pdl-ordinary-p512": _v(programs=512, first=0, pdl=True),
     "pdl-first16k": _v(first=16384, pdl=True),
     "pdl-first32k": _v(first=32768, pdl=True),
     "pdl-first16k-p512": _v(programs=512, first=16384, pdl=True),
@@ -64,7 +66,8 @@ MANY_ROWS_VARIANTS = {
     "skinny-pdl": _v(skinny=True, pdl=True),
     "skinny-s5-pdl": _v(skinny=True, pdl=True, skinny_config=(64, 32, 128, 4, 5)),
 }
-PARTITION_VARIANTS = ("base", "pdl", "pdl-p128", "pdl-first16k", "one16k", "skinny", "skinny-pdl")
+PARTITION_VARIANTS = ("base", "p512", "pdl", "pdl-ordinary", "pdl-p128", "pdl-first16k", "one16k", "skinny",
+                      "skinny-pdl")
 SKINNY_CONFIGS = [None, (64, 32, 128, 4, 5), (64, 32, 256, 4, 3), (64, 16, 128, 4, 4), (64, 16, 256, 4, 3),
                   (16, 32, 128, 4, 5), (64, 64, 64, 4, 6)]
 
