@@ -1,7 +1,10 @@
-"""Opus frames clipped once per chunk (`clean_float`, `StreamEncoder.split`) code exactly as frames clipped one
-by one (`OpusEncoder.encode`)."""
+"""Opus frames converted once per chunk (`StreamEncoder.split`: 16-bit PCM, `float_to_int16`) code exactly as
+frames converted one by one (`OpusEncoder.encode`); libopus's float entry (`encode_clean`, the path before
+round 12) stays equal to opuslib's own float call. tests/audio/test_opus_int16.py holds the 16-bit entry's
+equalities with the float audio."""
 
 import numpy as np
+import opuslib
 import pytest
 
 from voxrt.audio import OpusEncoder, StreamEncoder
@@ -29,11 +32,13 @@ def test_clean_float_follows_the_pcm16_rules():
     assert clean_float(np.zeros(0, dtype=np.float32), in_place=True).shape == (0,)
 
 
-def test_encode_clean_equals_encode_on_a_clean_frame():
+def test_encode_clean_is_libopus_float_entry_on_a_clean_frame():
+    # (before round 12 this compared `encode`, then the float entry too, with `encode_clean`; `encode` now
+    # converts to 16-bit PCM, so the float entry is compared with opuslib's own float call)
     x = clean_float(_bad_signal(960 * 10), in_place=True)
-    a, b = OpusEncoder(48000, 20), OpusEncoder(48000, 20)
+    reference, b = opuslib.Encoder(48000, 1, "audio"), OpusEncoder(48000, 20)
     frames = np.split(x, 10)
-    assert [a.encode(f) for f in frames] == [b.encode_clean(f) for f in frames]
+    assert [reference.encode_float(f.tobytes(), 960) for f in frames] == [b.encode_clean(f) for f in frames]
     with pytest.raises(ValueError, match="960"):
         b.encode_clean(np.zeros(959, dtype=np.float32))
 
@@ -47,7 +52,8 @@ def test_stream_encoder_frames_equal_per_frame_clipping(in_rate):
     for chunk in np.array_split(x, 3):
         frames += stream.split(chunk)
     frames += stream.split_finish()
-    assert all(np.all(np.isfinite(f)) and np.abs(f).max() <= 1.0 for f in frames)
+    assert all(f.dtype == np.int16 and f.shape == (960,) and np.abs(f.astype(np.int32)).max() <= 32767
+               for f in frames)
     np.testing.assert_array_equal(x[~np.isnan(original)], original[~np.isnan(original)])  # input not modified
     reference = OpusEncoder(48000, 20)
     assert [stream.encode(f) for f in frames] == [reference.encode(f) for f in frames]

@@ -21,8 +21,8 @@ from voxrt.audio.formats import (
 )
 from voxrt.audio.framer import Framer
 from voxrt.audio.g711 import alaw_encode, mulaw_encode
-from voxrt.audio.opus import OpusEncoder, clean_float
-from voxrt.audio.pcm import pcm16_encode
+from voxrt.audio.opus import OpusEncoder
+from voxrt.audio.pcm import float_to_int16, pcm16_encode
 from voxrt.audio.resample import StreamResampler
 
 
@@ -42,13 +42,14 @@ class StreamEncoder:
         self._frame_ms = check_frame_ms(frame_ms)
         self._samples_per_frame = frame_samples(self.out_rate, self._frame_ms)
         self._resampler = StreamResampler(self.in_rate, self.out_rate)
-        self._framer = Framer(self._samples_per_frame)
         self._opus: OpusEncoder | None = None
         if self.codec == "opus":
             self._opus = OpusEncoder(self.out_rate, self._frame_ms, signal=opus_signal)
-        # Opus frames from `split` are clean already (clipped per chunk, `_clean`): no per-frame clipping
+        # Opus frames from `split` are 16-bit PCM already (converted once a chunk, `_convert`), which libopus
+        # takes as they are; the PCM codecs convert per frame in their own encoders
+        self._framer = Framer(self._samples_per_frame, np.int16 if self._opus is not None else np.float32)
         self._encode_frame: Callable[[np.ndarray], bytes] = {
-            "opus": None if self._opus is None else self._opus.encode_clean,
+            "opus": None if self._opus is None else self._opus.encode_int16,
             "pcm16": pcm16_encode,
             "mulaw": mulaw_encode,
             "alaw": alaw_encode,
@@ -113,20 +114,21 @@ class StreamEncoder:
     # `split` / `split_finish` resample and cut (and count the samples); `encode` codes one frame, in order.
 
     def split(self, pcm: np.ndarray) -> list[np.ndarray]:
-        """float32 mono at in_rate -> the wire-rate frames completed so far, not yet encoded."""
+        """float32 mono at in_rate -> the wire-rate frames completed so far, not yet encoded (Opus: int16 PCM,
+        `pcm.float_to_int16` of the resampled audio; the PCM codecs: float32)."""
         self._check_open("push")
-        return self._count(self._framer.push(self._clean(self._resampler.process(pcm))))
+        return self._count(self._framer.push(self._convert(self._resampler.process(pcm))))
 
     def split_finish(self) -> list[np.ndarray]:
         """`finish()` without encoding: the remaining frames, the last one padded with silence for Opus."""
         self._check_open("finish")
         self._is_finished = True
-        frames = self._count(self._framer.push(self._clean(self._resampler.flush())))
+        frames = self._count(self._framer.push(self._convert(self._resampler.flush())))
         tail = self._framer.finish()
         if tail is not None:
             if self._opus is not None:
                 self._num_padding_samples = self._samples_per_frame - tail.shape[0]
-                padded = np.zeros(self._samples_per_frame, dtype=np.float32)
+                padded = np.zeros(self._samples_per_frame, dtype=np.int16)
                 padded[: tail.shape[0]] = tail
                 frames.append(padded)
                 self._num_samples_out += tail.shape[0]
@@ -136,17 +138,17 @@ class StreamEncoder:
         return frames
 
     def encode(self, frame: np.ndarray) -> bytes:
-        """One frame from `split` / `split_finish` -> its wire bytes. Opus is stateful: encode in order. (Only
-        such frames: for Opus they were clipped and cleaned of NaN per chunk, and are not checked again.)"""
+        """One frame from `split` / `split_finish` -> its wire bytes. Opus is stateful: encode in order. (For Opus,
+        int16 frames go to libopus as they are; anything else takes `OpusEncoder.encode`'s checks.)"""
         return self._encode_frame(frame)
 
-    def _clean(self, samples: np.ndarray) -> np.ndarray:
-        """Opus: the chunk clipped to [-1, 1], NaN made silence, once for all its frames (`clean_float`). In
-        place on the resampler's fresh output; a copy when there is no resampler (its output is the caller's
-        array). The PCM codecs clip in their own conversion (`float_to_int16`)."""
+    def _convert(self, samples: np.ndarray) -> np.ndarray:
+        """Opus: the chunk as 16-bit PCM (`float_to_int16`: clipped to [-1, 1], NaN made silence, rounded),
+        once for all its frames. The resampler's fresh output is the scratch array; without a resampler its
+        output is the caller's array, left untouched. The PCM codecs convert in their own encoders."""
         if self._opus is None:
             return samples
-        return clean_float(samples, in_place=not self._resampler.is_identity)
+        return float_to_int16(samples, in_place=not self._resampler.is_identity)
 
     def _count(self, frames: list[np.ndarray]) -> list[np.ndarray]:
         self._num_samples_out += sum(frame.shape[0] for frame in frames)

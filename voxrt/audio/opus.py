@@ -1,10 +1,15 @@
 """Opus (RFC 6716) through libopus, one mono frame per call, via the `opuslib` ctypes binding.
 
-Frames go to libopus as float32 (`opus_encode_float`, libopus's native input in its float build): clipped to
-[-1, 1] and NaN made silence, the rules of `pcm.float_to_int16`, but with no conversion to 16 bits, which cost
-~10% of the gateway's CPU per frame (a py-spy profile, bench/results/2026-12-01-gateway-2/). The call goes to
-libopus through opuslib's ctypes prototype with one reused input and output buffer per encoder, skipping
-opuslib's per-call cast and copies; opuslib still creates the encoder and sets its options.
+Frames go to libopus as 16-bit PCM (`opus_encode`), converted by `pcm.float_to_int16` (clipped to [-1, 1],
+NaN made silence, rounded to nearest at full scale 32767: the rules of every other codec here), the way the
+gateway benchmark's floor feeds libopus alone. `StreamEncoder` converts each chunk once, as it is cut into
+frames, and hands `encode_int16` the 16-bit frames. libopus's float entry (`opus_encode_float`, still there as
+`encode_clean`) did ~4.4 us a frame more work than the 16-bit entry on the benchmark's signal (it codes for 24
+bits of depth, 16 for the other): bench/results/2026-12-05-gateway-11/enc_micro.txt, and round 12's grids
+(bench/results/2026-12-05-gateway-12/). The rounding is below anything the codec keeps (Opus at ~50 kb/s is
+far from 16-bit transparent). The call goes to libopus through opuslib's ctypes prototype with one reused
+input and output buffer per encoder, skipping opuslib's per-call cast and copies; opuslib still creates the
+encoder and sets its options.
 
 Settings: application "audio" by default (libopus picks SILK, CELT or hybrid per frame and favours
 fidelity; "voip" favours intelligibility at low bitrates, "restricted_lowdelay" is CELT only with a
@@ -21,7 +26,7 @@ import math
 import numpy as np
 
 from voxrt.audio.formats import check_frame_ms, check_sample_rate, frame_samples, is_integer
-from voxrt.audio.pcm import as_mono_float32, int16_to_float
+from voxrt.audio.pcm import as_mono_float32, float_to_int16, int16_to_float
 
 try:
     import opuslib
@@ -46,13 +51,14 @@ _MAX_PACKET_BYTES = 4000
 
 _ONE, _MINUS_ONE = np.float32(1.0), np.float32(-1.0)
 _FLOAT32 = np.dtype(np.float32)
+_INT16 = np.dtype(np.int16)
 
 # A decoded packet is at most 120 ms (RFC 6716 §3.2.1); at 48 kHz that is 5760 samples.
 _MAX_DECODE_MS = 120
 
 
 class OpusEncoder:
-    """Encodes mono float32 frames of exactly `frame_samples` samples into one Opus packet each."""
+    """Encodes mono frames of exactly `frame_samples` samples (float32, or int16 PCM) into one Opus packet each."""
 
     def __init__(
         self,
@@ -85,7 +91,10 @@ class OpusEncoder:
             self._encoder.complexity = int(complexity)
         if signal != "auto":
             self._encoder.signal = SIGNALS[signal]
-        # reused on every call: the clipped input and the packet (ctypes releases the GIL during the call)
+        # reused on every call: the input (16-bit, and float32 for `encode_clean`) and the packet (ctypes
+        # releases the GIL during the call)
+        self._input16 = np.zeros(self.frame_samples, dtype=np.int16)
+        self._input16_ptr = self._input16.ctypes.data_as(ctypes.POINTER(ctypes.c_int16))
         self._input = np.zeros(self.frame_samples, dtype=np.float32)
         self._input_ptr = self._input.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         self._packet = ctypes.create_string_buffer(_MAX_PACKET_BYTES)
@@ -101,35 +110,55 @@ class OpusEncoder:
         return self._encoder.lookahead
 
     def encode(self, frame: np.ndarray) -> bytes:
-        """One frame of float32 mono samples -> one Opus packet."""
-        samples = self._checked(frame)
-        # the clipping and NaN rules of pcm.float_to_int16, at float32 (`clean_float`)
-        np.maximum(np.minimum(samples, _ONE, out=self._input), _MINUS_ONE, out=self._input)
-        if math.isnan(self._input.dot(self._input)):
-            np.nan_to_num(self._input, copy=False, nan=0.0)
-        return self._encode_input()
+        """One frame of mono samples -> one Opus packet: float32 (or anything `as_mono_float32` takes), converted
+        to 16-bit PCM by `pcm.float_to_int16`, or int16 PCM as it is."""
+        if isinstance(frame, np.ndarray) and frame.dtype == _INT16:
+            samples = frame
+            if samples.ndim != 1:
+                raise ValueError(f"expected mono PCM as a 1-D array of samples (got shape {samples.shape})")
+        else:
+            samples = as_mono_float32(frame)
+        self._check_length(samples)
+        np.copyto(self._input16, samples if samples.dtype == _INT16 else float_to_int16(samples))
+        return self._encode_input16()
+
+    def encode_int16(self, frame: np.ndarray) -> bytes:
+        """`encode` for an int16 frame of exactly `frame_samples` (`StreamEncoder.split`'s Opus frames, converted
+        once a chunk): one copy into the reused input and the call; anything else takes `encode`'s checks and
+        conversion (and its errors)."""
+        if type(frame) is not np.ndarray or frame.dtype != _INT16 or frame.shape != self._input16.shape:
+            return self.encode(frame)
+        np.copyto(self._input16, frame)
+        return self._encode_input16()
 
     def encode_clean(self, frame: np.ndarray) -> bytes:
-        """`encode` for a frame already clipped to [-1, 1] without NaN (`clean_float` over the chunk it was cut
-        from, as `StreamEncoder.split` does): one copy into the reused input, no per-frame clipping (four numpy
-        calls a frame, ~8 us here, bench/results/2026-12-02-gateway/)."""
+        """libopus's float entry (`opus_encode_float`), for a float32 frame already clipped to [-1, 1] without NaN
+        (`clean_float`): one copy into the reused input, no per-frame clipping. The gateway's path before
+        round 12 (bench/results/2026-12-05-gateway-12/); `encode` and `StreamEncoder` use the 16-bit entry."""
         if type(frame) is not np.ndarray or frame.shape != self._input.shape or frame.dtype != _FLOAT32:
             frame = self._checked(frame)  # the checks (and their errors) only off the common path
         np.copyto(self._input, frame)
-        return self._encode_input()
+        num_bytes = _opus_encoder_api.libopus_encode_float(self._encoder.encoder_state, self._input_ptr,
+                                                            self.frame_samples, self._packet, _MAX_PACKET_BYTES)
+        if num_bytes < 0:
+            raise opuslib.OpusError(num_bytes)
+        return ctypes.string_at(self._packet, num_bytes)
 
     def _checked(self, frame: np.ndarray) -> np.ndarray:
         samples = as_mono_float32(frame)
+        self._check_length(samples)
+        return samples
+
+    def _check_length(self, samples: np.ndarray) -> None:
         if samples.shape[0] != self.frame_samples:
             raise ValueError(
                 f"an Opus frame at {self.sample_rate} Hz and {self.frame_ms} ms holds {self.frame_samples} "
                 f"samples (got {samples.shape[0]}); pad the last frame with silence"
             )
-        return samples
 
-    def _encode_input(self) -> bytes:
-        num_bytes = _opus_encoder_api.libopus_encode_float(self._encoder.encoder_state, self._input_ptr,
-                                                            self.frame_samples, self._packet, _MAX_PACKET_BYTES)
+    def _encode_input16(self) -> bytes:
+        num_bytes = _opus_encoder_api.libopus_encode(self._encoder.encoder_state, self._input16_ptr,
+                                                     self.frame_samples, self._packet, _MAX_PACKET_BYTES)
         if num_bytes < 0:
             raise opuslib.OpusError(num_bytes)
         return ctypes.string_at(self._packet, num_bytes)
