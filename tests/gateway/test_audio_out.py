@@ -122,8 +122,73 @@ def test_realtime_pacing_keeps_at_most_lead_ms_ahead_of_the_listener():
         await out.play(frames, False, 0.0, trace())
         # 40 ms ahead at most (+ a tick per frame): the last frame leaves no earlier than ~300 ms after the first
         assert len(times) == len(frames) >= 19 and times[-1] - start >= 0.25
-        assert out.clock.buffered_ms(time.monotonic_ns() / 1e6) <= 40 + 20 + 1
+        # just after a write: lead_ms, the frame that was due and (since round 12, EARLY_FRAMES) the next one,
+        # taken along one frame early; before round 12 the bound here was 40 + 20 + 1
+        assert out.clock.buffered_ms(time.monotonic_ns() / 1e6) <= 40 + 20 + 20 + 1
     run(main())
+
+
+def _paced_writes(lead_ms: int, seconds: float, early_frames: int, monkeypatch, encode_all: bool = True):
+    """One realtime chunk through `send_now`: per write, its frames' seqs and the listener's buffer just before
+    it (by the context's clock), and each frame's due time by the plain rule (buffer down to lead_ms)."""
+    from voxrt.gateway import audio_out as module
+    monkeypatch.setattr(module, "EARLY_FRAMES", early_frames)
+
+    async def main():
+        writes = []
+
+        async def send_bytes(data: bytes) -> None:
+            raise AssertionError("every write could happen at once")
+
+        def send_now(messages: list) -> bool:
+            now = time.monotonic_ns() / 1e6
+            before = out.clock.buffered_ms(now) - 20 * len(messages)  # the clock counted them already
+            writes.append(([decode_audio_frame(m)[0].seq for m in messages], before, now))
+            return True
+        cfg = config("realtime", lead_ms=lead_ms)
+        encoder = StreamEncoder("opus", 24000, 48000, 20)
+        out = AudioOut(1, cfg, encoder, PlaybackClock(), GatewayMetrics(), send_bytes, 0.0, send_now=send_now)
+        frames = encoder.split(speech(seconds))
+        if encode_all:  # encoded before they are due, as a worker does
+            frames = [encoder.encode(f) for f in frames]
+        await out.play(frames, False, time.monotonic_ns() / 1e6, trace())
+        return writes, out, len(frames)
+    return run(main())
+
+
+def test_steady_frames_go_two_to_a_write_one_frame_early_at_most(monkeypatch):
+    """Round 12's rule (audio_out.py, EARLY_FRAMES): a realtime write takes along the next frame when it is
+    encoded and due within a frame, so steady frames go in pairs: a write still goes when the listener's buffer
+    is down to lead_ms, and its second frame leaves with the buffer at lead_ms + one frame. The early frame's
+    lateness counts from one frame before its due (so none is counted 20 ms early, clamped to 0)."""
+    writes, out, num_frames = _paced_writes(40, 0.6, 1, monkeypatch)
+    assert [seq for w in writes for seq in w[0]] == list(range(num_frames))
+    assert out.metrics.num_frame_writes == len(writes) < 0.6 * num_frames
+    assert writes[0][0] == [0]  # the first frame alone (time to first audio)
+    steady = [w for w in writes if w[1] >= 40 - 2]  # after the lead fill: writes the pacing rule released
+    assert len(steady) >= 8 and all(len(w[0]) <= 2 for w in writes[1:])
+    assert sum(len(w[0]) == 2 for w in steady) >= len(steady) - 2  # pairs (a last odd frame may go alone)
+    for _, before, _ in steady:
+        assert 40 - 2 <= before <= 40 + 20 + 2  # a tick of slack either way (timers)
+    raw = out.metrics.lateness.paced + out.metrics.lateness.ready  # before folding (which clamps at 0)
+    assert len(raw) == num_frames and min(raw) > -2 and max(raw) < 5  # none counted ~20 ms early, nor late
+
+
+def test_without_early_frames_each_steady_frame_goes_alone_at_lead_ms(monkeypatch):
+    writes, out, num_frames = _paced_writes(40, 0.5, 0, monkeypatch)
+    steady = [w for w in writes if w[1] >= 40 - 2]
+    assert len(steady) >= 8 and all(len(w[0]) == 1 for w in steady)
+    assert out.metrics.num_frame_writes == len(writes) > 0.9 * num_frames
+    assert all(before <= 40 + 2 for _, before, _ in steady)
+
+
+def test_a_frame_not_yet_encoded_is_not_taken_early(monkeypatch):
+    """Without a worker, frames are encoded in runs after each tick (`prepare`): the early frame goes along
+    only when one is ready, never encoded on the loop for the purpose."""
+    writes, out, num_frames = _paced_writes(40, 0.6, 1, monkeypatch, encode_all=False)
+    assert [seq for w in writes for seq in w[0]] == list(range(num_frames))
+    steady = [w for w in writes if w[1] >= 40 - 2]
+    assert all(before <= 40 + 20 + 2 for _, before, _ in steady)
 
 
 def test_one_stuck_connection_does_not_hold_the_others():

@@ -6,12 +6,15 @@ from voxrt.loadgen.gateway_bench import ceiling, format_table, window_figures
 from voxrt.timing import MsHistogram
 
 
-def _stats(pid: int, t: float, cpu: float, frames: int, late_ms: list[float]) -> dict:
+def _stats(pid: int, t: float, cpu: float, frames: int, late_ms: list[float], writes: int | None = None) -> dict:
     late = MsHistogram()
     for x in late_ms:
         late.observe(x)
-    return {"pid": pid, "monotonic_s": t, "cpu_s": cpu, "frames_sent": frames, "sessions": 1,
-            "send_lateness": late.to_dict(), "loop_lag": MsHistogram().to_dict()}
+    stats = {"pid": pid, "monotonic_s": t, "cpu_s": cpu, "frames_sent": frames, "sessions": 1,
+             "send_lateness": late.to_dict(), "loop_lag": MsHistogram().to_dict()}
+    if writes is not None:  # gateways before round 12 wrote none
+        stats["frame_writes"] = writes
+    return stats
 
 
 def test_window_adds_up_every_gateway_process():
@@ -21,6 +24,13 @@ def test_window_adds_up_every_gateway_process():
     figures = window_figures(before, after)
     assert figures["cpu_cores"] == 0.8 and figures["frames_per_s"] == 100.0
     assert figures["jitter"]["count"] == 3 and figures["jitter"]["max_ms"] == 30.0
+    assert figures["frame_writes_per_frame"] == 0.0  # no process wrote the figure
+
+
+def test_writes_a_frame_over_the_window():
+    before = {1: _stats(1, 10.0, 5.0, 100, [], writes=90)}
+    after = {1: _stats(1, 20.0, 10.0, 1100, [], writes=590)}
+    assert window_figures(before, after)["frame_writes_per_frame"] == 0.5
 
 
 def _row(n: int, p99: float | None, errors: int = 0) -> dict:

@@ -100,6 +100,7 @@ class GatewayMetrics:
         # voxrt_frames_sent: a plain int on the per-frame path, exported when scraped (a Prometheus Counter takes
         # a lock on every increment)
         self.num_frames_sent = 0
+        self.num_frame_writes = 0  # transport writes that carried audio frames (one send() each; stats.py)
         self.loop_lag = LoopLagMonitor()
         ProcessCollector(registry=r)  # process_cpu_seconds_total etc.: CPU per gateway process
         r.register(_FrameCounter(self))

@@ -2,7 +2,8 @@
 
 - Stats: every `STATS_EVERY_S` the process replaces `<prefix>.<pid>.json` with its cumulative figures: the
   frame send-lateness histograms (all frames, and split into paced and arrival-bound frames, audio_out.py)
-  and the event-loop-lag histogram (voxrt/timing.py), frames sent, open sessions, and its
+  and the event-loop-lag histogram (voxrt/timing.py), frames sent and the writes that carried them (one
+  transport write, one system call, each), pacer wake-ups, open sessions, and its
   CPU seconds (all its threads, and its event loop's thread alone). A benchmark reads the files of every gateway process before and after a window and subtracts
   (voxrt/loadgen/gateway_bench.py), which also works with several processes behind one port, where a
   /metrics scrape reaches one of them at random.
@@ -59,6 +60,7 @@ class StatsWriter:
                 "loop_cpu_s": time.thread_time(),
                 "pacer_wakeups": pacer.num_wakeups if pacer is not None else 0,
                 "sessions": self.state.num_sessions, "frames_sent": m.num_frames_sent,
+                "frame_writes": m.num_frame_writes,
                 "send_lateness": m.send_lateness.to_dict(), "send_lateness_paced": m.send_lateness_paced.to_dict(),
                 "send_lateness_ready": m.send_lateness_ready.to_dict(), "loop_lag": m.loop_lag.lag.to_dict()}
         tmp = f"{self.path}.tmp"

@@ -261,7 +261,7 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
     split = {"send_lateness_paced": MsHistogram(), "send_lateness_ready": MsHistogram()}
     cpu_s = wall_s = 0.0
     loop_cpu_s: float | None = 0.0  # None when a process writes none (gateways before round 6)
-    frames = wakeups = 0
+    frames = wakeups = writes = 0
     for pid, end in after.items():
         start = before.get(pid)
         if start is None:
@@ -279,11 +279,13 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
         wall_s = max(wall_s, end["monotonic_s"] - start["monotonic_s"])
         frames += end["frames_sent"] - start["frames_sent"]
         wakeups += end.get("pacer_wakeups", 0) - start.get("pacer_wakeups", 0)
+        writes += end.get("frame_writes", 0) - start.get("frame_writes", 0)  # gateways before round 12: 0
     return {"jitter": lateness.summary(), "jitter_paced": split["send_lateness_paced"].summary(),
             "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
             "loop_cpu_cores": loop_cpu_s / wall_s if wall_s and loop_cpu_s is not None else None,
             "frames_per_s": frames / wall_s if wall_s else None,
-            "pacer_wakeups_per_s": wakeups / wall_s if wall_s else None, "processes": len(after)}
+            "pacer_wakeups_per_s": wakeups / wall_s if wall_s else None,
+            "frame_writes_per_frame": writes / frames if frames else None, "processes": len(after)}
 
 
 def run_point(num_sessions: int, args) -> dict:
@@ -345,7 +347,8 @@ def run_point(num_sessions: int, args) -> dict:
 
 def format_table(rows: list[dict], bound_ms: float) -> str:
     lines = ["sessions  jitter p50  p99 ms  max ms  paced p99  ready p99 (share)  gw loop lag p99  gw CPU cores  "
-             "CPU/session %  sessions/core  frames/s  us/frame  loop us/frame  client stalls  client lag p99"]
+             "CPU/session %  sessions/core  frames/s  us/frame  loop us/frame  writes/frame  client stalls  "
+             "client lag p99"]
     for r in rows:
         j = r["jitter"]
         ok = "ok" if (j["p99_ms"] is not None and j["p99_ms"] <= bound_ms) else "OVER"
@@ -356,7 +359,7 @@ def format_table(rows: list[dict], bound_ms: float) -> str:
                      f"{r['loop_lag']['p99_ms'] or 0:15.2f}  {r['cpu_cores'] or 0:12.2f}  "
                      f"{r['cpu_per_session_pct'] or 0:13.3f}  {r['sessions_per_core'] or 0:13.0f}  "
                      f"{r['frames_per_s'] or 0:8.0f}  {us_per_frame(r) or 0:8.0f}  {us_per_frame(r, 'loop_cpu_cores') or 0:13.0f}  "
-                     f"{r['client_stalls']:13d}  {r['client_loop_lag_p99_ms']:14.1f}  {ok}")
+                     f"{r.get('frame_writes_per_frame') or 0:12.3f}  {r['client_stalls']:13d}  {r['client_loop_lag_p99_ms']:14.1f}  {ok}")
     return "\n".join(lines)
 
 
