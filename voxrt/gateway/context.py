@@ -218,8 +218,10 @@ class ContextRunner:
             except EngineError as exc:  # the request is gone: its pump turn reports it
                 log.debug("context %s: anchor not delivered: %s", self.context_id, exc.code)
 
-    def report_playback(self, played_ms: float) -> None:
-        now = now_ms()
+    def report_playback(self, played_ms: float, now: float | None = None) -> None:
+        """A client's playback report, read at `now` (monotonic ms; None: now)."""
+        if now is None:
+            now = now_ms()
         # The engine's deadline for a chunk is when the listener has played everything before it (the core
         # counts what the encoder still holds as played, and keeps reports that move no deadline back).
         forward = self.core.playback_to_forward(played_ms, now, self.encoder.held_ms, self.request_id)

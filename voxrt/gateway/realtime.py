@@ -231,11 +231,18 @@ class RealtimeSession:
         queue with its actions, for the loop to execute in order. False: not taken (the queue's path)."""
         if not self._is_receiving or self.is_closed or '"playback"' not in text or not self.rate.try_take():
             return False
-        actions = self.session.receive_text(text, now_ms())
+        now = now_ms()
+        report = self.session.receive_report(text, now)  # the common shape, parsed directly (protocol/events.py)
+        if report is not None:
+            runner = self.runners.get(report[0])
+            if runner is not None:
+                runner.report_playback(report[1], now)
+            return True
+        actions = self.session.receive_text(text, now)
         if len(actions) == 1 and type(actions[0]) is ReportPlayback:
             runner = self.runners.get(actions[0].context_id)
             if runner is not None:
-                runner.report_playback(actions[0].played_ms)
+                runner.report_playback(actions[0].played_ms, now)
         elif actions:
             self._protocol.queue.put_nowait({"type": "websocket.receive", PARSED_KEY: actions})
         return True

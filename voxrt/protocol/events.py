@@ -137,8 +137,10 @@ class _Fields:
 
     def read_ms(self, name: str) -> float:
         value = self.obj.get(name)
-        # json.loads accepts NaN and Infinity; neither is a playback position.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        # json.loads accepts NaN and Infinity; neither is a playback position. An integer past float's range
+        # (json.loads reads 400 digits as an int) is not finite either: isfinite raised OverflowError for it
+        # (out of receive_text, which must not raise) until round 12.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _is_finite(value) or value < 0:
             raise self.fail(name, "must be a finite number >= 0")
         return float(value)
 
@@ -155,6 +157,13 @@ class _Fields:
         if value is not None and not isinstance(value, dict):
             raise self.fail(name, "must be an object")
         return value
+
+
+def _is_finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _session_start(f: _Fields) -> SessionStartEvent:
@@ -202,6 +211,33 @@ def parse_client_message(data: str) -> ClientEvent:
     if "\\u" in data and _ESCAPED_SURROGATE.search(data):  # rare: only then walk the message
         obj = _without_lone_surrogates(obj, message_type)
     return parser(_Fields(obj, message_type))
+
+
+# A playback report exactly as the clients here write it (voxrt.client, the browser page, the load generators:
+# `{"type": "playback", "context_id": ..., "played_ms": ...}` in that order, any JSON whitespace between
+# tokens): ~10 a second a session, most of what a server reads. Only shapes whose parse is certain to give a
+# valid PlaybackEvent match: a context_id of 1 to MAX_CONTEXT_ID_CHARS characters with no escape (no
+# backslash), no control character (JSON forbids them raw) and no lone surrogate; a played_ms without sign or
+# exponent, short enough that float() of it is json's value exactly. Anything else is left to
+# `parse_client_message` (the same event, or its error).
+_WS = r"[ \t\n\r]*"
+_PLAYBACK_REPORT = re.compile(
+    _WS + r'\{' + _WS + r'"type"' + _WS + ':' + _WS + r'"playback"' + _WS + ',' + _WS + r'"context_id"' + _WS + ':'
+    + _WS + r'"([^"\\\x00-\x1f\ud800-\udfff]{1,%d})"' % MAX_CONTEXT_ID_CHARS + _WS + ',' + _WS + r'"played_ms"'
+    + _WS + ':' + _WS + r'((?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,17})?)' + _WS + r'\}' + _WS + r'\Z')
+
+
+def parse_playback_report(data: str) -> tuple[str, float] | None:
+    """(context_id, played_ms) of a playback report in the shape clients write (above), what
+    `parse_client_message` would return as a PlaybackEvent, without json.loads and the field readers; None for
+    any other message (then `parse_client_message` says what it is). Session.receive_report uses it."""
+    match = _PLAYBACK_REPORT.match(data)
+    if match is None:
+        return None
+    context_id = match.group(1)
+    if context_id == CANCEL_ALL:  # refused by the full parser (`read_context_id`): its error, not ours
+        return None
+    return context_id, float(match.group(2))
 
 
 def replace_lone_surrogates(text: str) -> str:

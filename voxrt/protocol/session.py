@@ -25,7 +25,7 @@ from voxrt.protocol.errors import (CLOSE_NORMAL, CONTEXT_LIMIT, INACTIVITY_TIMEO
                                    UNKNOWN_VOICE, InvalidTransition, ProtocolError, clip)
 from voxrt.protocol.events import (CancelEvent, ClientEvent, ContextEndEvent, FlushEvent, PingEvent, PlaybackEvent,
                                    SessionEndEvent, SessionStartEvent, TextEvent, parse_client_message,
-                                   protocol_error_event)
+                                   parse_playback_report, protocol_error_event)
 from voxrt.protocol.server_events import (Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
                                           SessionStarted)
 
@@ -98,6 +98,26 @@ class Session:
             return self._reject(error)
         self._num_invalid_in_row = 0
         return actions
+
+    def receive_report(self, data: str, now_ms: float) -> tuple[str, float] | None:
+        """`receive_text` for the message most clients send most: a playback report in the shape they write it
+        (`events.parse_playback_report`) about an open context of a started session. Then (context_id,
+        played_ms), the fields of the one ReportPlayback `receive_text` would return, with the same state
+        changes (the activity time; the run of invalid messages ends). None for anything else, with nothing
+        changed: call `receive_text`, which answers it (its errors, or [] for a context that is done)."""
+        state = self.state
+        if (state is not SessionState.ACTIVE and state is not SessionState.ENDING) or \
+                _utf8_size_exceeds(data, self.limits.max_message_bytes):
+            return None
+        report = parse_playback_report(data)
+        if report is None:
+            return None
+        context = self._contexts.get(report[0])
+        if context is None or context.is_done:
+            return None
+        self._last_activity_ms = now_ms
+        self._num_invalid_in_row = 0
+        return report
 
     def receive_bytes(self, data: bytes, now_ms: float) -> list[Action]:
         if self.state is SessionState.CLOSED:
