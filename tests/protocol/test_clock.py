@@ -108,3 +108,24 @@ def test_play_time_is_the_deadline_for_a_position():
 def test_negative_duration_is_rejected():
     with pytest.raises(ValueError):
         PlaybackClock().on_audio_sent(-1, now_ms=0)
+
+
+def test_on_audio_sent_until_is_on_audio_sent_then_play_time_ms():
+    import random
+    rng = random.Random(12)
+    for _ in range(200):
+        a, b = PlaybackClock(), PlaybackClock()
+        now = 1000.0
+        for _ in range(30):
+            now += rng.choice([0.0, 5.0, 20.0, 60.0, 400.0])  # sometimes past the buffer's end: a stall
+            if rng.random() < 0.2:
+                played = rng.uniform(-10, a.sent_ms + 10)
+                a.on_report(played, now)
+                b.on_report(played, now)
+            duration = rng.choice([20.0, 40.0, 0.0])
+            a.on_audio_sent(duration, now)
+            assert b.on_audio_sent_until(duration, now) == a.play_time_ms(a.sent_ms)
+            assert vars(a) == vars(b)
+    clock = PlaybackClock()
+    with pytest.raises(ValueError):
+        clock.on_audio_sent_until(-1, 0.0)

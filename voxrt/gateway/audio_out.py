@@ -199,12 +199,12 @@ class AudioOut:
                 marks.append((allowed, True, trace))
             else:
                 marks.append((ready_ms, False, trace))
-            clock.on_audio_sent(frame_ms, _monotonic_ns() / 1e6)
             self._num_frames_encoded = seq + 1
-            pace = clock.play_time_ms(clock.sent_ms) if is_realtime else None
-            if pace is not None:
-                pace -= lead_ms
-            allowed = pace
+            if is_realtime:  # counted on the clock; the next frame's due time
+                allowed = pace = clock.on_audio_sent_until(frame_ms, _monotonic_ns() / 1e6) - lead_ms
+            else:
+                clock.on_audio_sent(frame_ms, _monotonic_ns() / 1e6)
+                allowed = pace = None
             if seq == 0 or len(messages) >= MAX_FRAMES_PER_WRITE or not (ready or raw):
                 break
             if pace is not None and pace - now > tick_ms:

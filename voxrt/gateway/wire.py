@@ -109,6 +109,13 @@ class FrameWriter:
             protocol.transport.write((_HEAD_SHORT.pack(_FIN_BINARY, length) if length < 126 else
                                       _HEAD_16.pack(_FIN_BINARY, 126, length) if length < 65536 else
                                       _HEAD_64.pack(_FIN_BINARY, 127, length)) + data)
-        else:
-            protocol.transport.write(b"".join([binary_frame(message) for message in messages]))
+        else:  # a pair of steady frames (audio_out.py's EARLY_FRAMES) or a lead fill: the same, in one write
+            parts = []
+            for data in messages:
+                length = len(data)
+                parts.append(_HEAD_SHORT.pack(_FIN_BINARY, length) if length < 126 else
+                             _HEAD_16.pack(_FIN_BINARY, 126, length) if length < 65536 else
+                             _HEAD_64.pack(_FIN_BINARY, 127, length))
+                parts.append(data)
+            protocol.transport.write(b"".join(parts))
         return True
