@@ -122,15 +122,15 @@ def test_realtime_pacing_keeps_at_most_lead_ms_ahead_of_the_listener():
         await out.play(frames, False, 0.0, trace())
         # 40 ms ahead at most (+ a tick per frame): the last frame leaves no earlier than ~300 ms after the first
         assert len(times) == len(frames) >= 19 and times[-1] - start >= 0.25
-        # just after a write: lead_ms, the frame that was due and (since round 12, EARLY_FRAMES) the next one,
-        # taken along one frame early; before round 12 the bound here was 40 + 20 + 1
-        assert out.clock.buffered_ms(time.monotonic_ns() / 1e6) <= 40 + 20 + 20 + 1
+        # just after a write: lead_ms and the last frame written (the protocol: no frame leaves with the buffer
+        # above lead_ms; with writes in pairs the rule lets a pair out at lead_ms - one frame: context_core.py)
+        assert out.clock.buffered_ms(time.monotonic_ns() / 1e6) <= 40 + 20 + 1
     run(main())
 
 
 def _paced_writes(lead_ms: int, seconds: float, early_frames: int, monkeypatch, encode_all: bool = True):
     """One realtime chunk through `send_now`: per write, its frames' seqs and the listener's buffer just before
-    it (by the context's clock), and each frame's due time by the plain rule (buffer down to lead_ms)."""
+    it (by the context's clock)."""
     from voxrt.gateway import audio_out as module
     monkeypatch.setattr(module, "EARLY_FRAMES", early_frames)
 
@@ -158,18 +158,22 @@ def _paced_writes(lead_ms: int, seconds: float, early_frames: int, monkeypatch, 
 
 def test_steady_frames_go_two_to_a_write_one_frame_early_at_most(monkeypatch):
     """Round 12's rule (audio_out.py, EARLY_FRAMES): a realtime write takes along the next frame when it is
-    encoded and due within a frame, so steady frames go in pairs: a write still goes when the listener's buffer
-    is down to lead_ms, and its second frame leaves with the buffer at lead_ms + one frame. The early frame's
-    lateness counts from one frame before its due (so none is counted 20 ms early, clamped to 0)."""
+    encoded and due within a frame, so steady frames go in pairs. The protocol's bound holds: a write goes when
+    the listener's buffer is down to lead_ms - one frame (PacingRule.send_lead_ms), so its second frame leaves
+    with the buffer at lead_ms, never above. The early frame's lateness counts from one frame before its due
+    (so none is counted 20 ms early, clamped to 0)."""
     writes, out, num_frames = _paced_writes(40, 0.6, 1, monkeypatch)
     assert [seq for w in writes for seq in w[0]] == list(range(num_frames))
     assert out.metrics.num_frame_writes == len(writes) < 0.6 * num_frames
     assert writes[0][0] == [0]  # the first frame alone (time to first audio)
-    steady = [w for w in writes if w[1] >= 40 - 2]  # after the lead fill: writes the pacing rule released
+    steady = [w for w in writes if w[1] >= 20 - 2]  # after the lead fill: writes the pacing rule released
     assert len(steady) >= 8 and all(len(w[0]) <= 2 for w in writes[1:])
     assert sum(len(w[0]) == 2 for w in steady) >= len(steady) - 2  # pairs (a last odd frame may go alone)
-    for _, before, _ in steady:
-        assert 40 - 2 <= before <= 40 + 20 + 2  # a tick of slack either way (timers)
+    for frames, before, _ in steady:
+        assert 20 - 2 <= before <= 20 + 2  # a tick of slack either way (timers)
+        assert before + 20 * (len(frames) - 1) <= 40 + 2  # the last frame of the write leaves at lead_ms at most
+    for frames, before, _ in writes:
+        assert before + 20 * (len(frames) - 1) <= 40 + 2  # the lead fill too
     raw = out.metrics.lateness.paced + out.metrics.lateness.ready  # before folding (which clamps at 0)
     assert len(raw) == num_frames and min(raw) > -2 and max(raw) < 5  # none counted ~20 ms early, nor late
 
@@ -187,8 +191,7 @@ def test_a_frame_not_yet_encoded_is_not_taken_early(monkeypatch):
     only when one is ready, never encoded on the loop for the purpose."""
     writes, out, num_frames = _paced_writes(40, 0.6, 1, monkeypatch, encode_all=False)
     assert [seq for w in writes for seq in w[0]] == list(range(num_frames))
-    steady = [w for w in writes if w[1] >= 40 - 2]
-    assert all(before <= 40 + 20 + 2 for _, before, _ in steady)
+    assert all(before + 20 * (len(frames) - 1) <= 40 + 2 for frames, before, _ in writes)
 
 
 def test_one_stuck_connection_does_not_hold_the_others():
@@ -306,3 +309,13 @@ def test_prepare_encodes_a_bounded_run_only_once_the_encoded_frames_are_used_up(
         assert len(out._ready) == ENCODE_AHEAD_FRAMES
         await out.aclose()
         assert not out._raw and not out._ready
+
+
+def test_a_lead_under_two_frames_takes_no_frame_early(monkeypatch):
+    """With lead_ms = one frame a pair would leave its second frame above lead_ms: the rule keeps lead_ms and
+    every steady frame goes alone (PacingRule.early_frames 0)."""
+    writes, out, num_frames = _paced_writes(20, 0.4, 1, monkeypatch)
+    assert [seq for w in writes for seq in w[0]] == list(range(num_frames))
+    assert out._num_early == 0 and out._lead_ms == 20
+    assert all(len(frames) == 1 for frames, _, _ in writes[1:])
+    assert all(before <= 20 + 2 for _, before, _ in writes)

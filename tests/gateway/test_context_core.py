@@ -132,6 +132,22 @@ def test_pacing_rule_realtime_and_burst():
     assert burst.due_ms(1000) == 1000
 
 
+def test_pacing_rule_with_writes_in_pairs_keeps_the_protocols_lead_bound():
+    """A write that may take one frame along early goes once the buffer is down to lead_ms - one frame, so the
+    frame taken along leaves at lead_ms (the protocol: at most lead_ms ahead); a lead under two frames takes none
+    early; burst pacing has no lead."""
+    clock = PlaybackClock()
+    paired = PacingRule(Pacing("realtime", 300), clock, frame_ms=20, early_frames=1)
+    assert (paired.early_frames, paired.send_lead_ms, paired.lead_ms) == (1, 280, 300)
+    clock.on_audio_sent(500, 1000)
+    assert paired.wait_ms(1000) == 220 and paired.due_ms(1000) == 1220
+    short = PacingRule(Pacing("realtime", 30), PlaybackClock(), frame_ms=20, early_frames=1)
+    assert (short.early_frames, short.send_lead_ms) == (0, 30)
+    two = PacingRule(Pacing("realtime", 40), PlaybackClock(), frame_ms=20, early_frames=1)
+    assert (two.early_frames, two.send_lead_ms) == (1, 20)
+    assert PacingRule(Pacing("burst", 300), clock, frame_ms=20, early_frames=1).early_frames == 0
+
+
 def test_the_core_does_no_io():
     path = Path(__file__).resolve().parents[2] / "voxrt" / "gateway" / "context_core.py"
     modules = set()

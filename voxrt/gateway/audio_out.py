@@ -2,15 +2,15 @@
 of their sending, sent when the pacing rule lets it out, from the process's one timer (pacer.py).
 
 Pacing `realtime`: a frame leaves once the listener's buffer, by the context's playback clock, is down to
-lead_ms; `burst`: at once. `play(frames)` returns when the chunk's last frame is sent, so what follows the
+the rule's send lead (lead_ms, less a frame when writes go in pairs: below); `burst`: at once. `play(frames)` returns when the chunk's last frame is sent, so what follows the
 chunk on the wire (its alignment, `flushed`) follows its audio. The last chunk's final frame carries the LAST
 flag; a last chunk without audio gets a frame of silence to carry it.
 
 Send jitter, every frame: its send time minus its due time, the pacing rule's earliest send (the listener's
-buffer down to lead_ms) or its chunk's arrival in this process, whichever is later (the `send_lateness`
+buffer down to the send lead) or its chunk's arrival in this process, whichever is later (the `send_lateness`
 histogram; what the gateway benchmark's ceiling is judged on). The same split in two: frames whose due time
 the pacing rule set (`send_lateness_paced`: steady frames, each released when the listener's buffer falls to
-lead_ms) and frames whose due time their chunk's arrival set (`send_lateness_ready`: a context's lead fill,
+the send lead) and frames whose due time their chunk's arrival set (`send_lateness_ready`: a context's lead fill,
 up to lead_ms of audio released at once, whose last frame the listener needs up to lead_ms later; and the
 frames of a chunk that came late).
 
@@ -21,10 +21,13 @@ so its time to first audio does not wait for the others' encoding. The playback 
 when it is queued for that write.
 
 Steady frames go two to a write (`EARLY_FRAMES`): a realtime write takes along the next frame when that one
-is encoded already and due within one frame of now, so a steady stream is served every other frame, and
-each frame leaves when the listener's buffer is between lead_ms and lead_ms + one frame (before, at lead_ms):
-a write still goes when the buffer is down to lead_ms, and leaves it at lead_ms + two frames at most.
-A frame never leaves more than one frame before its due time, and never ahead of its chunk. Each write is one
+is encoded already and due within one frame of now, so a steady stream is served every other frame. The
+protocol's bound holds (the server sends at most lead_ms ahead of the client's playback): the pacing rule
+lets a write out once the listener's buffer is down to lead_ms less one frame (`PacingRule.send_lead_ms`), so
+its first frame leaves at lead_ms - one frame and the one taken along at lead_ms, and the buffer just after a
+write is lead_ms + one frame at most, as it was when every frame went alone at lead_ms. With lead_ms under two
+frames no frame goes early. A frame never leaves more than one frame before its due time, and never ahead of
+its chunk. Each write is one
 `send()` system call and one turn of the pacer for the stream (~9 us and ~10 us a write at 140 sessions,
 bench/results/2026-12-05-gateway-11/); bench/results/2026-12-05-gateway-12/ measured the change. The early
 frame's due time, for send jitter, is when the rule let it out: its own due time less one frame (so it is as
@@ -71,7 +74,7 @@ SendBytes = Callable[[bytes], Awaitable[None]]
 SendNow = Callable[[list], bool]  # writes these frames now, or returns False (nothing written)
 
 MAX_FRAMES_PER_WRITE = 8  # a burst-mode chunk of 100 frames is written in writes of 8, not held to its end
-EARLY_FRAMES = 1  # frames a realtime write takes along before their due time (each at most one frame early)
+EARLY_FRAMES = 1  # frames a realtime write may take along before their due time (PacingRule lowers its lead by as many)
 ENCODE_AHEAD_FRAMES = 8  # frames encoded in one run ahead of their sending (~1 ms of libopus)
 _AUDIO_HEADER = struct.Struct(">BBHII")  # protocol/frames.py: kind, flags, index, seq, pts_ms
 _monotonic_ns = time.monotonic_ns
@@ -85,8 +88,10 @@ class AudioOut:
         self._send_bytes, self.opened_ms, self._encode_worker = send_bytes, opened_ms, encode_worker
         self._send_now = send_now
         self._pacer = pacer or Pacer.for_running_loop()
-        self._rule = PacingRule(config.pacing, clock)  # the pacing decision (context_core.py, sans I/O)
-        self._is_realtime, self._lead_ms = self._rule.is_realtime, self._rule.lead_ms  # on_due applies it inline
+        # the pacing decision (context_core.py, sans I/O); on_due applies its send lead inline
+        self._rule = PacingRule(config.pacing, clock, config.output.frame_ms, EARLY_FRAMES)
+        self._is_realtime, self._lead_ms = self._rule.is_realtime, self._rule.send_lead_ms
+        self._num_early = self._rule.early_frames  # frames a write may take along early (the module docstring)
         self._late_paced, self._late_ready = metrics.lateness.paced.append, metrics.lateness.ready.append
         self._frame_ms = config.output.frame_ms
         # A frame's way out: `_raw` (as split: PCM, or bytes already), then `_ready` (its wire payload), each
@@ -144,9 +149,9 @@ class AudioOut:
         """The pacer's call: send every frame the pacing rule lets out now; the next one's due time.
 
         The per-frame path, kept to a few calls a frame (bench/results/2026-12-03-gateway-7/): the pacing rule
-        (`PacingRule`, context_core.py) lets a frame out once the listener's buffer is down to lead_ms, which
-        is the instant `clock.play_time_ms(clock.sent_ms) - lead_ms` (the audio sent so far finishes playing
-        lead_ms later); that one figure is both the frame's due time and when to come back, so it is computed
+        (`PacingRule`, context_core.py) lets a frame out once the listener's buffer is down to its send lead,
+        which is the instant `clock.play_time_ms(clock.sent_ms) - send_lead` (the audio sent so far finishes
+        playing that much later); that one figure is both the frame's due time and when to come back, so it is computed
         once a frame. Each frame is then framed, counted on the clock and written; its lateness is one list
         append (metrics.py folds them when read)."""
         if self._in_flight is not None or self.is_closed:
@@ -210,7 +215,7 @@ class AudioOut:
             if pace is not None and pace - now > tick_ms:
                 # not due yet: it goes along in this write only when it is encoded already and due within a
                 # frame of now (the listener's buffer then at most lead_ms + one frame before it is added)
-                if num_early >= EARLY_FRAMES or not ready or pace - now > tick_ms + frame_ms:
+                if num_early >= self._num_early or not ready or pace - now > tick_ms + frame_ms:
                     break
                 num_early += 1
                 allowed = pace - frame_ms

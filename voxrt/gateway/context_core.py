@@ -33,21 +33,30 @@ MAX_GENERATIONS = 1000  # engine requests per context (a 20,000-character turn n
 
 class PacingRule:
     """Pacing `realtime`: a frame leaves once the listener's buffer, by the context's playback clock, is down
-    to lead_ms; `burst`: at once."""
+    to `send_lead_ms`; `burst`: at once.
 
-    def __init__(self, pacing: Pacing, clock: PlaybackClock) -> None:
+    `send_lead_ms` is lead_ms less the frames a write may take along early (`early_frames`, each `frame_ms`:
+    audio_out.py writes steady frames in pairs): the protocol promises that the server sends at most lead_ms
+    ahead of the client's playback, so the last frame of a write must leave with the buffer at lead_ms at most,
+    and the write therefore goes once it is down to lead_ms less those frames. With a lead too short for that
+    (under two frames for a pair) no frame goes early and the rule is lead_ms itself."""
+
+    def __init__(self, pacing: Pacing, clock: PlaybackClock, frame_ms: float = 0.0, early_frames: int = 0) -> None:
         self.is_realtime, self.lead_ms, self.clock = pacing.mode == "realtime", pacing.lead_ms, clock
+        fits = self.is_realtime and early_frames > 0 and pacing.lead_ms >= (1 + early_frames) * frame_ms
+        self.early_frames = early_frames if fits else 0
+        self.send_lead_ms = pacing.lead_ms - self.early_frames * frame_ms
 
     def wait_ms(self, now_ms: float) -> float:
         """How long until the rule lets the next frame out (<= 0: now)."""
-        return self.clock.buffered_ms(now_ms) - self.lead_ms if self.is_realtime else 0.0
+        return self.clock.buffered_ms(now_ms) - self.send_lead_ms if self.is_realtime else 0.0
 
     def due_ms(self, ready_ms: float) -> float:
         """The next frame's due time: the rule's earliest send, or its chunk's arrival (`ready_ms`), whichever
         is later (what send lateness is measured from)."""
         clock = self.clock
         if self.is_realtime and clock.is_started:
-            return max(ready_ms, clock.play_time_ms(clock.sent_ms) - self.lead_ms)
+            return max(ready_ms, clock.play_time_ms(clock.sent_ms) - self.send_lead_ms)
         return ready_ms
 
 
