@@ -276,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "each gateway process's event loop (default 0: each frame on the loop, just before it is sent)")
     serve.add_argument("--opus-signal", default="auto", choices=["auto", "voice", "music"], help="libopus's mode "
                        "hint: auto (its speech/music detector), voice (SILK/hybrid), music (CELT, cheapest per frame)")
+    serve.add_argument("--opus-rate", default="auto", choices=["auto", "wire"], help="what libopus is fed: auto "
+                       "(default: the model's samples as they are when its rate is an Opus input rate below the wire "
+                       "rate, as 24 kHz under 48: no resampler, less CPU, the same bitrate) or wire (resampled to the "
+                       "wire rate first); the packets decode at the wire rate either way")
     serve.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"], help="each gateway "
                        "process's event loop: uvloop (libuv's, less CPU per frame), asyncio (the standard library's) "
                        "or auto (default: uvloop when installed, else asyncio); the log says which runs")
@@ -479,7 +483,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 engine_heartbeat_timeout_s=args.engine_heartbeat_timeout_s,
                                 allow_pinned_lengths=args.allow_pinned_lengths, stats_path=args.stats_file,
                                 trace_path=args.trace_file, encode_threads=args.encode_threads,
-                                opus_signal=args.opus_signal, aliases=_aliases(args, env),
+                                opus_signal=args.opus_signal, opus_rate=args.opus_rate,
+                                aliases=_aliases(args, env),
                                 drain_grace_s=args.drain_grace_s, dp_size=args.dp_size, loop=args.loop)
     except ValueError as exc:
         parser.error(str(exc).replace("dp_size", "--dp-size"))

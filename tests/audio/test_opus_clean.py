@@ -43,19 +43,22 @@ def test_encode_clean_is_libopus_float_entry_on_a_clean_frame():
         b.encode_clean(np.zeros(959, dtype=np.float32))
 
 
-@pytest.mark.parametrize("in_rate", [24000, 48000])  # with a resampler, and without (its output is the input)
-def test_stream_encoder_frames_equal_per_frame_clipping(in_rate):
+# with a resampler, without (its output is the input), and libopus at the model's 24 kHz (no resampler either)
+@pytest.mark.parametrize("in_rate, opus_rate", [(24000, "wire"), (48000, "auto"), (24000, "auto")])
+def test_stream_encoder_frames_equal_per_frame_clipping(in_rate, opus_rate):
     x = _bad_signal(in_rate // 10 * 3)
     original = x.copy()
-    stream = StreamEncoder("opus", in_rate, 48000, 20)
+    stream = StreamEncoder("opus", in_rate, 48000, 20, opus_rate=opus_rate)
+    rate = stream.codec_rate
+    assert rate == (24000 if (in_rate, opus_rate) == (24000, "auto") else 48000)
     frames = []
     for chunk in np.array_split(x, 3):
         frames += stream.split(chunk)
     frames += stream.split_finish()
-    assert all(f.dtype == np.int16 and f.shape == (960,) and np.abs(f.astype(np.int32)).max() <= 32767
+    assert all(f.dtype == np.int16 and f.shape == (rate // 50,) and np.abs(f.astype(np.int32)).max() <= 32767
                for f in frames)
     np.testing.assert_array_equal(x[~np.isnan(original)], original[~np.isnan(original)])  # input not modified
-    reference = OpusEncoder(48000, 20)
+    reference = OpusEncoder(rate, 20, bitrate=None if rate == 48000 else 51000)
     assert [stream.encode(f) for f in frames] == [reference.encode(f) for f in frames]
 
 

@@ -34,12 +34,12 @@ def _float_frames(signal: np.ndarray, chunks: list[np.ndarray], in_rate: int) ->
     return np.concatenate(pieces)
 
 
-@pytest.mark.parametrize("in_rate", [24000, 48000])
+@pytest.mark.parametrize("in_rate", [24000, 48000])  # resampled to the wire rate, and as it is
 def test_the_stream_feeds_libopus_the_float_audio_rounded_to_16_bits(in_rate):
     signal = _loud(in_rate // 2 + 123, in_rate)
     original = signal.copy()
     chunks = odd_chunks(signal, seed=3, max_chunk=3000)
-    stream = StreamEncoder("opus", in_rate, 48000, 20)
+    stream = StreamEncoder("opus", in_rate, 48000, 20, opus_rate="wire")
     frames = [f for c in chunks for f in stream.split(c)] + stream.split_finish()
     assert all(f.dtype == np.int16 and f.shape == (960,) for f in frames)
     fed = np.concatenate(frames)

@@ -143,8 +143,8 @@ def test_an_encoding_error_in_the_worker_reaches_play():
                 pass
             out = AudioOut(1, config("realtime", lead_ms=60), encoder, PlaybackClock(), GatewayMetrics(), send, 0.0,
                            encode_worker=worker, send_now=lambda frames: True)
-            bad = np.zeros(7, dtype=np.float32)  # not a 20 ms frame: libopus's wrapper refuses it
-            with pytest.raises(ValueError, match="holds 960 samples"):
+            bad = np.zeros(7, dtype=np.float32)  # not a 20 ms frame (480 samples at the model's 24 kHz): refused
+            with pytest.raises(ValueError, match="holds 480 samples"):
                 await out.play([bad] * 40, False, 0.0, trace())
             assert not out._raw and not out._ready
             await out.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from voxrt.loadgen import gateway_bench
 from voxrt.loadgen.gateway_bench import ceiling, format_table, window_figures
 from voxrt.timing import MsHistogram
 
@@ -45,3 +46,21 @@ def test_ceiling_is_the_last_point_of_the_unbroken_run_within_the_bound():
     assert ceiling([_row(50, 6.0)], 5.0) is None
     assert ceiling([_row(50, 1.0, errors=1)], 5.0) is None
     assert "OVER" in format_table(rows, 5.0)
+
+
+def test_serve_flags_after_the_double_dash_are_read_either_way():
+    args = ["--opus-signal=music", "--encode-threads", "1", "--opus-rate", "wire"]
+    assert gateway_bench._serve_arg(args, "--opus-signal", "auto") == "music"
+    assert gateway_bench._serve_arg(args, "--opus-rate", "auto") == "wire"
+    assert gateway_bench._serve_arg(args, "--loop", "auto") == "auto"
+    assert gateway_bench._serve_arg(["--opus-rate"], "--opus-rate", "auto") == "auto"  # no value: the default
+
+
+def test_the_floor_at_the_gateways_input_rate_times_the_same_streams():
+    from voxrt.engine.standin import opus_floor_us
+
+    at_48 = opus_floor_us(repeats=1, signal="music", num_streams=2)
+    at_24 = opus_floor_us(repeats=1, signal="music", num_streams=2, rate=24000, bitrate=51000)
+    assert 0 < at_48 < 1e5 and 0 < at_24 < 1e5  # microseconds a frame (the figures are the benchmark's to judge)
+    floor = gateway_bench._floor(100.0, rate=24000)
+    assert floor == {"rate": 24000, "us_per_frame": 100.0, "sessions_per_core": 200}

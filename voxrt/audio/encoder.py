@@ -4,6 +4,19 @@ The gateway pushes float32 chunks at the model's rate as the engine delivers the
 returned bytes object as one frame of exactly `frame_ms` at the wire rate; `finish()` at the end of the
 utterance drains the resampler and the framer. `num_samples_out` counts real (unpadded) output samples,
 so `num_samples_out * 1000 / out_rate` is the audio sent so far in ms, the playback clock's input.
+
+Opus at the model's rate (`opus_rate="auto"`, the default): an Opus packet has no sample rate of its own
+(RFC 6716 §2: the decoder picks its output rate, and a 20 ms packet decodes to 960 samples at 48 kHz whatever
+the encoder was fed), and libopus takes 8, 12, 16, 24 or 48 kHz input. So when the model's rate is one of
+those, below the wire rate and dividing it (Qwen3-TTS's 24 kHz under a 48 kHz Opus wire), libopus is fed
+the model's samples as they are: no resampler (libsoxr's ~3.5 us a frame and its ~20 ms of held audio),
+and libopus codes the band the model has (up to 12 kHz at 24 kHz) instead of an empty one above it, ~9%
+less libopus a frame on the gateway benchmark's signal (bench/results/2026-12-05-gateway-13/). The bitrate
+stays libopus's default for the wire rate (`opus.default_bitrate`), which left alone would halve with the
+input rate: the decoded audio is as close to the model's as through the resampler (tests/audio/
+test_opus_rate.py). The counts stay at the wire rate (`num_samples_out`, `num_padding_samples`,
+`lookahead_samples`: the Ogg pre-skip is the same 312 samples at 48 kHz). `opus_rate="wire"` resamples to
+the wire rate first, as before; so does any other model rate (22.05 or 44.1 kHz).
 """
 
 from __future__ import annotations
@@ -21,9 +34,21 @@ from voxrt.audio.formats import (
 )
 from voxrt.audio.framer import Framer
 from voxrt.audio.g711 import alaw_encode, mulaw_encode
-from voxrt.audio.opus import OpusEncoder
+from voxrt.audio.opus import OPUS_INPUT_RATES, OpusEncoder, default_bitrate
 from voxrt.audio.pcm import float_to_int16, pcm16_encode
 from voxrt.audio.resample import StreamResampler
+
+OPUS_RATES: tuple[str, ...] = ("auto", "wire")  # what libopus is fed: the model's rate where it can be, or the wire's
+
+
+def opus_codec_rate(in_rate: int, out_rate: int, opus_rate: str = "auto") -> int:
+    """The rate libopus codes a stream at (the module docstring): the model's rate when `opus_rate` is "auto"
+    and that rate is an Opus input rate below the wire rate and dividing it, else the wire rate."""
+    if opus_rate not in OPUS_RATES:
+        raise ValueError(f"opus_rate must be one of {list(OPUS_RATES)} (got {opus_rate!r})")
+    if opus_rate == "auto" and in_rate in OPUS_INPUT_RATES and in_rate < out_rate and out_rate % in_rate == 0:
+        return in_rate
+    return out_rate
 
 
 class StreamEncoder:
@@ -35,19 +60,26 @@ class StreamEncoder:
     silence the listener must sit through.
     """
 
-    def __init__(self, codec: str, in_rate: int, out_rate: int, frame_ms: int, *, opus_signal: str = "auto") -> None:
+    def __init__(self, codec: str, in_rate: int, out_rate: int, frame_ms: int, *, opus_signal: str = "auto",
+                 opus_rate: str = "auto") -> None:
         self.codec = check_codec(codec)
         self.in_rate = check_input_rate(in_rate)
         self.out_rate = check_sample_rate(out_rate, "output sample rate")
         self._frame_ms = check_frame_ms(frame_ms)
         self._samples_per_frame = frame_samples(self.out_rate, self._frame_ms)
-        self._resampler = StreamResampler(self.in_rate, self.out_rate)
+        # the rate frames are cut and coded at: the wire's, or for Opus the model's (the module docstring)
+        codec_rate = opus_codec_rate(self.in_rate, self.out_rate, opus_rate) if self.codec == "opus" else self.out_rate
+        self.codec_rate = codec_rate
+        self._out_per_codec_sample = self.out_rate // codec_rate  # exact: codec_rate divides out_rate
+        self._resampler = StreamResampler(self.in_rate, codec_rate)
         self._opus: OpusEncoder | None = None
         if self.codec == "opus":
-            self._opus = OpusEncoder(self.out_rate, self._frame_ms, signal=opus_signal)
+            bitrate = None if codec_rate == self.out_rate else default_bitrate(self.out_rate, self._frame_ms)
+            self._opus = OpusEncoder(codec_rate, self._frame_ms, bitrate=bitrate, signal=opus_signal)
         # Opus frames from `split` are 16-bit PCM already (converted once a chunk, `_convert`), which libopus
         # takes as they are; the PCM codecs convert per frame in their own encoders
-        self._framer = Framer(self._samples_per_frame, np.int16 if self._opus is not None else np.float32)
+        self._framer = Framer(frame_samples(codec_rate, self._frame_ms),
+                              np.int16 if self._opus is not None else np.float32)
         self._encode_frame: Callable[[np.ndarray], bytes] = {
             "opus": None if self._opus is None else self._opus.encode_int16,
             "pcm16": pcm16_encode,
@@ -70,8 +102,8 @@ class StreamEncoder:
 
     @property
     def num_samples_out(self) -> int:
-        """Output samples encoded so far, Opus padding excluded."""
-        return self._num_samples_out
+        """Output samples (at out_rate) encoded so far, Opus padding excluded."""
+        return self._num_samples_out * self._out_per_codec_sample
 
     @property
     def num_frames_out(self) -> int:
@@ -79,21 +111,21 @@ class StreamEncoder:
 
     @property
     def num_padding_samples(self) -> int:
-        """Silence appended to the last Opus frame by `finish()` (0 before it, and always 0 for PCM)."""
-        return self._num_padding_samples
+        """Silence appended to the last Opus frame by `finish()`, at out_rate (0 before it, and always 0 for PCM)."""
+        return self._num_padding_samples * self._out_per_codec_sample
 
     @property
     def lookahead_samples(self) -> int:
         """The codec's delay at out_rate (Opus: the encoder lookahead, which Ogg calls pre-skip once
         converted to 48 kHz; 0 for the PCM codecs)."""
-        return 0 if self._opus is None else self._opus.lookahead_samples
+        return 0 if self._opus is None else self._opus.lookahead_samples * self._out_per_codec_sample
 
     @property
     def held_ms(self) -> float:
         """Audio pushed in but not yet out as frames: inside the resampler's filter, and the partial frame. It
         comes out only with the next push (or `finish`)."""
         held = self._resampler.delay_samples + self._framer.num_pending_samples
-        return held * 1000 / self.out_rate
+        return held * 1000 / self.codec_rate
 
     @property
     def is_finished(self) -> bool:
@@ -114,8 +146,8 @@ class StreamEncoder:
     # `split` / `split_finish` resample and cut (and count the samples); `encode` codes one frame, in order.
 
     def split(self, pcm: np.ndarray) -> list[np.ndarray]:
-        """float32 mono at in_rate -> the wire-rate frames completed so far, not yet encoded (Opus: int16 PCM,
-        `pcm.float_to_int16` of the resampled audio; the PCM codecs: float32)."""
+        """float32 mono at in_rate -> the frames completed so far, not yet encoded, at `codec_rate` (Opus: int16
+        PCM, `pcm.float_to_int16` of the resampled audio; the PCM codecs: float32 at the wire rate)."""
         self._check_open("push")
         return self._count(self._framer.push(self._convert(self._resampler.process(pcm))))
 
@@ -127,8 +159,9 @@ class StreamEncoder:
         tail = self._framer.finish()
         if tail is not None:
             if self._opus is not None:
-                self._num_padding_samples = self._samples_per_frame - tail.shape[0]
-                padded = np.zeros(self._samples_per_frame, dtype=np.int16)
+                codec_frame = self._framer.samples_per_frame
+                self._num_padding_samples = codec_frame - tail.shape[0]
+                padded = np.zeros(codec_frame, dtype=np.int16)
                 padded[: tail.shape[0]] = tail
                 frames.append(padded)
                 self._num_samples_out += tail.shape[0]

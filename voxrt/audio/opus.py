@@ -21,6 +21,7 @@ frame measured here, so one core encodes a few hundred realtime streams).
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 
 import numpy as np
@@ -45,6 +46,9 @@ APPLICATIONS: tuple[str, ...] = ("audio", "voip", "restricted_lowdelay")
 # same ~45 kb/s (bench/results/2026-12-01-gateway-bench/README.md).
 SIGNALS: dict[str, int] = {"auto": -1000, "voice": 3001, "music": 3002}
 
+# The rates libopus takes as input (opus_encoder_create); a packet decodes at any of them (RFC 6716 §2).
+OPUS_INPUT_RATES: tuple[int, ...] = (8000, 12000, 16000, 24000, 48000)
+
 # RFC 6716 §3.2.1: one packet codes at most 120 ms; 1275 bytes per frame at most. 4000 is libopus's
 # recommended output buffer (opus_demo) and bounds any packet of up to 60 ms.
 _MAX_PACKET_BYTES = 4000
@@ -55,6 +59,16 @@ _INT16 = np.dtype(np.int16)
 
 # A decoded packet is at most 120 ms (RFC 6716 §3.2.1); at 48 kHz that is 5760 samples.
 _MAX_DECODE_MS = 120
+
+
+@functools.lru_cache(maxsize=None)
+def default_bitrate(sample_rate: int, frame_ms: int) -> int:
+    """The bitrate libopus picks on its own (OPUS_AUTO) for mono `frame_ms` frames at `sample_rate`: 51 kb/s at
+    48 kHz and 20 ms with libopus 1.3-1.5. Read from libopus itself once per pair (its rule, which also depends
+    on how it splits longer frames, is its own): an encoder codes one silent frame and reports its bitrate."""
+    encoder = OpusEncoder(sample_rate, frame_ms)
+    encoder.encode_int16(np.zeros(encoder.frame_samples, dtype=np.int16))
+    return encoder.bitrate
 
 
 class OpusEncoder:
@@ -70,7 +84,9 @@ class OpusEncoder:
         complexity: int | None = None,
         signal: str = "auto",
     ) -> None:
-        self.sample_rate = check_sample_rate(sample_rate, "Opus sample rate")
+        if not (is_integer(sample_rate) and sample_rate in OPUS_INPUT_RATES):
+            raise ValueError(f"Opus sample rate must be one of {list(OPUS_INPUT_RATES)} Hz (got {sample_rate!r})")
+        self.sample_rate = int(sample_rate)
         self.frame_ms = check_frame_ms(frame_ms)
         if application not in APPLICATIONS:
             raise ValueError(f"Opus application must be one of {list(APPLICATIONS)} (got {application!r})")

@@ -79,31 +79,35 @@ def speechlike_signal(seconds: float = SIGNAL_S, sample_rate: int = SAMPLE_RATE,
     return out.astype("<f4")
 
 
-def opus_floor_us(repeats: int = 3, signal: str = "auto", num_streams: int = 25) -> float:
-    """libopus alone (through opuslib, as the gateway calls it) on this signal at 48 kHz, 20 ms frames: the
-    gateway benchmark's hardware floor, in microseconds per frame. Like the benchmark's contexts, each stream
-    is a fresh encoder over 87 model frames starting at one of the offsets the stand-in uses (libopus's mode
-    choice, and so its cost, depends on how a stream starts); the fastest of `repeats` passes."""
+def opus_floor_us(repeats: int = 3, signal: str = "auto", num_streams: int = 25, rate: int = 48000,
+                  bitrate: int | None = None) -> float:
+    """libopus alone (through opuslib, as the gateway calls it) on this signal at `rate` (48 kHz: the signal
+    resampled to the wire rate, issue 21's floor; 24 kHz: the stand-in's own samples, as the gateway feeds
+    libopus by default, voxrt/audio/encoder.py), 20 ms frames, libopus's bitrate for `rate` unless `bitrate`:
+    the gateway benchmark's hardware floor, in microseconds per frame. Like the benchmark's contexts, each
+    stream is a fresh encoder over 87 model frames starting at one of the offsets the stand-in uses (libopus's
+    mode choice, and so its cost, depends on how a stream starts); the fastest of `repeats` passes."""
     import soxr  # noqa: PLC0415 (only the benchmark needs it here)
 
     from voxrt.audio.opus import OpusEncoder  # noqa: PLC0415
     from voxrt.audio.pcm import float_to_int16  # noqa: PLC0415
 
+    spf = rate // 50  # samples in a 20 ms frame
     base = speechlike_signal()
     num_offsets = int(SIGNAL_S * FRAME_RATE_HZ)
     streams = []
     for k in range(num_streams):
         start = (k * num_offsets // num_streams) * SAMPLES_PER_FRAME
         pcm = np.resize(np.roll(base, -start), 87 * SAMPLES_PER_FRAME)
-        wire = soxr.resample(pcm, SAMPLE_RATE, 48000, quality="HQ").astype(np.float32)
-        streams.append([float_to_int16(wire[i:i + 960]).tobytes() for i in range(0, len(wire) - 959, 960)])
+        wire = pcm if rate == SAMPLE_RATE else soxr.resample(pcm, SAMPLE_RATE, rate, quality="HQ").astype(np.float32)
+        streams.append([float_to_int16(wire[i:i + spf]).tobytes() for i in range(0, len(wire) - spf + 1, spf)])
     best = float("inf")
     for _ in range(repeats):
         start_s, num_frames = time.thread_time(), 0
         for frames in streams:
-            encoder = OpusEncoder(48000, 20, signal=signal)._encoder  # raw opuslib: no conversion timed
+            encoder = OpusEncoder(rate, 20, bitrate=bitrate, signal=signal)._encoder  # raw opuslib: no conversion
             for frame in frames:
-                encoder.encode(frame, 960)
+                encoder.encode(frame, spf)
             num_frames += len(frames)
         best = min(best, (time.thread_time() - start_s) / num_frames)
     return best * 1e6

@@ -45,6 +45,10 @@ class GatewayConfig:
     # speech/music detector choose; "music" keeps CELT, ~4x cheaper per frame here; voxrt/audio/opus.py).
     encode_threads: int = 0
     opus_signal: str = "auto"
+    # `opus_rate`: what libopus is fed: "auto" the model's own samples where its rate is an Opus input rate below
+    # the wire rate (24 kHz under 48: no resampler, ~9% less libopus a frame, the same bitrate); "wire" resampled to
+    # the wire rate first (voxrt/audio/encoder.py). The packets decode at 48 kHz either way.
+    opus_rate: str = "auto"
     # Model and voice names of other APIs (OpenAI, ElevenLabs, Cartesia) -> the served ones (compat/aliases.py)
     aliases: Aliases = field(default_factory=Aliases)
     # SIGTERM drains (gateway/drain.py): running contexts get this long to finish before their sessions are
@@ -78,6 +82,8 @@ class GatewayConfig:
             raise ValueError(f"drain_grace_s must be >= 0, got {self.drain_grace_s}")
         if self.opus_signal not in ("auto", "voice", "music"):
             raise ValueError(f"opus_signal must be auto, voice or music, got {self.opus_signal!r}")
+        if self.opus_rate not in ("auto", "wire"):
+            raise ValueError(f"opus_rate must be auto or wire, got {self.opus_rate!r}")
         if self.loop not in ("auto", "uvloop", "asyncio"):
             raise ValueError(f"loop must be auto, uvloop or asyncio, got {self.loop!r}")
 

@@ -109,7 +109,7 @@ class ContextRunner:
     def __init__(self, context_id: str, index: int, config: SessionConfig, engine: EngineClient,
                  send_event: SendEvent, send_bytes: SendBytes, on_done: OnDone, metrics: GatewayMetrics,
                  num_frames: int | None = None, *, encode_worker=None, opus_signal: str = "auto",
-                 trace=None, send_now=None) -> None:
+                 opus_rate: str = "auto", trace=None, send_now=None) -> None:
         self.context_id = context_id
         self.num_frames = num_frames  # pinned output length (benchmark extension), None: the model decides
         self.index = index
@@ -119,7 +119,7 @@ class ContextRunner:
         self.metrics = metrics
         out = config.output
         self.encoder = StreamEncoder(out.codec, engine.info.sample_rate, out.sample_rate, out.frame_ms,
-                                     opus_signal=opus_signal)
+                                     opus_signal=opus_signal, opus_rate=opus_rate)
         self._trace = trace  # a TraceWriter or None (encode_worker: an EncodeWorker or None, for AudioOut)
         self.segmenter = Segmenter(config.segmentation)
         self.clock = PlaybackClock()

@@ -273,6 +273,7 @@ class RealtimeSession:
             runner = ContextRunner(action.context_id, action.index, self.config, self.state.engine, self.send_event,
                                    self.send_bytes, self._on_context_done, self.state.metrics, num_frames=num_frames,
                                    encode_worker=self.state.encode_worker, opus_signal=self.state.config.opus_signal,
+                                   opus_rate=self.state.config.opus_rate,
                                    trace=self.state.trace, send_now=self.send_bytes_now)
             self.runners[action.context_id] = runner
             self.num_contexts += 1

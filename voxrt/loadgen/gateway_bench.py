@@ -28,7 +28,10 @@ figures are per core and the clients do not steal its CPU; the stand-in engine p
 `--engine-cpus` (default: the clients' cores). `--nice -10` (as root) raises the gateway and the clients over
 other work on a shared machine, their autogroups included (Linux schedules each session as a group, so a
 process's nice value alone does not weigh against other sessions). `--opus-floor` times libopus alone on the
-same signal first; the ceiling is then also given as a fraction of libopus alone's streams per core.
+same signal first; the ceiling is then also given as a fraction of libopus alone's streams per core: at 48 kHz
+(the signal resampled to the wire rate: issue 21's floor, `opus_floor`), and, where the gateway feeds libopus
+the stand-in's 24 kHz samples (`voxrt serve --opus-rate auto`, the default; voxrt/audio/encoder.py), also
+libopus alone fed the same way at the same bitrate (`opus_floor_as_fed`): the gateway's own overhead.
 """
 
 from __future__ import annotations
@@ -345,6 +348,20 @@ def run_point(num_sessions: int, args) -> dict:
     }
 
 
+def _serve_arg(serve_args: list[str], name: str, default: str) -> str:
+    """A `voxrt serve` flag's value among the arguments after --, as `--name=value` or `--name value`."""
+    for i, arg in enumerate(serve_args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(serve_args):
+            return serve_args[i + 1]
+    return default
+
+
+def _floor(floor_us: float, **fields) -> dict:
+    return {**fields, "us_per_frame": round(floor_us, 1), "sessions_per_core": round(1e6 / floor_us / (1000 / FRAME_MS))}
+
+
 def format_table(rows: list[dict], bound_ms: float) -> str:
     lines = ["sessions  jitter p50  p99 ms  max ms  paced p99  ready p99 (share)  gw loop lag p99  gw CPU cores  "
              "CPU/session %  sessions/core  frames/s  us/frame  loop us/frame  writes/frame  client stalls  "
@@ -419,17 +436,25 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sessions: expected comma-separated integers, got {args.sessions!r}")
     if not counts or min(counts) < 1 or args.duration <= 0 or args.client_procs < 1 or args.frames < 1:
         p.error("--sessions counts, --duration, --client-procs and --frames must be positive")
-    floor = None
+    floor = floor_as_fed = None
     if args.opus_floor:
-        from voxrt.engine.standin import opus_floor_us  # noqa: PLC0415
+        from voxrt.audio.encoder import opus_codec_rate  # noqa: PLC0415
+        from voxrt.audio.opus import default_bitrate  # noqa: PLC0415
+        from voxrt.engine.standin import SAMPLE_RATE, opus_floor_us  # noqa: PLC0415
 
-        signal_hint = next((a.split("=", 1)[1] for a in args.serve_args if a.startswith("--opus-signal=")), "auto")
-        floor_us = opus_floor_us(signal=signal_hint)
-        floor = {"opus_signal": signal_hint, "us_per_frame": round(floor_us, 1),
-                 "sessions_per_core": round(1e6 / floor_us / (1000 / FRAME_MS))}
-        print(f"libopus alone on the stand-in's signal (--opus-signal {signal_hint}): {floor_us:.1f} us per 20 ms "
-              f"frame, {floor['sessions_per_core']} streams per core; 70%: {0.7 * floor['sessions_per_core']:.0f}",
-              flush=True)
+        signal_hint = _serve_arg(args.serve_args, "--opus-signal", "auto")
+        floor = _floor(opus_floor_us(signal=signal_hint), opus_signal=signal_hint, rate=48000)
+        print(f"libopus alone on the stand-in's signal at 48 kHz (--opus-signal {signal_hint}): {floor['us_per_frame']} "
+              f"us per 20 ms frame, {floor['sessions_per_core']} streams per core; "
+              f"70%: {0.7 * floor['sessions_per_core']:.0f}", flush=True)
+        codec_rate = opus_codec_rate(SAMPLE_RATE, 48000, _serve_arg(args.serve_args, "--opus-rate", "auto"))
+        if codec_rate != 48000:  # the gateway feeds libopus the stand-in's own samples: that floor too
+            bitrate = default_bitrate(48000, FRAME_MS)
+            floor_as_fed = _floor(opus_floor_us(signal=signal_hint, rate=codec_rate, bitrate=bitrate),
+                                  opus_signal=signal_hint, rate=codec_rate, bitrate=bitrate)
+            print(f"libopus alone as the gateway feeds it ({codec_rate} Hz input, {bitrate} b/s): "
+                  f"{floor_as_fed['us_per_frame']} us per frame, {floor_as_fed['sessions_per_core']} streams per "
+                  f"core; 70%: {0.7 * floor_as_fed['sessions_per_core']:.0f}", flush=True)
     # `timeout` and the like stop this with SIGTERM: exit through the finally blocks, which stop the gateway
     # (it runs in its own session, so the signal does not reach it)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -443,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
         print(format_table([row], args.jitter_bound_ms).splitlines()[-1], flush=True)
         if args.out:  # after every point, so a run stopped part-way keeps what it measured
-            Path(args.out).write_text(json.dumps({"args": vars(args), "opus_floor": floor, "rows": rows,
+            Path(args.out).write_text(json.dumps({"args": vars(args), "opus_floor": floor,
+                                                  "opus_floor_as_fed": floor_as_fed, "rows": rows,
                                                   "ceiling": ceiling(rows, args.jitter_bound_ms),
                                                   "ceiling_paced_frames": ceiling(rows, args.jitter_bound_ms,
                                                                                   "jitter_paced")},
@@ -456,7 +482,10 @@ def main(argv: list[str] | None = None) -> int:
         of_floor = ""
         if floor is not None:
             of_floor = (f"; {100 * best['sessions_per_core'] / floor['sessions_per_core']:.0f}% of libopus alone's "
-                        f"{floor['sessions_per_core']} streams per core")
+                        f"{floor['sessions_per_core']} streams per core at 48 kHz")
+            if floor_as_fed is not None:
+                of_floor += (f", {100 * best['sessions_per_core'] / floor_as_fed['sessions_per_core']:.0f}% of its "
+                             f"{floor_as_fed['sessions_per_core']} fed as the gateway feeds it")
         print(f"ceiling: {best['sessions']} sessions with send-jitter p99 {best['jitter']['p99_ms']:.2f} ms "
               f"<= {args.jitter_bound_ms:g} ms, {best['cpu_cores']:.2f} gateway cores: "
               f"{best['sessions_per_core']:.0f} sessions per core{of_floor}")
