@@ -228,6 +228,27 @@ def test_indexes_start_at_1_and_are_unique_within_the_session():
     assert seen == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_long_session_walks_only_its_live_contexts():
+    """Every context id stays known (ids are not reused), but opening, polling and cancelling walk only the
+    contexts not done: a session of thousands of turns pays for its live ones, not for its history."""
+    session = started(Limits(max_contexts=2))
+    for i in range(3000):
+        text(session, f"t{i}")
+        send(session, {"type": "context.end", "context_id": f"t{i}"})
+        session.on_context_done(f"t{i}", "completed", 100, {})
+    text(session, "a")
+    text(session, "b")
+    only_error(text(session, "c"), "context_limit", context_id="c")  # the limit still counts the live ones
+    assert session.open_context_ids() == ["a", "b"]
+    assert list(session._live) == ["a", "b"]  # the 3000 done ones left it
+    assert len(session._contexts) == 3002
+    only_error(text(session, "t7"), "invalid_message", context_id="t7")  # and are still not reused
+    session.on_context_done("a", "completed", 100, {})
+    assert session.open_context_ids() == ["b"]
+    assert cancel(session, "*") == [CancelContext("b")]  # cancel-all: the live one alone
+    still_works(session)
+
+
 def test_indexes_run_out_at_65535():
     session = started(Limits(max_contexts=2))
     session._next_index = 0xFFFF  # as after 65534 contexts

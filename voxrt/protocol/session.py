@@ -79,6 +79,9 @@ class Session:
         self.state = SessionState.AWAITING_START
         self.config: SessionConfig | None = None
         self._contexts: dict[str, Context] = {}  # every context of the session, DONE ones included
+        # the ones not DONE, in opening order (pruned by `_live_contexts`): what the checks below walk, so that a
+        # long session's every open, poll and cancel costs its live contexts, not every context it ever had
+        self._live: dict[str, Context] = {}
         self._next_index = 1
         self._last_activity_ms = now_ms
         self._opened_ms = now_ms
@@ -138,7 +141,7 @@ class Session:
         if self.state is SessionState.AWAITING_START and now_ms >= self._opened_ms + self.limits.start_timeout_s * 1000:
             return self._fail(ProtocolError(INACTIVITY_TIMEOUT, f"no session.start within "
                                                                 f"{self.limits.start_timeout_s:g} s"))
-        if is_sending_audio or any(c.state in _SERVER_BUSY_STATES for c in self._contexts.values()):
+        if is_sending_audio or any(c.state in _SERVER_BUSY_STATES for c in self._live_contexts()):
             self._last_activity_ms = max(self._last_activity_ms, now_ms)
             return []
         if now_ms < self.inactivity_deadline_ms:
@@ -212,7 +215,7 @@ class Session:
 
     def open_context_ids(self) -> list[str]:
         """Contexts not DONE, in opening order: what to cancel and free when the connection goes away."""
-        return [c.context_id for c in self._contexts.values() if not c.is_done]
+        return [c.context_id for c in self._live_contexts()]
 
     @property
     def inactivity_deadline_ms(self) -> float:
@@ -280,7 +283,7 @@ class Session:
             self._check_text_fits(0, event.text, context_id)
             context = Context(context_id, self._next_index)
             self._next_index += 1
-            self._contexts[context_id] = context
+            self._contexts[context_id] = self._live[context_id] = context
             actions += [OpenContext(context_id, context.index, event.num_frames),
                         SendText.of(ContextStarted(context_id, context.index))]
         elif context.state is not ContextState.OPEN:
@@ -300,7 +303,7 @@ class Session:
         if self.state is SessionState.ENDING:
             raise ProtocolError(INVALID_MESSAGE, "text: session.end was received; no new contexts",
                                 context_id=context_id, message_type="text")
-        num_active = sum(not c.is_done for c in self._contexts.values())
+        num_active = len(self._live_contexts())
         if num_active >= self.limits.max_contexts:
             raise ProtocolError(CONTEXT_LIMIT, f"at most {self.limits.max_contexts} contexts may be open at once; "
                                                f"end or cancel one first", context_id=context_id)
@@ -317,7 +320,7 @@ class Session:
         """Every cancel is answered by one `cancelled`: at once for an unknown or done context (idempotent),
         else after the I/O layer confirms the stop (on_context_cancelled), so that no audio follows it."""
         if event.is_all:
-            targets = [c for c in self._contexts.values() if not c.is_done]
+            targets = self._live_contexts()
             if not targets:  # nothing to stop: still answered, like any cancel
                 return [SendText.of(Cancelled(event.context_id, 0, ""))]
         else:
@@ -337,7 +340,7 @@ class Session:
         if self.state is SessionState.ENDING:
             return []  # a repeated session.end changes nothing
         actions: list[Action] = []
-        for context in self._contexts.values():
+        for context in self._live_contexts():
             if context.state is ContextState.OPEN:  # "finish open contexts": no more text for them
                 context.transition(ContextState.ENDED)
                 actions.append(EndContext(context.context_id))
@@ -346,6 +349,13 @@ class Session:
 
     # ---- helpers -------------------------------------------------------------------------------------------------
 
+    def _live_contexts(self) -> list[Context]:
+        """The contexts not DONE, in opening order; those DONE since the last call leave `_live` here."""
+        live = self._live
+        for context_id in [cid for cid, context in live.items() if context.is_done]:
+            del live[context_id]
+        return list(live.values())
+
     def _known(self, context_id: str) -> Context:
         context = self._contexts.get(context_id)
         if context is None:
@@ -353,7 +363,7 @@ class Session:
         return context
 
     def _close_if_ended(self) -> list[Action]:
-        if self.state is not SessionState.ENDING or any(not c.is_done for c in self._contexts.values()):
+        if self.state is not SessionState.ENDING or self._live_contexts():
             return []
         self._transition(SessionState.CLOSED)
         return [CloseConnection(CLOSE_NORMAL, "session ended")]
