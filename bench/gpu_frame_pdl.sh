@@ -10,6 +10,10 @@
 #              PDL (fused-skinny-pdl, the talker's on cuBLAS), in the config the chains' per-shape step found
 #              fastest over the predictor's shapes at 64 rows
 #   sampler    bench/gpu_kernels.py --only sampler (the sort-based and 16-bit searches against the rounds)
+#   tune       bench/gpu_kernels.py --only paged,sampler (the talker's paged decode attention per tokens a round,
+#              warps and stages; the sampler's threshold searches, radix among them), then the frame (fused,
+#              whole GPU) with the committed defaults against the fastest of each (VOXRT_PAGED_DECODE_CONFIG,
+#              VOXRT_SAMPLER_SEARCH), and the fused check with them (teacher-forced logits against the reference)
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -88,6 +92,23 @@ EOF
       (cd bench && timeout "${CHECK_TIMEOUT:-280}" python -u gpu_fused_check.py --checkpoint $CKPT --out "$R" --pdl on \
         --requests 8 ${CHECK_ARGS:-}) > "$R/check.log" 2>&1
       echo "== fused check (rc $?)"; grep -v " INFO \|^ *warn" "$R/check.log" | tail -8 ;;
+    tune)
+      (cd bench && timeout "${TUNE_KERNELS_TIMEOUT:-240}" python -u gpu_kernels.py --only paged,sampler --out "$R/tune") \
+        > "$R/tune-kernels.log" 2>&1
+      echo "== tune kernels (rc $?)"; grep -i "Traceback\|MISMATCH\|FAILED" "$R/tune-kernels.log" | head -5
+      TUNED=$(python bench/pick_tuned.py "$R/tune/kernels.json")
+      echo "tuned: ${TUNED:-(the defaults won)}"; echo "$TUNED" > "$R/tuned.txt"
+      (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
+        --batches "${BATCHES:-1,8,64,128}" --paths fused --kernels-only --out "$R/tune-base") > "$R/tune-base.log" 2>&1
+      echo "== frame, defaults (rc $?)"; sed -n '/^== /,$p' "$R/tune-base.log"; grep -i "Traceback\|Error" "$R/tune-base.log" | head -5
+      if [ -n "$TUNED" ]; then
+        (cd bench && env $TUNED timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
+          --batches "${BATCHES:-1,8,64,128}" --paths fused --kernels-only --out "$R/tune-best") > "$R/tune-best.log" 2>&1
+        echo "== frame, $TUNED (rc $?)"; sed -n '/^== /,$p' "$R/tune-best.log"; grep -i "Traceback\|Error" "$R/tune-best.log" | head -5
+        (cd bench && env $TUNED timeout "${CHECK_TIMEOUT:-280}" python -u gpu_fused_check.py --checkpoint $CKPT \
+          --out "$R/tune-check" --requests 8 --pdl off) > "$R/tune-check.log" 2>&1
+        echo "== fused check, $TUNED (rc $?)"; grep -v " INFO \|^ *warn" "$R/tune-check.log" | tail -8
+      fi ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
       echo "== sampler (rc $?)"; tail -6 "$R/sampler.log" | cut -c1-1500 ;;

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from voxrt.engine.runtime.kernels import gemv
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
 from voxrt.engine.runtime.kernels.rope import rope_inv_freq
-from voxrt.engine.runtime.kernels.sampling import sample_codes
+from voxrt.engine.runtime.kernels.sampling import SEARCHES, sample_codes
 
 DEV = torch.device("cuda")
 REPS = 20
@@ -96,6 +96,48 @@ def attention(batches: list[int]) -> list[dict]:
     return out
 
 
+def paged(batches: list[int], contexts=(128, 512)) -> list[dict]:
+    """The talker's decode attention over the paged KV cache (kernels/paged_decode.py: 16 query heads over 8 KV
+    heads of 128, pages of 16 tokens scattered over the cache): us a layer per (tokens a round, warps, stages),
+    each checked against the torch rule; `default` is the committed config (64, 4, Triton's stages)."""
+    from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention  # noqa: PLC0415
+
+    out = []
+    hq, hkv, d, ps = 16, 8, 128, 16
+    for ctx in contexts:
+        for b in batches:
+            pages_per = -(-(ctx + 1) // ps)
+            num_pages = b * pages_per + 1
+            cache = torch.randn(num_pages + 1, 2, ps, hkv, d, device=DEV, dtype=torch.bfloat16)
+            order = torch.randperm(num_pages, device=DEV)[: b * pages_per].to(torch.int32)
+            indptr = torch.arange(0, b * pages_per + 1, pages_per, device=DEV, dtype=torch.int32)
+            last = torch.full((b,), ctx + 1 - (pages_per - 1) * ps, device=DEV, dtype=torch.int32)
+            q = torch.randn(b, hq, d, device=DEV, dtype=torch.bfloat16)
+            want = paged_decode_attention(q, cache, indptr, order, last, impl="torch").float()
+            row = dict(context=ctx, batch=b, kv_mb=round(b * (ctx + 1) * hkv * d * 2 * 2 / 1e6, 2))
+            configs = [(None, None, None)] + [(bt, w, st) for bt in (32, 64, 128) for w in (2, 4, 8)
+                                              for st in (1, 2, 3)]
+            for bt, w, st in configs:
+                tag = "default" if bt is None else f"bt{bt}_w{w}_s{st}"
+                fn = lambda: paged_decode_attention(q, cache, indptr, order, last, impl="triton",  # noqa: E731
+                                                    block_t=bt, num_warps=w, num_stages=st)
+                try:
+                    err = ((fn().float() - want).abs().max() / want.abs().max()).item()
+                    if err > 2e-2:
+                        row.setdefault("MISMATCH", []).append(f"{tag}:{err:.3g}")
+                    row[f"{tag}_us"] = round(graph_us(fn), 2)
+                except Exception as e:  # noqa: BLE001 (a config that does not compile: recorded, the sweep goes on)
+                    row.setdefault("FAILED", []).append(f"{tag}: {type(e).__name__}")
+            timed = {k: v for k, v in row.items() if k.endswith("_us") and k != "default_us"}
+            if timed:
+                best = min(timed, key=timed.get)
+                row["best"] = best[:-3]
+                row["best_tb_s"] = round(row["kv_mb"] / timed[best], 3)
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
 def sampler(batches: list[int]) -> list[dict]:
     """Per vocabulary and batch: us a draw per rule, threshold search and warps; every Triton draw checked equal
     to the torch rule's on the same uniforms."""
@@ -112,9 +154,9 @@ def sampler(batches: list[int]) -> list[dict]:
                 params = (torch.full((b,), 0.9, device=DEV), torch.full((b,), k, device=DEV, dtype=torch.int64),
                           torch.full((b,), p, device=DEV), torch.full((b,), greedy, device=DEV, dtype=torch.bool))
                 sample_codes(logits, uniform, *params, want, impl="torch")
-                # the threshold searches (kernels/sampling.py): `rounds` keeps the rows' old labels; `sort` only
-                # where there is a threshold to find (greedy and temperature-only rows never search)
-                for search in ("rounds", "sort", "rounds16") if k or p < 1.0 else ("rounds",):
+                # the threshold searches (kernels/sampling.py): `rounds` keeps the rows' old labels; the others
+                # only where there is a threshold to find (greedy and temperature-only rows never search)
+                for search in SEARCHES if k or p < 1.0 else ("rounds",):
                     tag = label if search == "rounds" else f"{label}_{search}"
                     for warps in (None, 1, 2, 4, 8):
                         fn = lambda: sample_codes(logits, uniform, *params, codes, impl="triton",  # noqa: E731
@@ -133,12 +175,14 @@ def sampler(batches: list[int]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
-    ap.add_argument("--only", default="", help="comma-separated: products, attention, sampler (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated: products, attention, paged, sampler (default: "
+                    "all but paged)")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else {"products", "attention", "sampler"}
     results = dict(gpu=torch.cuda.get_device_name(),
                    products=products([1, 2, 4, 8, 64]) if "products" in only else [],
                    attention=attention([1, 8, 16, 64, 128]) if "attention" in only else [],
+                   paged=paged([1, 8, 64, 128]) if "paged" in only else [],
                    sampler=sampler([1, 64]) if "sampler" in only else [])
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "kernels.json"), "w") as f:

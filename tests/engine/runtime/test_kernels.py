@@ -188,7 +188,8 @@ def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy, 
 
 # the sort search on bf16 only (its ties are the harder case): a 2048-wide sort takes ~3 s a row in the interpreter
 @pytest.mark.parametrize("dtype,search", [(torch.float32, "rounds"), (torch.bfloat16, "rounds"),
-                                          (torch.bfloat16, "sort"), (torch.bfloat16, "rounds16")])
+                                          (torch.bfloat16, "sort"), (torch.bfloat16, "rounds16"),
+                                          (torch.float32, "radix"), (torch.bfloat16, "radix")])
 def test_sampler_threshold_search_is_exact_at_codec_vocabulary_size(dtype, search, monkeypatch):
     """A codec-sized vocabulary (the rounds search's 17 rounds narrow the 32-bit range to one integer; the sort
     search reads the thresholds off the sorted row): the Triton draw gives the torch rule's codes, with ties
@@ -224,8 +225,42 @@ def test_sampler_keeps_every_tie_at_the_thresholds(search):
         assert torch.equal(got, want), (top_k, top_p)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("search", ["rounds", "rounds16", "radix"])
+def test_sampler_top_k_boundary_is_exact(search, dtype):
+    """The top-k threshold itself, not only a draw: uniforms that give one code a noise no score gap here can
+    beat (u = 1 - 1e-7 against 0.5 elsewhere) make that code the draw iff the rule keeps it. Aimed at the k-th
+    largest score (kept, with all its ties) and at the first score below it (dropped), for k from 1 to all but
+    one of a codec vocabulary, on rows with and without ties: the kernel's draw equals the torch rule's, and the
+    aimed-at code wins exactly when it is kept."""
+    g = torch.Generator().manual_seed(23)
+    vocab = 2048
+    rows = [torch.randn(vocab, generator=g) * 0.5,  # distinct in float32, tied in bf16
+            torch.randint(0, 40, (vocab,), generator=g).float() * 0.05,  # ~50 copies of each level
+            -torch.rand(vocab, generator=g) * 1e-3]  # negative, narrow: the keys' low bits decide
+    logits = torch.stack(rows).to(dtype)
+    bsz = logits.shape[0]
+    for top_k in (1, 2, 50, 300, vocab - 1):
+        scores = logits.float()
+        kth = scores.topk(top_k, dim=-1).values[:, -1]
+        below = torch.where(scores < kth[:, None], scores, float("-inf")).max(-1).values
+        for aim_at, kept in ((kth, True), (below, False)):
+            uniform = torch.full((bsz, vocab), 0.5)
+            target = (scores == aim_at[:, None]).float().argmax(-1)  # the first code with that score
+            uniform[torch.arange(bsz), target] = 1.0 - 1e-7
+            params = _params(bsz, 1.0, top_k, 1.0, False)
+            want = torch.empty(bsz, dtype=torch.int64)
+            sample_codes(logits, uniform, *params, out=want, impl="torch")
+            got = torch.full((bsz,), -1, dtype=torch.int64)
+            sample_codes(logits, uniform, *params, out=got, impl="triton", search=search)
+            assert torch.equal(got, want), (top_k, kept, got, want)
+            has_target = aim_at > float("-inf")
+            assert torch.equal((want == target)[has_target], torch.full_like(want, kept, dtype=torch.bool)[has_target])
+
+
+@pytest.mark.parametrize("search", ["rounds16", "radix"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampler_rounds16_keeps_every_tie_and_scaling_keeps_the_order(temperature):
+def test_sampler_rounds16_keeps_every_tie_and_scaling_keeps_the_order(temperature, search):
     """The 16-bit search runs on the bfloat16 logits while the torch rule ranks the scaled float32 scores (rstd of
     the rows, then the temperature): ties on a few levels and boundaries inside a group stay exact, with and
     without the rows' scaling."""
@@ -240,11 +275,12 @@ def test_sampler_rounds16_keeps_every_tie_and_scaling_keeps_the_order(temperatur
             want = torch.empty(bsz, dtype=torch.int64)
             sample_codes(logits, uniform, *params, out=want, impl="torch", x=x)
             got = torch.full((bsz,), -1, dtype=torch.int64)
-            sample_codes(logits, uniform, *params, out=got, impl="triton", x=x, search="rounds16")
+            sample_codes(logits, uniform, *params, out=got, impl="triton", x=x, search=search)
             assert torch.equal(got, want), (top_k, x is None)
 
 
-def test_sampler_rounds16_falls_back_where_scaling_could_merge_values():
+@pytest.mark.parametrize("search", ["rounds16", "radix"])
+def test_sampler_rounds16_falls_back_where_scaling_could_merge_values(search):
     """Rows whose scores leave the normal float range (a huge logit over a small temperature overflows to inf;
     tiny ones become subnormal) take the 32-bit search: the codes still equal the torch rule's."""
     g = torch.Generator().manual_seed(19)
@@ -259,7 +295,7 @@ def test_sampler_rounds16_falls_back_where_scaling_could_merge_values():
         want = torch.empty(bsz, dtype=torch.int64)
         sample_codes(logits, uniform, *params, out=want, impl="torch")
         got = torch.full((bsz,), -1, dtype=torch.int64)
-        sample_codes(logits, uniform, *params, out=got, impl="triton", search="rounds16")
+        sample_codes(logits, uniform, *params, out=got, impl="triton", search=search)
         assert torch.equal(got, want), top_k
 
 

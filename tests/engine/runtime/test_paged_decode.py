@@ -64,3 +64,31 @@ def test_paged_decode_with_qwen3_tts_heads_and_a_padding_row():
     want = _plain(q, cache, indptr, indices, lengths)
     got = paged_decode_attention(q, cache, indptr, indices, last, impl="triton")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_t", [16, 32, 128, 256])
+def test_paged_decode_block_sizes_agree(block_t):
+    """Every tokens-a-round the GPU sweep may choose (bench/gpu_kernels.py --only paged): one round shorter and
+    longer than a page, a context ending inside a round and one spanning several."""
+    lengths = [1, 15, 129, 300]
+    q, cache, indptr, indices, last = _case(lengths, hq=4, hkv=2, d=32, seed=5)
+    want = _plain(q, cache, indptr, indices, lengths)
+    got = paged_decode_attention(q, cache, indptr, indices, last, impl="triton", block_t=block_t, num_warps=8,
+                                 num_stages=2)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_paged_decode_config_is_read_from_the_environment(monkeypatch):
+    from voxrt.engine.runtime.kernels.paged_decode import kernel_config  # noqa: PLC0415
+
+    monkeypatch.delenv("VOXRT_PAGED_DECODE_CONFIG", raising=False)
+    assert kernel_config() == (64, 4, None)
+    monkeypatch.setenv("VOXRT_PAGED_DECODE_CONFIG", "128,8")
+    assert kernel_config() == (128, 8, None)
+    assert kernel_config(block_t=32) == (32, 8, None)  # an argument wins over the environment
+    monkeypatch.setenv("VOXRT_PAGED_DECODE_CONFIG", "64,4,3")
+    assert kernel_config() == (64, 4, 3)
+    for bad in ("48", "128,x", "0,4", "64,4,2,1", "8"):
+        monkeypatch.setenv("VOXRT_PAGED_DECODE_CONFIG", bad)
+        with pytest.raises(ValueError, match="VOXRT_PAGED_DECODE_CONFIG"):
+            kernel_config()

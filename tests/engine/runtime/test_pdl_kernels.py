@@ -79,11 +79,13 @@ def _kernels():
         # does not dominate this use"); compiling here with that Triton (VOXRT_COMPILE_PYTHONPATH, module
         # docstring) reproduced it
         **{name: (sampling._sample_kernel, sample_ptrs, {**sample_consts, "HAS_SUPPRESS": suppress,
-                                                         "SORT": search == "sort", "KEY16": search == "rounds16"},
+                                                         "SORT": search == "sort", "RADIX": search == "radix",
+                                                         "KEY16": search in ("rounds16", "radix")},
                  suppress)  # the mask is what the sampler reads before its wait
            for name, search, suppress in (("sample", "rounds", True), ("sample-nomask", "rounds", False),
                                           ("sample-sort", "sort", False), ("sample-rounds16", "rounds16", False),
-                                          ("sample-rounds16-mask", "rounds16", True))},
+                                          ("sample-rounds16-mask", "rounds16", True), ("sample-radix", "radix", False),
+                                          ("sample-radix-mask", "radix", True))},
     }
 
 

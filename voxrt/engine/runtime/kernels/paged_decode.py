@@ -8,6 +8,12 @@ Qwen3-TTS) padded to 16 rows so both products run on tensor cores, no split and 
 rows the grid (rows x KV heads) fills the GPU; with few it does not, which is where `auto` takes FA3
 (runtime/attention.py).
 
+`VOXRT_PAGED_DECODE_CONFIG=BLOCK_T,WARPS,STAGES` (read at each launch, so a graph takes the value of its
+capture; default 64,4,default) sets the tokens a round, the warps and the software pipeline's stages: at KV
+context 128 the default takes 3 dependent rounds (page index, then K and V) per program, which measured ~16 us
+a layer at 64 rows where the KV read alone is ~4 us; bench/gpu_kernels.py `--only paged` times the grid of them
+(not yet run on a GPU).
+
 The cache is FlashInfer's NHD layout, `[pages + 1, 2, page_size, kv_heads, head_dim]`; a sequence is its page
 indices `indices[indptr[b]:indptr[b + 1]]` and the fill of its last page `last_len[b]` (FlashInfer's CSR
 form), so the attention context uploads the same arrays it would plan FlashInfer with.
@@ -16,6 +22,7 @@ form), so the attention context uploads the same arrays it would plan FlashInfer
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -23,6 +30,27 @@ from voxrt.engine.runtime.kernels import check_impl, interpreting, triton_availa
 
 BLOCK_T = 64  # tokens a round: 4 pages of 16
 GROUP_ROWS = 16  # the query heads of a KV group, padded for tl.dot
+
+
+def kernel_config(block_t: int | None = None, num_warps: int | None = None,
+                  num_stages: int | None = None) -> tuple[int, int, int | None]:
+    """(tokens a round, warps, pipeline stages or None for Triton's default): the arguments, else
+    `VOXRT_PAGED_DECODE_CONFIG` (module docstring), else 64, 4, None."""
+    env = os.environ.get("VOXRT_PAGED_DECODE_CONFIG", "").strip()
+    defaults: list[int | None] = [BLOCK_T, 4, None]
+    if env:
+        try:
+            values = [int(v) for v in env.split(",")]
+        except ValueError:
+            values = []
+        if not 1 <= len(values) <= 3 or any(v <= 0 for v in values) or values[0] & (values[0] - 1) or values[0] < 16:
+            raise ValueError(f"VOXRT_PAGED_DECODE_CONFIG={env!r}: expected BLOCK_T[,WARPS[,STAGES]] (BLOCK_T a power "
+                             "of two >= 16, the others positive integers)")
+        defaults[: len(values)] = values
+    bt = block_t or defaults[0]
+    warps = num_warps or defaults[1]
+    stages = num_stages or defaults[2]
+    return bt, warps, stages
 
 if triton_available():
     import triton
@@ -72,9 +100,11 @@ if triton_available():
 
 
 def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                           last_len: torch.Tensor, impl: str = "torch") -> torch.Tensor:
+                           last_len: torch.Tensor, impl: str = "torch", block_t: int | None = None,
+                           num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q [B, Hq, D] (one new token a sequence, its K/V already in the cache); cache [pages + 1, 2, page_size,
-    Hkv, D]; indptr [>= B + 1], indices, last_len [>= B] int32 (FlashInfer's CSR page table) -> [B, Hq, D]."""
+    Hkv, D]; indptr [>= B + 1], indices, last_len [>= B] int32 (FlashInfer's CSR page table) -> [B, Hq, D].
+    `block_t`, `num_warps`, `num_stages`: the Triton kernel's config (`kernel_config`)."""
     check_impl(impl)
     bsz, hq, d = q.shape
     _, _, ps, hkv, _ = cache.shape
@@ -91,9 +121,11 @@ def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, indptr: torch.T
             out[b] = torch.einsum("hgn,nhd->hgd", scores.softmax(-1), kv[1]).reshape(hq, d).to(q.dtype)
         return out
     assert q.is_contiguous() and cache.is_contiguous() and (hq // hkv) <= GROUP_ROWS
+    bt, warps, stages = kernel_config(block_t, num_warps, num_stages)
     out = torch.empty_like(q)
     _paged_decode_kernel[(bsz, hkv)](
         q, out, cache, indptr, indices, last_len, scale, cache.stride(0), cache.stride(1), cache.stride(2),
-        cache.stride(3), PS=ps, HQ=hq, HKV=hkv, D=d, GR=GROUP_ROWS, BT=BLOCK_T,
-        DOT_F32=interpreting() or cache.dtype == torch.float32, num_warps=4)
+        cache.stride(3), PS=ps, HQ=hq, HKV=hkv, D=d, GR=GROUP_ROWS, BT=bt,
+        DOT_F32=interpreting() or cache.dtype == torch.float32, num_warps=warps,
+        **({} if stages is None else {"num_stages": stages}))
     return out

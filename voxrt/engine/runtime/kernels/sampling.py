@@ -30,6 +30,16 @@ rounds. Float32 logits always take the 17 rounds. NOT yet timed on a GPU: its fi
 the GPU image's Triton 3.6 (bench/results/2026-12-05-frame-pdl/; tests/engine/runtime/test_pdl_kernels.py
 compiles every search for sm90 on the CPU now, and reproduces that failure with Triton 3.6).
 
+`VOXRT_SAMPLER_SEARCH=radix`: the top-k threshold by a radix select instead of the rounds (`_radix_kth`): 8 bits
+a pass from the top, each pass one masked 256-bin histogram of the digits of the keys still in play and its
+reversed cumulative sum, so 2 passes over the 16-bit image of bfloat16 logits (where rounds16 may use it) and 4
+over the 32-bit one, against the rounds' 9 or 17, each of which is several block-wide reductions: on the H200
+a top-k-50 draw took 16 us at one row against 3.3 us for temperature alone (2026-12-03-frame-attn), so the
+search is most of it. Top-p keeps the rounds (a histogram counts; it does not sum probabilities). Checked in the
+interpreter against the torch rule at the top-k boundary itself (tests/engine/runtime/test_kernels.py) and
+compiled for sm90 with Triton 3.6 and the installed one (test_pdl_kernels.py); NOT yet timed on a GPU
+(bench/gpu_frame_pdl.sh `tune`).
+
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
 kernels/norm.py), the logits are first scaled by each row's rstd(x).
 """
@@ -43,12 +53,12 @@ import torch
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
-SEARCHES = ("rounds", "sort", "rounds16")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
+SEARCHES = ("rounds", "sort", "rounds16", "radix")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
 
 
 def sampler_search() -> str:
-    """`VOXRT_SAMPLER_SEARCH` (`rounds`, the default, or `sort`), read at each launch, so a graph captured
-    afterwards takes the value of its capture."""
+    """`VOXRT_SAMPLER_SEARCH` (`rounds`, the default, `sort`, `rounds16` or `radix`), read at each launch, so a
+    graph captured afterwards takes the value of its capture."""
     search = os.environ.get("VOXRT_SAMPLER_SEARCH", "rounds").strip().lower() or "rounds"
     if search not in SEARCHES:
         raise ValueError(f"VOXRT_SAMPLER_SEARCH={search!r}; expected one of {', '.join(SEARCHES)}")
@@ -80,6 +90,30 @@ if triton_available():
         return hi
 
     @triton.jit
+    def _radix_kth(key, keep, k, ok16):
+        """The k-th largest kept key (1 <= k <= the kept count; `VOXRT_SAMPLER_SEARCH=radix`): a radix select, 8
+        bits a pass from the top, each pass one masked 256-bin histogram of the digits of the keys still in play,
+        its count from the top (`cumsum`, reversed), and the digit where that count reaches the rank left. 4
+        passes over the 32-bit ordered image; 2 over the 16-bit one when `ok16` (the bfloat16 logits' image,
+        whose order the scores keep: module docstring). The result is the key itself (the largest of the keys
+        left in play, all equal to it), so its threshold compares in the keys' own order."""
+        bins = tl.arange(0, 256)
+        # unsigned order: the 16-bit keys (signed, [-2^15, 2^15)) offset, the 32-bit ones' sign bit flipped
+        ukey = tl.where(ok16, key + 32768, key ^ -2147483648)
+        passes = tl.where(ok16, 2, 4)
+        inplay = keep
+        rank = k
+        for p in range(passes):
+            shift = (passes - 1 - p) * 8
+            digit = (ukey >> shift) & 255  # (an arithmetic shift: the mask drops the sign's copies)
+            hist = tl.histogram(digit, 256, mask=inplay)  # [256] int32
+            at_least = tl.cumsum(hist, axis=0, reverse=True)  # in play with a digit >= each bin
+            d = tl.max(tl.where(at_least >= rank, bins, -1), axis=0)  # the k-th largest's digit
+            rank -= tl.sum(tl.where(bins == d, at_least - hist, 0), axis=0)  # less those with a larger digit
+            inplay = inplay & (digit == d)
+        return tl.max(tl.where(inplay, key, -2147483647), axis=0)
+
+    @triton.jit
     def _sorted_cut(scaled, keep, cols, top_k, do_k, top_p, do_p):
         """`keep` cut by top-k (when do_k) then top-p (when do_p), the thresholds read off the row's scores sorted
         descending (`VOXRT_SAMPLER_SEARCH=sort`). The row holds at least one kept score; dropped ones are -inf."""
@@ -105,7 +139,8 @@ if triton_available():
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
                        x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
                        HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
-                       SORT: tl.constexpr, PDL: tl.constexpr, KEY16: tl.constexpr = False):
+                       SORT: tl.constexpr, PDL: tl.constexpr, KEY16: tl.constexpr = False,
+                       RADIX: tl.constexpr = False):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
@@ -142,6 +177,7 @@ if triton_available():
                     ones = tl.where(keep, 1.0, 0.0)
                     search_key = key
                     rounds = 17
+                    ok16 = tl.full((), 0, tl.int1)  # the 16-bit image (KEY16, below) is not used
                     if KEY16:  # the scores keep the logits' order when every kept one is finite and normal or zero
                         mag = tl.abs(scaled)
                         big = tl.max(tl.where(keep, mag, 0.0), axis=0)
@@ -152,9 +188,14 @@ if triton_available():
                         key16 = tl.where(raw >= 0, raw, raw ^ 0x7FFFFFFF) >> 16
                         search_key = tl.where(ok16, key16, key)
                         rounds = tl.where(ok16, 9, 17)
-                    # one call site: two inlined searches in sibling branches broke Triton 3.6's compile ("operand
-                    # does not dominate this use"; tests/engine/runtime/test_pdl_kernels.py reproduces it on a CPU)
-                    keep = keep & (search_key >= _threshold(search_key, keep, ones, top_k.to(tl.float32) - 0.5, rounds))
+                    if RADIX:
+                        keep = keep & (search_key >= _radix_kth(search_key, keep, top_k.to(tl.int32), ok16))
+                    else:
+                        # one call site: two inlined searches in sibling branches broke Triton 3.6's compile
+                        # ("operand does not dominate this use"; tests/engine/runtime/test_pdl_kernels.py
+                        # reproduces it on a CPU)
+                        keep = keep & (search_key >= _threshold(search_key, keep, ones, top_k.to(tl.float32) - 0.5,
+                                                                rounds))
                 if top_p < 1.0:  # keep x when the mass of the kept values greater than x is below top_p
                     e = tl.where(keep, tl.exp(scaled - tl.max(tl.where(keep, scaled, float("-inf")), axis=0)), 0.0)
                     probs = e / tl.sum(e, axis=0)
@@ -199,7 +240,7 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
     [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first.
-    `search`: the Triton kernel's threshold search, `rounds` or `sort` (None: `VOXRT_SAMPLER_SEARCH`)."""
+    `search`: the Triton kernel's threshold search, one of `SEARCHES` (None: `VOXRT_SAMPLER_SEARCH`)."""
     check_impl(impl)
     rows = x
     if impl == "torch":
@@ -234,4 +275,5 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
         BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or (8 if vocab > 2048 else 4),
-        KEY16=search == "rounds16" and logits.dtype == torch.bfloat16, **pdl_args(logits.device))
+        KEY16=search in ("rounds16", "radix") and logits.dtype == torch.bfloat16, RADIX=search == "radix",
+        **pdl_args(logits.device))

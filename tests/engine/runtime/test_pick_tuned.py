@@ -1,0 +1,49 @@
+"""bench/pick_tuned.py: what the GPU call's `tune` step (bench/gpu_frame_pdl.sh) runs the frame with, read off
+bench/gpu_kernels.py's sweep. A wrong pick costs a GPU call, so its rules are checked here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("pick_tuned", ROOT / "bench" / "pick_tuned.py")
+pick_tuned = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pick_tuned)
+
+
+def _paged(batch, default, **configs):
+    return dict(context=128, batch=batch, default_us=default, **{f"{k}_us": v for k, v in configs.items()})
+
+
+def test_paged_config_is_the_least_total_over_the_rows_the_engine_runs_it_on():
+    rows = [_paged(1, 9.0, bt32_w2_s1=1.0, bt128_w8_s2=50.0),  # one row: FA3's, not counted
+            _paged(64, 16.0, bt32_w2_s1=12.0, bt128_w8_s2=6.0),
+            _paged(128, 30.0, bt32_w2_s1=20.0, bt128_w8_s2=11.0),
+            dict(_paged(64, 1.0, bt32_w2_s1=0.1), context=512)]  # another context: not counted
+    assert pick_tuned.paged_choice(rows) == "128,8,2"
+    rows[1]["MISMATCH"] = ["bt128_w8_s2:0.5"]  # a config wrong on any row is out
+    assert pick_tuned.paged_choice(rows) == "32,2,1"
+    rows[1]["MISMATCH"] = ["bt32_w2_s1:0.5", "bt128_w8_s2:0.5"]
+    assert pick_tuned.paged_choice(rows) is None
+
+
+def test_paged_config_stays_the_default_unless_faster():
+    rows = [_paged(64, 10.0, bt32_w2_s1=11.0), _paged(128, 20.0, bt32_w2_s1=19.5)]
+    assert pick_tuned.paged_choice(rows) is None  # 30.5 against 30.0
+    assert pick_tuned.paged_choice([]) is None
+
+
+def test_sampler_search_is_the_least_total_without_mismatch(tmp_path):
+    rows = [dict(vocab=2048, batch=1, topk50_wauto_us=16.0, topk50_radix_wauto_us=6.0, topk50_sort_wauto_us=9.0),
+            dict(vocab=3072, batch=1, topk50_wauto_us=20.0, topk50_radix_wauto_us=8.0, topk50_sort_wauto_us=12.0)]
+    assert pick_tuned.search_choice(rows) == "radix"
+    rows[1]["MISMATCH"] = ["topk50_radix_wauto"]
+    assert pick_tuned.search_choice(rows) == "sort"
+    rows[0]["topk50_sort_wauto_us"] = 40.0
+    assert pick_tuned.search_choice(rows) is None  # the committed rounds won
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps(dict(paged=[_paged(64, 10.0, bt64_w8_s3=5.0)], sampler=rows[:1])))
+    assert pick_tuned.main(str(path)) == "VOXRT_PAGED_DECODE_CONFIG=64,8,3 VOXRT_SAMPLER_SEARCH=radix"
+    assert pick_tuned.main(str(tmp_path / "missing.json")) == ""
