@@ -13,7 +13,8 @@
 #   tune       bench/gpu_kernels.py --only paged,sampler (the talker's paged decode attention per tokens a round,
 #              warps and stages; the sampler's threshold searches, radix among them), then the frame (fused,
 #              whole GPU) with the committed defaults against the fastest of each (VOXRT_PAGED_DECODE_CONFIG,
-#              VOXRT_SAMPLER_SEARCH), and the fused check with them (teacher-forced logits against the reference)
+#              VOXRT_SAMPLER_SEARCH; with them also fused-tritonattn: the tuned paged kernel at 1-8 rows too,
+#              where `auto` takes FA3), and the fused check with them (teacher-forced logits against the reference)
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -103,7 +104,8 @@ EOF
       echo "== frame, defaults (rc $?)"; sed -n '/^== /,$p' "$R/tune-base.log"; grep -i "Traceback\|Error" "$R/tune-base.log" | head -5
       if [ -n "$TUNED" ]; then
         (cd bench && env $TUNED timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
-          --batches "${BATCHES:-1,8,64,128}" --paths fused --kernels-only --out "$R/tune-best") > "$R/tune-best.log" 2>&1
+          --batches "${BATCHES:-1,8,64,128}" --paths fused,fused-tritonattn --kernels-only --out "$R/tune-best") \
+          > "$R/tune-best.log" 2>&1
         echo "== frame, $TUNED (rc $?)"; sed -n '/^== /,$p' "$R/tune-best.log"; grep -i "Traceback\|Error" "$R/tune-best.log" | head -5
         (cd bench && env $TUNED timeout "${CHECK_TIMEOUT:-280}" python -u gpu_fused_check.py --checkpoint $CKPT \
           --out "$R/tune-check" --requests 8 --pdl off) > "$R/tune-check.log" 2>&1
