@@ -4,9 +4,13 @@ Each case is captured in a CUDA graph of REPS calls and replayed (the frame runs
 is the graph's, not Python's); the figure is the time per call. Projections of the 1.7B talker and code
 predictor at 1-64 rows: cuBLAS (`F.linear`, `addmm_`) against kernels/gemv.py at BLOCK_K 128 / 256 / 512,
 with the bandwidth each reaches; the predictor's attention kernel per query head and per KV group; the
-sampler. Prints one table.
+sampler per threshold search and warps. With `--only paged` (not in the default set), the talker's paged decode
+attention (kernels/paged_decode.py) per tokens a round, warps and stages, at 1-128 rows and KV context 128 / 512,
+each config checked against the torch rule (bench/pick_tuned.py reads the fastest off kernels.json). Prints one
+table.
 
     python bench/gpu_kernels.py --out DIR
+    python bench/gpu_kernels.py --only paged,sampler --out DIR
 """
 
 from __future__ import annotations
