@@ -108,7 +108,7 @@ EOF
           > "$R/tune-best.log" 2>&1
         echo "== frame, $TUNED (rc $?)"; sed -n '/^== /,$p' "$R/tune-best.log"; grep -i "Traceback\|Error" "$R/tune-best.log" | head -5
         (cd bench && env $TUNED timeout "${CHECK_TIMEOUT:-280}" python -u gpu_fused_check.py --checkpoint $CKPT \
-          --out "$R/tune-check" --requests 8 --pdl off) > "$R/tune-check.log" 2>&1
+          --out "$R/tune-check" --requests 16 --pdl off --decode-attention auto,triton) > "$R/tune-check.log" 2>&1
         echo "== fused check, $TUNED (rc $?)"; grep -v " INFO \|^ *warn" "$R/tune-check.log" | tail -8
       fi ;;
     sampler)
