@@ -19,7 +19,11 @@
 # PER_RUN_S (limit per config; LIMIT_deadline_lanes=400 sets one config's), GROUP0 / GROUP1 (configs among
 # base-sync base-lanes deadline-lanes smoke split (GROUP1="" runs none), deadline-demote (deadline-lanes with
 # --deadline-late-start-demotion-ms $DEMOTION_MS, default 2000: bench/results/2026-12-04-late-start), and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
-# adaptive-smoke (its audio against the loop, switching every step)). Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
+# adaptive-smoke (its audio against the loop, switching every step)), and deadline+NAME: deadline-lanes with the
+# engine/loadgen flags in $ARGS_NAME (e.g. GROUP0="deadline-lanes deadline+b256 deadline+live512"
+# ARGS_b256="--max-batch-size 256" ARGS_live512="--max-live-requests 512": levers against (c) on the same arrivals;
+# its results are runs/deadline-NAME, RATES_deadline_NAME / LIMIT_deadline_NAME set its grid and limit).
+# Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
 SPLIT=${SPLIT:-}
@@ -86,6 +90,13 @@ config() {
     split) timeout "$(limit split)" python -m voxrt.cli profile-split --model qwen3-tts --checkpoint $CKPT \
              --sm-modes 16,32,48,64,96 --out "$R/profile-split.json" > "$R/profile-split.log" 2>&1
            echo "== profile-split (rc $?)"; grep -v INFO "$R/profile-split.log" | tail -12 ;;
+    deadline+*) local name=${1#deadline+} var; var="ARGS_${1#deadline+}"
+                if [[ ! $name =~ ^[A-Za-z0-9_]+$ ]] || [ -z "${!var:-}" ]; then
+                  echo "== $1: needs a name of letters, digits and _ and flags in $var"
+                else
+                  # shellcheck disable=SC2086  # the flags are words
+                  loadgen "deadline-$name" deadline --lanes auto "${split_args[@]}" ${!var}
+                fi ;;
     *) echo "unknown config $1" ;;
   esac
 }
@@ -103,6 +114,10 @@ runs=()
 for pair in "(a) base, time-shared loop=base-sync" "(b) base, lanes=base-lanes" \
             "(c) deadline, lanes + urgent lane=deadline-lanes" "(d) deadline, adaptive SM modes=deadline-adaptive"; do
   [ -f "$R/${pair##*=}/summary.json" ] && runs+=("${pair%=*}=$R/${pair##*=}")
+done
+for c in $GROUP0 $GROUP1; do  # the deadline+NAME variants, each with its flags
+  case $c in deadline+*) var="ARGS_${c#deadline+}"; d="deadline-${c#deadline+}"
+    [ -f "$R/$d/summary.json" ] && runs+=("(c) + ${!var:-}=$R/$d") ;; esac
 done
 [ ${#runs[@]} -gt 0 ] && python -m voxrt.loadgen.compare --out "$R" "${runs[@]}"
 cp "$R"/compare.md "$OUT"/ 2>/dev/null
