@@ -64,3 +64,42 @@ def test_a_report_to_a_dead_engine_is_dropped_without_an_unretrieved_task(caplog
     asyncio.run(main())
     gc.collect()  # a task left behind would log its unretrieved exception when it is collected
     assert "exception was never retrieved" not in caplog.text
+
+
+class SlowCancelEngine(Engine):
+    """An engine whose cancel takes 50 ms of the (fake) gateway clock: the stop's round trips."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.clock = clock
+
+    async def cancel(self, request_id):
+        self.clock[0] += 50.0
+        await asyncio.sleep(0)
+
+
+def test_a_cancel_reports_the_position_when_it_arrived_not_after_the_engine_stopped(monkeypatch):
+    """`cancelled.played_ms` (and so `spoken_text`) is the playback position when the client's cancel arrived:
+    a report of 820 ms followed at once by a cancel answers 820 however long the stop's round trips take
+    (protocol.md's example); without `at_ms` the position when `cancel` is called."""
+    import voxrt.gateway.context as context
+
+    clock = [1000.0]
+    monkeypatch.setattr(context, "now_ms", lambda: clock[0])
+
+    async def main():
+        runner = _runner(SlowCancelEngine(clock))
+        runner.core.clock.on_audio_sent(2000.0, 100.0)  # 2 s of audio sent, playing since 100 ms
+        runner.report_playback(820.0, 1000.0)
+        played_ms, _ = await runner.cancel(at_ms=1000.2)  # arrived 0.2 ms after the report
+        assert round(played_ms) == 820 and clock[0] == 1050.0
+
+        clock[0] = 2000.0
+        runner = _runner(SlowCancelEngine(clock))
+        runner.core.clock.on_audio_sent(2000.0, 1100.0)
+        runner.report_playback(820.0, 2000.0)
+        clock[0] = 2010.0
+        played_ms, _ = await runner.cancel()  # no arrival time: now, as it is called (10 ms after the report)
+        assert round(played_ms) == 830
+
+    asyncio.run(main())

@@ -191,10 +191,24 @@ def test_binary_before_start_is_non_fatal():
 
 def test_pinned_length_goes_with_the_opening_text_only():
     session = started()
+    session.pinned_lengths = True  # `voxrt serve --allow-pinned-lengths`
     actions = send(session, {"type": "text", "context_id": "p", "text": "Hi", "num_frames": 40})
     assert actions[0] == OpenContext("p", 1, 40)
     later = send(session, {"type": "text", "context_id": "p", "text": " there", "num_frames": 7})
     assert later == [AppendText("p", " there")]  # an open context keeps its length
+
+
+def test_pinned_length_is_an_unknown_field_where_the_server_does_not_honour_it():
+    """protocol.md: unknown fields are ignored. A server without --allow-pinned-lengths neither honours nor checks
+    `num_frames` (a bad value once dropped the text with an invalid_message)."""
+    session = started()
+    for bad in ("lots", 0, -1, 1.5, True, [], 10**9):
+        context_id = f"p{bad!r}"
+        actions = send(session, {"type": "text", "context_id": context_id, "text": "Hi", "num_frames": bad})
+        assert actions[0] == OpenContext(context_id, actions[0].index, None)
+    session.pinned_lengths = True
+    only_error(send(session, {"type": "text", "context_id": "q", "text": "Hi", "num_frames": "lots"}),
+               "invalid_message", context_id="q")
 
 
 def test_text_opens_a_context_then_appends():
@@ -381,6 +395,17 @@ def test_cancel_is_answered_after_the_stop_is_confirmed():
     assert session.context_state("t1") is ContextState.DONE
     assert session.on_context_cancelled("t1", 0, "", 0, {}) == []
     still_works(session)
+
+
+def test_cancel_carries_the_time_it_arrived():
+    """The position `cancelled` reports is the one when the cancel arrived (CancelContext.at_ms), not after the
+    I/O layer's stop (gateway/context.py)."""
+    session = started()
+    text(session, "t1")
+    text(session, "t2")
+    assert [a.at_ms for a in send(session, {"type": "cancel", "context_id": "t1"}, now_ms=1234.5)] == [1234.5]
+    assert [(a.context_id, a.at_ms) for a in send(session, {"type": "cancel", "context_id": "*"}, now_ms=2000.0)] == \
+        [("t2", 2000.0)]  # t1 is cancelling already
 
 
 def test_cancel_twice_gives_two_cancelled_after_the_stop_then_one_done():

@@ -315,8 +315,11 @@ class ContextRunner:
 
     # ---- ending --------------------------------------------------------------------------------------------
 
-    async def cancel(self) -> tuple[float, str]:
-        """Hard stop; returns (played_ms, spoken_text). Frees the engine request before returning."""
+    async def cancel(self, at_ms: float | None = None) -> tuple[float, str]:
+        """Hard stop; returns (played_ms, spoken_text) at `at_ms` (when the client's cancel arrived; None: now,
+        as this is called): what the listener heard when it barged in, not after the stop's round trips to the
+        engine below. Frees the engine request before returning."""
+        at_ms = now_ms() if at_ms is None else at_ms
         self.is_cancelled = True
         if self._pump is not None and not self._pump.done():
             self._pump.cancel()
@@ -327,7 +330,7 @@ class ContextRunner:
         await self.audio_out.aclose()
         await self._cancel_requests([self.request_id, *self._generations.drain()])  # the one playing, and those queued
         self._write_trace("cancelled")
-        return self.core.cancelled(now_ms())
+        return self.core.cancelled(at_ms)
 
     async def _cancel_requests(self, request_ids: list[str | None]) -> None:
         for request_id in request_ids:

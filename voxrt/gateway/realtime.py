@@ -134,7 +134,8 @@ class RealtimeSession:
         self.state = state
         engine = state.engine
         self.session = Session(f"s-{uuid.uuid4().hex[:12]}", state.config.limits, engine.info.voices,
-                               engine.info.default_voice, [engine.info.name], engine.info.name, now_ms())
+                               engine.info.default_voice, [engine.info.name], engine.info.name, now_ms(),
+                               pinned_lengths=state.config.allow_pinned_lengths)
         self.runners: dict[str, ContextRunner] = {}
         self._send_lock = asyncio.Lock()
         # frames written at once where the server allows it (wire.py); a compat bridge's link has no scope
@@ -300,7 +301,7 @@ class RealtimeSession:
             runner = self.runners.pop(action.context_id, None)
             played_ms, spoken, audio_ms, metrics = 0.0, "", 0.0, {"ttfa_ms": None}
             if runner is not None:
-                played_ms, spoken = await runner.cancel()
+                played_ms, spoken = await runner.cancel(action.at_ms)
                 audio_ms, metrics = runner.audio_ms, runner.context_metrics()
                 self.state.metrics.contexts.dec()
             for follow in self.session.on_context_cancelled(action.context_id, played_ms, spoken, audio_ms, metrics):

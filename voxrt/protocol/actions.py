@@ -78,9 +78,13 @@ class EndContext:
 @dataclass(frozen=True)
 class CancelContext:
     """Stop generation and audio at once and free the context's resources; answer with
-    `Session.on_context_cancelled` once no more audio of it will be sent (even if it finished meanwhile)."""
+    `Session.on_context_cancelled` once no more audio of it will be sent (even if it finished meanwhile).
+    `at_ms`: when the cancel was received (the session's clock), the instant whose playback position `cancelled`
+    reports: the listener stopped hearing the context then, not once the I/O layer has stopped it (None: when
+    the I/O layer handles it)."""
 
     context_id: str
+    at_ms: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -193,8 +193,10 @@ _PARSERS: dict[str, Callable[[_Fields], ClientEvent]] = {
 CLIENT_MESSAGE_TYPES = tuple(_PARSERS)
 
 
-def parse_client_message(data: str) -> ClientEvent:
-    """One text frame -> one event, or a non-fatal ProtocolError (invalid_json, invalid_message, unknown_type)."""
+def parse_client_message(data: str, pinned_lengths: bool = True) -> ClientEvent:
+    """One text frame -> one event, or a non-fatal ProtocolError (invalid_json, invalid_message, unknown_type).
+    `pinned_lengths` False: `text`'s `num_frames` extension is an unknown field like any other (ignored,
+    unchecked: protocol.md), for a server that does not honour it."""
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deeper than the parser recurses
@@ -208,6 +210,8 @@ def parse_client_message(data: str) -> ClientEvent:
     if parser is None:
         raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {clip(message_type)!r}; known types: "
                                           f"{', '.join(CLIENT_MESSAGE_TYPES)}")
+    if not pinned_lengths and message_type == "text" and "num_frames" in obj:
+        obj = {name: value for name, value in obj.items() if name != "num_frames"}
     if "\\u" in data and _ESCAPED_SURROGATE.search(data):  # rare: only then walk the message
         obj = _without_lone_surrogates(obj, message_type)
     return parser(_Fields(obj, message_type))

@@ -65,7 +65,9 @@ def _listing(names: Sequence[str], max_names: int = 20) -> str:
 
 class Session:
     def __init__(self, session_id: str, limits: Limits, voices: Sequence[str], default_voice: str,
-                 models: Sequence[str], default_model: str, now_ms: float) -> None:
+                 models: Sequence[str], default_model: str, now_ms: float, pinned_lengths: bool = False) -> None:
+        """`pinned_lengths`: honour `text`'s `num_frames` benchmark extension (`voxrt serve
+        --allow-pinned-lengths`); else it is an unknown field, ignored unchecked."""
         if default_voice not in voices:
             raise ValueError(f"default_voice {default_voice!r} is not among the voices {list(voices)}")
         if default_model not in models:
@@ -76,6 +78,7 @@ class Session:
         self.default_voice = default_voice
         self.models = tuple(models)
         self.default_model = default_model
+        self.pinned_lengths = pinned_lengths
         self.state = SessionState.AWAITING_START
         self.config: SessionConfig | None = None
         self._contexts: dict[str, Context] = {}  # every context of the session, DONE ones included
@@ -96,7 +99,7 @@ class Session:
         if _utf8_size_exceeds(data, self.limits.max_message_bytes):
             return self._too_large()
         try:
-            actions = self._dispatch(parse_client_message(data), now_ms)
+            actions = self._dispatch(parse_client_message(data, self.pinned_lengths), now_ms)
         except ProtocolError as error:
             return self._reject(error)
         self._num_invalid_in_row = 0
@@ -240,7 +243,7 @@ class Session:
             context.transition(ContextState.ENDED)
             return [EndContext(context.context_id)]
         if isinstance(event, CancelEvent):
-            return self._cancel(event)
+            return self._cancel(event, now_ms)
         if isinstance(event, PlaybackEvent):
             context = self._contexts.get(event.context_id)
             if context is None:
@@ -316,9 +319,10 @@ class Session:
             raise ProtocolError(TEXT_TOO_LONG, f"a context holds at most {self.limits.max_text_chars} characters of "
                                                f"text; this text was dropped", context_id=context_id)
 
-    def _cancel(self, event: CancelEvent) -> list[Action]:
+    def _cancel(self, event: CancelEvent, now_ms: float) -> list[Action]:
         """Every cancel is answered by one `cancelled`: at once for an unknown or done context (idempotent),
-        else after the I/O layer confirms the stop (on_context_cancelled), so that no audio follows it."""
+        else after the I/O layer confirms the stop (on_context_cancelled), so that no audio follows it. The
+        position it reports is the one at `now_ms`, when the cancel arrived (`CancelContext.at_ms`)."""
         if event.is_all:
             targets = self._live_contexts()
             if not targets:  # nothing to stop: still answered, like any cancel
@@ -333,7 +337,7 @@ class Session:
             context.num_cancels_pending += 1
             if context.is_cancellable:
                 context.transition(ContextState.CANCELLING)
-                actions.append(CancelContext(context.context_id))
+                actions.append(CancelContext(context.context_id, now_ms))
         return actions
 
     def _end(self) -> list[Action]:
