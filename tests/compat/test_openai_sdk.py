@@ -100,7 +100,9 @@ def test_speed_changes_the_duration(client, reference_s, speed):
 def test_speed_out_of_range_is_refused(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT, speed=5.0)
-    assert info.value.code == "invalid_speed"
+    assert info.value.code == "invalid_speed" and info.value.param == "speed"
+    body = info.value.body  # OpenAI's error object: param present, null where no one field is at fault
+    assert set(body) >= {"message", "type", "param", "code"} and body["type"] == "invalid_request_error"
 
 
 def test_instructions_are_refused_by_models_that_do_not_take_them(client):
@@ -117,10 +119,13 @@ def test_model_and_voice_aliases(client, live):
         assert client.audio.speech.create(model=model, voice=voice, input="Hi.", response_format="pcm").content
     with pytest.raises(openai.BadRequestError) as info:
         client.audio.speech.create(model="tts-1", voice="nobody", input="Hi.")
-    assert info.value.code == "unknown_voice"
+    assert info.value.code == "unknown_voice" and info.value.param == "voice"
     with pytest.raises(openai.BadRequestError) as info:
         client.audio.speech.create(model="gpt-9-tts", voice="alloy", input="Hi.")
-    assert info.value.code == "unknown_model"
+    assert info.value.code == "unknown_model" and info.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.audio.speech.create(model="tts-1", voice="alloy", input="Hi.", response_format="ogg")  # type: ignore[arg-type]
+    assert info.value.code == "invalid_format" and info.value.param == "response_format"
 
 
 def test_configured_voice_alias(tmp_path):

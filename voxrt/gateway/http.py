@@ -33,15 +33,21 @@ log = logging.getLogger("voxrt.gateway.http")
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, code: str, message: str, retry_after_ms: int | None = None) -> None:
+    """`param`: the request field at fault (OpenAI's error object names it; None: no one field)."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after_ms: int | None = None,
+                 param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
-        self.retry_after_ms = retry_after_ms
+        self.retry_after_ms, self.param = retry_after_ms, param
 
 
-def error_response(status: int, code: str, message: str, retry_after_ms: int | None = None) -> JSONResponse:
+def error_response(status: int, code: str, message: str, retry_after_ms: int | None = None,
+                   param: str | None = None) -> JSONResponse:
+    """OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}` (`param` null when no one field is
+    at fault), which the `openai` SDK reads into its exceptions' `.param` / `.code`."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    error = {"message": message, "type": kind, "code": code}
+    error = {"message": message, "type": kind, "param": param, "code": code}
     headers = None
     if retry_after_ms is not None:
         error["retry_after_ms"] = retry_after_ms
@@ -109,7 +115,7 @@ def handle_errors(endpoint):
             return await endpoint(request)
         except HTTPError as exc:
             request.app.state.voxrt.metrics.errors.labels(exc.code).inc()
-            return error_response(exc.status, exc.code, exc.message, exc.retry_after_ms)
+            return error_response(exc.status, exc.code, exc.message, exc.retry_after_ms, exc.param)
         except EngineError as exc:
             request.app.state.voxrt.metrics.errors.labels(exc.code).inc()
             return error_response(400 if exc.code in ("unknown_voice", "invalid_params") else 503, exc.code, exc.message)
@@ -213,11 +219,13 @@ async def _start(request: Request, text, voice, params: SamplingParams | dict | 
     state = request.app.state.voxrt
     engine = _require_engine(request)
     if not isinstance(text, str) or not text.strip():
-        raise HTTPError(400, "invalid_request", "'input' must be a non-empty string")
+        raise HTTPError(400, "invalid_request", "'input' must be a non-empty string", param="input")
     if len(text) > state.config.max_http_input_chars:
-        raise HTTPError(400, "text_too_long", f"input has {len(text)} characters; the limit is {state.config.max_http_input_chars}")
+        raise HTTPError(400, "text_too_long", f"input has {len(text)} characters; the limit is "
+                        f"{state.config.max_http_input_chars}", param="input")
     if voice is not None and (not isinstance(voice, str) or voice not in engine.info.voices):
-        raise HTTPError(400, "unknown_voice", f"unknown voice {voice!r}; available: {', '.join(engine.info.voices)}")
+        raise HTTPError(400, "unknown_voice", f"unknown voice {voice!r}; available: {', '.join(engine.info.voices)}",
+                        param="voice")
     synthesis = _Synthesis(state, engine, _speakable(replace_lone_surrogates(text)), voice, params)
     await synthesis.start()
     return synthesis

@@ -63,24 +63,25 @@ def parse_speech_request(body, info, aliases) -> SpeechRequest:
         if isinstance(voice, dict):  # OpenAI's custom-voice form {"id": "voice_1234"}
             voice = voice.get("id")
         if voice is not None and not isinstance(voice, str):
-            raise HTTPError(400, "invalid_request", "'voice' must be a string or {\"id\": string}")
+            raise HTTPError(400, "invalid_request", "'voice' must be a string or {\"id\": string}", param="voice")
         voice = aliases.resolve_voice(voice, info.voices, info.default_voice)
     except AliasError as exc:
-        raise HTTPError(400, exc.code, exc.message) from None
+        raise HTTPError(400, exc.code, exc.message, param="model" if exc.code == "unknown_model" else "voice") from None
     fmt = body.get("response_format") or "mp3"
     if not isinstance(fmt, str) or fmt not in MEDIA_TYPES:
         raise HTTPError(400, "invalid_format", f"response_format {str(fmt)[:32]!r} is not supported; choose one "
-                                               f"of {', '.join(MEDIA_TYPES)}")
+                                               f"of {', '.join(MEDIA_TYPES)}", param="response_format")
     speed = body.get("speed", 1.0)
     if speed is None:
         speed = 1.0
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed) \
             or not MIN_SPEED <= speed <= MAX_SPEED:
         raise HTTPError(400, "invalid_speed", f"speed must be a number from {MIN_SPEED} to {MAX_SPEED}, got "
-                                              f"{str(speed)[:32]}")
+                                              f"{str(speed)[:32]}", param="speed")
     stream_format = body.get("stream_format")
     if stream_format is not None and stream_format not in STREAM_FORMATS:
-        raise HTTPError(400, "invalid_stream_format", f"stream_format must be one of {', '.join(STREAM_FORMATS)}")
+        raise HTTPError(400, "invalid_stream_format", f"stream_format must be one of {', '.join(STREAM_FORMATS)}",
+                        param="stream_format")
     instructions = _string(body, "instructions")
     # Normalized as the engine reads them (blank: none), then the engine's own rule (params.instructions_problem)
     # against the served model, so that a refusal is a 400 before any audio starts
@@ -88,14 +89,14 @@ def parse_speech_request(body, info, aliases) -> SpeechRequest:
     problem = instructions_problem(params.instructions, info.name, info.accepts_instructions,
                                    info.max_instructions_bytes)
     if problem is not None:
-        raise HTTPError(400, *problem)
+        raise HTTPError(400, *problem, param="instructions")
     return SpeechRequest(body.get("input"), voice, fmt, float(speed), stream_format, params.instructions)
 
 
 def _string(body: dict, name: str) -> str | None:
     value = body.get(name)
     if value is not None and not isinstance(value, str):
-        raise HTTPError(400, "invalid_request", f"'{name}' must be a string")
+        raise HTTPError(400, "invalid_request", f"'{name}' must be a string", param=name)
     return value
 
 
