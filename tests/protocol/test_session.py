@@ -572,6 +572,17 @@ def test_inactivity_waits_while_the_server_still_owes_audio():
     assert fatal(session.poll(70_000), "inactivity_timeout", 4008)
 
 
+def test_owed_audio_counts_as_activity_as_of_the_last_audio_sent():
+    """An open context whose engine still holds text (the rest of a word that never comes) keeps the session as
+    active as its last audio, not for ever."""
+    session = started(Limits(inactivity_timeout_s=10))
+    text(session, "t1", now_ms=0)
+    assert session.poll(5_000, is_sending_audio=True) == []  # audio going out
+    for t in range(6_000, 15_000, 1_000):
+        assert session.poll(t, audio_at_ms=5_000) == []  # owed, none sent since 5 s
+    fatal(session.poll(15_000, audio_at_ms=5_000), "inactivity_timeout", 4008)
+
+
 def test_an_open_context_waiting_for_text_does_not_stop_the_timer():
     session = started(Limits(inactivity_timeout_s=10))
     text(session, "t1", now_ms=0)

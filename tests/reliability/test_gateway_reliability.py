@@ -370,3 +370,30 @@ def test_kill_9_of_the_engine_fails_its_contexts_within_a_second_and_a_new_sessi
     assert metric(live, "voxrt_engine_restarts_total") == 1
     assert metric(live, "voxrt_errors_total", '{code="engine_unavailable"}') == errors_before + 3
     assert_all_returned(live, baseline)
+
+
+def test_a_silent_session_with_text_the_engine_cannot_voice_yet_times_out(live):
+    """An open context whose last word is unfinished ("wor": the engine waits for the rest of it) and a client
+    that sends nothing more: once its audio stops, the session is idle like any other and closes after the
+    inactivity timeout (3 s here). Audio still owed used to count as activity as of every poll, so such a
+    session stayed open for ever (an ElevenLabs socket with unflushed text was open past 80 s)."""
+    async def scenario():
+        async with websockets.connect(live.ws, max_size=None) as ws:
+            await ws.send(json.dumps({"type": "session.start", "pacing": {"mode": "burst"}}))
+            await _recv_json(ws)
+            await ws.send(json.dumps({"type": "text", "context_id": "a", "text": "Hello there, my wor"}))
+            last_audio = time.monotonic()
+            while True:
+                message = await asyncio.wait_for(ws.recv(), 60)
+                if isinstance(message, bytes):
+                    last_audio = time.monotonic()
+                elif (data := json.loads(message))["type"] == "error":
+                    break
+            assert data["code"] == "inactivity_timeout" and data["fatal"]
+            # one timeout after the last audio (or after the text, when none came), not two, and never never
+            assert time.monotonic() - last_audio < 3.0 + 2.5
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 30)
+            assert ws.close_code == 4008
+
+    run(scenario(), 120)

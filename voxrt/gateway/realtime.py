@@ -45,6 +45,7 @@ from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, 
                                     OpenContext, ReportPlayback, SendText, StartSession)
 from voxrt.protocol.errors import (CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, INACTIVITY_TIMEOUT, SERVER_BUSY,
                                    SERVER_SHUTTING_DOWN)
+from voxrt.protocol.config import Limits
 from voxrt.protocol.events import encode_error
 from voxrt.protocol.server_events import Error, ServerEvent, encode_event
 from voxrt.protocol.session import Session
@@ -129,11 +130,13 @@ async def _refuse(ws: WebSocket, state, subprotocol, close_code: int, code: str,
 
 
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, state) -> None:
+    def __init__(self, ws: WebSocket, state, limits: Limits | None = None) -> None:
+        """`limits`: the session's, where not the server's (`state.config.limits`): a compatibility adapter's
+        API times out idle connections on its own terms (compat/)."""
         self.ws = ws
         self.state = state
         engine = state.engine
-        self.session = Session(f"s-{uuid.uuid4().hex[:12]}", state.config.limits, engine.info.voices,
+        self.session = Session(f"s-{uuid.uuid4().hex[:12]}", limits or state.config.limits, engine.info.voices,
                                engine.info.default_voice, [engine.info.name], engine.info.name, now_ms(),
                                pinned_lengths=state.config.allow_pinned_lengths)
         self.runners: dict[str, ContextRunner] = {}
@@ -249,12 +252,21 @@ class RealtimeSession:
         return True
 
     async def _poll_forever(self) -> None:
+        last_audio_ms = now_ms()  # when a poll last saw frames go out (or the session began)
         while not self.is_closed:
             await asyncio.sleep(POLL_INTERVAL_S)
-            is_sending = self._num_frames_sent != self._num_frames_at_poll or any(
-                runner.owes_audio for runner in self.runners.values())
+            now = now_ms()
+            is_sending = self._num_frames_sent != self._num_frames_at_poll
             self._num_frames_at_poll = self._num_frames_sent
-            await self._execute(self.session.poll(now_ms(), is_sending_audio=is_sending))
+            if is_sending:
+                last_audio_ms = now
+            # audio still owed (the engine has text it has not voiced) counts as activity as of the last audio
+            # sent, not as of now: a context whose engine waits for the rest of a word, or for text the client
+            # never sends, no longer keeps a silent session open for ever (found by a compatibility audit: an
+            # ElevenLabs socket with unflushed text stayed open past 80 s against a 60 s timeout)
+            owed = not is_sending and any(runner.owes_audio for runner in self.runners.values())
+            await self._execute(self.session.poll(now, is_sending_audio=is_sending,
+                                                  audio_at_ms=last_audio_ms if owed else None))
 
     async def _execute(self, actions) -> None:
         async with self._exec_lock:

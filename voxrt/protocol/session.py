@@ -133,10 +133,12 @@ class Session:
             return self._too_large()
         return self._reject(ProtocolError(UNEXPECTED_BINARY, "clients send no binary frames in voxrt.v1"))
 
-    def poll(self, now_ms: float, is_sending_audio: bool = False) -> list[Action]:
+    def poll(self, now_ms: float, is_sending_audio: bool = False, audio_at_ms: float | None = None) -> list[Action]:
         """Call now and then (the gateway's timer; `inactivity_deadline_ms` says when it matters).
         `is_sending_audio`: the I/O layer sent audio since the last poll. A client listening to audio is not
-        inactive, whatever state its context is in (an open context speaks what it was sent so far). A
+        inactive, whatever state its context is in (an open context speaks what it was sent so far).
+        `audio_at_ms`: audio is still owed and was last sent then: active as of then (not as of now, so that
+        owed audio that never comes cannot keep the session open without bound). A
         connection that has not started a session `limits.start_timeout_s` after it opened is closed (4008):
         an unstarted socket must not hold its place for the whole inactivity timeout."""
         if self.state is SessionState.CLOSED:
@@ -147,6 +149,8 @@ class Session:
         if is_sending_audio or any(c.state in _SERVER_BUSY_STATES for c in self._live_contexts()):
             self._last_activity_ms = max(self._last_activity_ms, now_ms)
             return []
+        if audio_at_ms is not None:
+            self._last_activity_ms = max(self._last_activity_ms, audio_at_ms)
         if now_ms < self.inactivity_deadline_ms:
             return []
         return self._fail(ProtocolError(INACTIVITY_TIMEOUT, f"no message for {self.limits.inactivity_timeout_s:g} s"))

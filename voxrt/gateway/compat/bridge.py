@@ -45,6 +45,7 @@ from starlette.websockets import WebSocket
 
 from voxrt.gateway.realtime import RealtimeSession
 from voxrt.gateway.stall import CLOSE_GRACE_S, CLOSE_STALLED, close_stalled  # noqa: F401 (also bridge's names)
+from voxrt.protocol.config import Limits
 from voxrt.protocol.errors import INACTIVITY_TIMEOUT
 from voxrt.protocol.frames import AudioFrameHeader, decode_audio_frame
 from voxrt.protocol.server_events import ServerEvent
@@ -365,12 +366,12 @@ def check_auth(state, ws: WebSocket, *extra_keys: str | None) -> bool:
 
 
 async def run_adapter(ws: WebSocket, state, link: NativeLink, reader: Callable[[], Awaitable[None]],
-                      outbox: Outbox) -> None:
+                      outbox: Outbox, limits: Limits | None = None) -> None:
     """Runs the native session over `link` while `reader` translates the peer's messages into it; when either
     ends, or the peer can take nothing more (`outbox.gone`: it stalled, or a send failed), the other is
     stopped, the session's contexts are cancelled (pages and slots return) and what was queued for the peer is
-    sent."""
-    session = asyncio.create_task(RealtimeSession(link, state).run(), name="voxrt-compat-session")
+    sent. `limits`: the session's (None: the server's), e.g. the API's own idle timeouts."""
+    session = asyncio.create_task(RealtimeSession(link, state, limits).run(), name="voxrt-compat-session")
     read = asyncio.create_task(reader(), name="voxrt-compat-reader")
     gone = asyncio.create_task(outbox.gone.wait(), name="voxrt-compat-gone")
     try:
