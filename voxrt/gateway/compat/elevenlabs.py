@@ -8,15 +8,19 @@ to finish (stream-input: then the socket closes, as theirs does). Multi-context 
 hard stop: barge-in),
 `{"context_id", "text": ""}` (keep-alive) and `{"close_socket": true}`. Replies: `{"audio": base64,
 "isFinal": false, "normalizedAlignment", "alignment"}` per chunk (multi: with `contextId`) and `{"isFinal":
-true}` when a context is done. `output_format` (query): pcm_8000/16000/24000/48000, ulaw_8000, alaw_8000,
-mp3_<rate>_<kbps> (re-encoded with PyAV), opus_48000_<kbps> (Ogg Opus). docs/compat-elevenlabs.md says what
-differs (speech starts at the first word, so `chunk_length_schedule` and `try_trigger_generation` change
-nothing; contexts never close the socket).
+true}` when a context is done; alignment rides on the audio message of its chunk (`_on_frame`). `output_format`
+(query): pcm_8000/16000/22050/24000/44100/48000 (22050 and 44100 resampled from 48000), ulaw_8000, alaw_8000,
+mp3_<rate>_<kbps> (re-encoded with PyAV), opus_48000_<kbps> (Ogg Opus); `inactivity_timeout` (query, default
+20 s, max 180: ElevenLabs' `input_timeout_exceeded` and close 1008). A closed multi-context id may be used
+again (a fresh native context). docs/compat-elevenlabs.md says what differs (speech starts at the first word,
+so `chunk_length_schedule` and `try_trigger_generation` change nothing; contexts never close the socket).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import re
@@ -25,9 +29,11 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxrt.audio import OggOpusWriter
+from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.av_codec import ContainerEncoder
 from voxrt.gateway.compat.aliases import AliasError
 from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
+from voxrt.protocol.errors import INACTIVITY_TIMEOUT
 from voxrt.protocol.frames import AudioFrameHeader
 from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
                                           ServerEvent, SessionStarted)
@@ -36,7 +42,14 @@ log = logging.getLogger("voxrt.gateway.compat.elevenlabs")
 
 DEFAULT_CONTEXT = "default"  # the context of stream-input, and of multi-stream messages without context_id
 DEFAULT_OUTPUT_FORMAT = "mp3_44100_128"  # ElevenLabs' default
-CLOSE_POLICY = 1008  # their close code for a refused request
+CLOSE_POLICY = 1008  # their close code for a refused request (and for their inactivity timeout)
+DEFAULT_INACTIVITY_TIMEOUT_S = 20  # ElevenLabs' `inactivity_timeout` default ...
+MAX_INACTIVITY_TIMEOUT_S = 180  # ... and its maximum
+INPUT_TIMEOUT = "input_timeout_exceeded"  # ElevenLabs' error for it (with code 1008 and close 1008)
+NATIVE_PCM_RATES = (8000, 16000, 24000, 48000)  # PCM rates the native session serves; others are resampled
+# Event-loop turns a context's audio waits in the adapter for its chunk's alignment (see `_on_frame`): the native
+# session sends a chunk's `alignment` event right after the chunk's frames, one turn later; the rest is slack.
+RELEASE_TURNS = 4
 
 
 class FormatError(ValueError):
@@ -53,8 +66,8 @@ class OutputFormat:
                               f"ulaw_8000, mp3_44100_128, opus_48000_64 (docs/compat-elevenlabs.md)")
         self.name, self.kind, self.rate = name, match.group(1), int(match.group(2))
         self.kbps = int(match.group(3)) if match.group(3) else None
-        if self.kind == "pcm" and self.rate not in (8000, 16000, 24000, 48000):
-            raise FormatError(f"{name}: PCM is served at 8000, 16000, 24000 or 48000 Hz")
+        if self.kind == "pcm" and self.rate not in (8000, 16000, 22050, 24000, 44100, 48000):
+            raise FormatError(f"{name}: PCM is served at 8000, 16000, 22050, 24000, 44100 or 48000 Hz")
         if self.kind in ("ulaw", "alaw") and self.rate != 8000:
             raise FormatError(f"{name}: G.711 is 8000 Hz")
         if self.kind == "opus" and self.rate != 48000:
@@ -64,7 +77,12 @@ class OutputFormat:
 
     def native_output(self) -> dict:
         codec = {"pcm": "pcm16", "ulaw": "mulaw", "alaw": "alaw", "opus": "opus", "mp3": "pcm16"}[self.kind]
-        rate = (24000 if self.rate <= 24000 else 48000) if self.kind == "mp3" else self.rate
+        if self.kind == "mp3":
+            rate = 24000 if self.rate <= 24000 else 48000
+        elif self.kind == "pcm" and self.rate not in NATIVE_PCM_RATES:
+            rate = 48000  # pcm_22050 / pcm_44100: resampled here (ContextAudio)
+        else:
+            rate = self.rate
         return {"codec": codec, "sample_rate": rate, "frame_ms": 20}
 
 
@@ -76,6 +94,8 @@ class ContextAudio:
         self._mp3 = (ContainerEncoder("mp3", native_rate, out_rate=fmt.rate, bit_rate=(fmt.kbps or 128) * 1000)
                      if fmt.kind == "mp3" else None)
         self._ogg = OggOpusWriter(48000, 20) if fmt.kind == "opus" else None
+        self._resampler = (StreamResampler(native_rate, fmt.rate)
+                           if fmt.kind == "pcm" and fmt.rate != native_rate else None)
         self._started = False
 
     def encode(self, payloads: list[bytes], is_last: bool) -> bytes:
@@ -87,39 +107,90 @@ class ContextAudio:
             head = b"" if self._started else self._ogg.header_pages()
             self._started = True
             return head + self._ogg.page(payloads, is_last=is_last)
+        if self._resampler is not None:
+            pcm = self._resampler.process(np.frombuffer(b"".join(payloads), dtype="<i2").astype(np.float32) / 32768.0)
+            if is_last:
+                pcm = np.concatenate([pcm, self._resampler.flush()])
+            return (np.clip(pcm, -1.0, 32767 / 32768) * 32768).astype("<i2").tobytes()
         return b"".join(payloads)
 
 
-def char_alignment(text: str, spans: list[dict], offset_ms: int) -> dict:
-    """Native alignment spans (char offsets into the context's text, ms of its audio) as ElevenLabs'
-    per-character arrays, times relative to the audio chunk that starts at `offset_ms`. Each span's time is
-    spread evenly over its characters (voxrt's alignment is estimated; `estimated` is not part of theirs)."""
-    chars, starts, durations = [], [], []
-    for span in spans:
-        first, last = int(span["char_start"]), int(span["char_end"])
-        if last <= first:
-            continue
-        step = (span["end_ms"] - span["start_ms"]) / (last - first)
-        for i, ch in enumerate(text[first:last]):
-            chars.append(ch)
-            starts.append(max(0, round(span["start_ms"] + i * step - offset_ms)))
-            durations.append(max(0, round(step)))
-    return {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations}
+class CharAligner:
+    """One context's native alignment (word or segment spans: char offsets into the text sent to the context,
+    ms of its audio) as ElevenLabs' per-character timings: every character from the first word on, the spaces
+    and punctuation between spans included, so that the characters of all messages joined give the text (less
+    the leading whitespace: the initial `" "` is not spoken). Each span's time is spread evenly over its
+    characters; the characters between two spans share the gap between them (zero long when there is none).
+    Times are absolute (ms of the context's audio) here; `relative` makes them relative to a chunk."""
+
+    def __init__(self) -> None:
+        self.done_to = 0  # text offset up to which characters were given out
+        self.end_ms: float | None = None  # when the last character given out ends
+
+    def add(self, text: str, spans: list[dict]) -> list[tuple[str, float, float]]:
+        out: list[tuple[str, float, float]] = []
+        for span in spans:
+            first, last = int(span["char_start"]), int(span["char_end"])
+            start_ms, end_ms = float(span["start_ms"]), float(span["end_ms"])
+            if self.end_ms is None:  # the context's first word: the whitespace before it is not spoken
+                self.done_to = max(self.done_to, len(text[:first]) - len(text[:first].lstrip()))
+                self.end_ms = start_ms
+            first = max(first, self.done_to)
+            if last <= first:
+                continue
+            gap = text[self.done_to:first]
+            if gap:
+                gap_start = min(self.end_ms, start_ms)
+                step = (start_ms - gap_start) / len(gap)
+                out.extend((ch, gap_start + i * step, step) for i, ch in enumerate(gap))
+            start_ms = max(start_ms, self.end_ms)
+            step = max(0.0, end_ms - start_ms) / (last - first)
+            out.extend((ch, start_ms + i * step, step) for i, ch in enumerate(text[first:last]))
+            self.done_to, self.end_ms = last, max(end_ms, start_ms)
+        return out
+
+
+def relative(chars: list[tuple[str, float, float]], chunk_start_ms: float) -> dict:
+    """ElevenLabs' alignment object, times relative to the chunk that starts at `chunk_start_ms` (a character
+    that began in an earlier chunk is given 0)."""
+    return {"chars": [c for c, _, _ in chars],
+            "charStartTimesMs": [max(0, round(start - chunk_start_ms)) for _, start, _ in chars],
+            "charDurationsMs": [max(0, round(duration)) for _, _, duration in chars]}
+
+
+class _Context:
+    """One native context of the adapter: the ElevenLabs id it serves, its text, audio and the audio that waits
+    for its chunk's alignment."""
+
+    def __init__(self, el_id: str) -> None:
+        self.el_id = el_id
+        self.text = ""  # what was sent to it (native alignment offsets index it)
+        self.audio: ContextAudio | None = None
+        self.aligner = CharAligner()
+        self.pending: list[tuple] = []  # frames (pts_ms, is_last, payload) not yet handed to the outbox
+        self.idle_turns = 0  # loop turns since the last frame came
+        self.is_ticking = False
+        self.batch = 0  # audio messages handed to the outbox (the outbox key of the last: (native id, batch))
+        self.batch_start_ms = 0.0  # where the last one starts in the context's audio
 
 
 class ElevenLabsAdapter:
-    def __init__(self, ws: WebSocket, state, voice: str, fmt: OutputFormat, *, multi: bool) -> None:
+    def __init__(self, ws: WebSocket, state, voice: str, fmt: OutputFormat, *, multi: bool,
+                 inactivity_timeout_s: float = DEFAULT_INACTIVITY_TIMEOUT_S) -> None:
         self.ws, self.state, self.voice, self.fmt, self.multi = ws, state, voice, fmt, multi
+        self.inactivity_timeout_s = inactivity_timeout_s
         self.outbox = Outbox(ws, stall_timeout_s=state.config.limits.inactivity_timeout_s,
                              stall_message=self._error_body)
         self.link = NativeLink(self._on_event, self._on_frame, self._on_close, (self.outbox,))
         self.native_rate = fmt.native_output()["sample_rate"]
-        self.texts: dict[str, str] = {}  # context id -> the text sent to it (alignment offsets index it)
-        self.audio: dict[str, ContextAudio] = {}
+        self.contexts: dict[str, _Context] = {}  # native context id -> its state
+        self.current: dict[str, str] = {}  # ElevenLabs context id -> the native context it speaks to now
+        self.used_ids: set[str] = set()  # native context ids given out (never reused: the native rule)
         self.by_index: dict[int, str] = {}
+        self.num_pending_bytes = 0  # audio waiting in the contexts' `pending`
         self.final_sent: set[str] = set()
-        self.flushing: set[str] = set()  # contexts with a flush whose audio is not all out yet
-        self.pending_first: dict | None = None
+        self.flushing: set[str] = set()  # native contexts with a flush whose audio is not all out yet
+        self.timed_out = False
 
     def start(self) -> None:
         self.link.send({"type": "session.start", "voice": self.voice, "output": self.fmt.native_output(),
@@ -130,10 +201,12 @@ class ElevenLabsAdapter:
     async def read(self) -> None:
         while True:
             await self.link.wait_room()  # backpressure: the peer's next message once the last ones are taken
-            try:
-                data = await self.ws.receive_text()
-            except (WebSocketDisconnect, RuntimeError, KeyError):
+            data = await receive_message(self.ws)
+            if data is None:
                 return
+            if isinstance(data, bytes):  # the API is JSON text; a binary frame is bad input, not the end
+                self._error("invalid_message", "binary WebSocket frames are not accepted: send JSON text messages")
+                continue
             try:
                 message = json.loads(data)
             except ValueError:
@@ -144,6 +217,26 @@ class ElevenLabsAdapter:
                 continue
             if not self.handle(message):
                 return
+
+    def _native_id(self, el_id: str, *, create: bool) -> str | None:
+        """The native context an ElevenLabs id speaks to; with `create`, a fresh one when the id is new or its
+        last context was closed (ElevenLabs lets a closed id be used again; native ids are never reused)."""
+        native = self.current.get(el_id)
+        if native is not None or not create:
+            return native
+        native, n = el_id, 1
+        while native in self.used_ids:
+            n += 1
+            native = f"{el_id[:200]}#{n}"
+        self.used_ids.add(native)
+        self.current[el_id] = native
+        self.contexts[native] = _Context(el_id)
+        return native
+
+    def _retire(self, el_id: str, native: str) -> None:
+        """`el_id`'s next message opens a new native context (its last one was closed or is done)."""
+        if self.current.get(el_id) == native:
+            del self.current[el_id]
 
     def handle(self, message: dict) -> bool:
         """One client message; False when the socket is to end (after what is queued)."""
@@ -160,102 +253,174 @@ class ElevenLabsAdapter:
             return True
         if self.multi and message.get("close_context") is True:
             # As ElevenLabs': a context with a flush under way finishes it; any other stops at once (barge-in).
-            if context_id in self.flushing:
-                self.link.send({"type": "context.end", "context_id": context_id})
+            # Either way the id may be used again, for a new context.
+            native = self._native_id(context_id, create=False)
+            if native is None:
+                return True  # nothing open under that id (as ElevenLabs', nothing to say)
+            self._retire(context_id, native)
+            if native in self.flushing:
+                self.link.send({"type": "context.end", "context_id": native})
             else:
-                self.link.send({"type": "cancel", "context_id": context_id})
+                self.link.send({"type": "cancel", "context_id": native})
             return True
         text = message.get("text")
         if text is not None and not isinstance(text, str):
             self._error("invalid_message", "text must be a string", context_id)
             return True
         flush = message.get("flush") is True
+        native = self._native_id(context_id, create=bool(text))
         if text == "" and not flush:
             if self.multi:  # keep-alive: resets the inactivity timer
                 self.link.send({"type": "ping"})
-            elif context_id in self.texts:  # end of input: finish speaking, then isFinal and close
-                self.link.send({"type": "context.end", "context_id": context_id})
+            elif native is not None:  # end of input: finish speaking, then isFinal and close
+                self.link.send({"type": "context.end", "context_id": native})
             else:
                 self.link.send({"type": "session.end"})
             return True
         if text:
-            self.final_sent.discard(context_id)
-            self.texts[context_id] = self.texts.get(context_id, "") + text
-            self.link.send({"type": "text", "context_id": context_id, "text": text})
-        if flush and context_id in self.texts:
-            self.flushing.add(context_id)
-            self.link.send({"type": "flush", "context_id": context_id})
+            self.final_sent.discard(native)
+            self.contexts[native].text += text
+            self.link.send({"type": "text", "context_id": native, "text": text})
+        if flush and native is not None:
+            self.flushing.add(native)
+            self.link.send({"type": "flush", "context_id": native})
         return True
 
     # ---- native -> client ----------------------------------------------------------------------------------
 
     async def _on_event(self, event: ServerEvent) -> None:
         match event:
-            case ContextStarted(context_id=context_id, index=index):
-                self.by_index[index] = context_id
-                self.audio[context_id] = ContextAudio(self.fmt, self.native_rate)
-            case Alignment(context_id=context_id):
-                spans = event.words or event.segments
-                # rides on its chunk's audio message while that is still being built; when the paced frames went
-                # out already, it goes alone (no audio; times from its own first character)
-                self.outbox.attach(context_id, {"spans": spans}, self._alignment_alone(context_id, spans))
-            case Flushed(context_id=context_id):
-                self.flushing.discard(context_id)
+            case ContextStarted(context_id=native, index=index):
+                self.by_index[index] = native
+                context = self.contexts.get(native)
+                if context is not None:
+                    context.audio = ContextAudio(self.fmt, self.native_rate)
+            case Alignment(context_id=native):
+                context = self.contexts.get(native)
+                if context is not None:
+                    chars = context.aligner.add(context.text, event.words or event.segments)
+                    self._release(native, chars)
+            case Flushed(context_id=native):
+                self._release(native)
+                self.flushing.discard(native)
                 if self.multi:
-                    self._final(context_id)
-            case ContextDone(context_id=context_id):
-                self._final(context_id)
-                self.outbox.call(lambda: self._forget(context_id))  # after its queued frames went out
+                    self._final(native)
+            case ContextDone(context_id=native):
+                self._release(native)
+                self._final(native)
+                context = self.contexts.get(native)
+                if context is not None and self.multi:  # its id may be used again, for a new context
+                    self._retire(context.el_id, native)
+                self.outbox.call(lambda: self._forget(native))  # after its queued frames went out
                 if not self.multi:  # stream-input: one generation per socket, as ElevenLabs'
                     self.outbox.close(1000, "done")
-            case Error(code=code, message=message, context_id=context_id):
-                self._error(code, message, context_id)
-            case SessionStarted() | Cancelled() | Pong():
-                pass  # nothing to say in ElevenLabs' terms (isFinal follows a cancel, with its context.done)
+            case Error(code=code, message=message, context_id=native):
+                if native is not None:
+                    self._release(native)
+                if code == INACTIVITY_TIMEOUT and native is None:  # the session's: ElevenLabs' own words
+                    self.timed_out = True
+                    self.outbox.json(self._timeout_body(self.inactivity_timeout_s))
+                else:
+                    context = self.contexts.get(native) if native is not None else None
+                    self._error(code, message, context.el_id if context is not None else native)
+            case Cancelled(context_id=native):
+                self._release(native)  # isFinal follows, with its context.done
+            case SessionStarted() | Pong():
+                pass  # nothing to say in ElevenLabs' terms
             case _:
                 unknown_event("elevenlabs", event)
 
     async def _on_frame(self, header: AudioFrameHeader, payload: bytes) -> None:
-        context_id = self.by_index.get(header.index)
-        if context_id is not None:
-            self.outbox.frame(context_id, (header.pts_ms, header.is_last, payload), self._audio_message, len(payload))
+        """A chunk's frames wait here for the chunk's alignment, so that it rides on their audio message: the
+        native session sends a chunk's `alignment` right after its frames (context.py's `_on_chunk`: the events
+        that follow a chunk's audio), so the frames go to the outbox with it (`_release`), or alone when
+        RELEASE_TURNS loop turns passed with no further frame of the context and no alignment (a chunk that
+        voiced no word), or when the context's next event comes."""
+        native = self.by_index.get(header.index)
+        context = self.contexts.get(native) if native is not None else None
+        if context is None:
+            return
+        context.pending.append((header.pts_ms, header.is_last, payload))
+        context.idle_turns = 0
+        self.num_pending_bytes += len(payload)
+        if self.outbox.num_queued_bytes + self.num_pending_bytes > self.outbox.max_queued_bytes:
+            # the frames that wait here count toward the outbox's bound (bridge.py: the link's send waits for
+            # room, so the native session holds back as on a slow socket): at the bound they go now, and a
+            # chunk's alignment may then come after its audio (`_release`)
+            for native_id in [n for n, c in self.contexts.items() if c.pending]:
+                self._release(native_id)
+            return
+        if not context.is_ticking:
+            context.is_ticking = True
+            asyncio.get_running_loop().call_soon(self._tick, native)
 
-    def _audio_message(self, context_id: str, payloads: list, extras: list[dict]) -> dict | None:
-        audio = self.audio.get(context_id)
-        if audio is None:
+    def _tick(self, native: str) -> None:
+        context = self.contexts.get(native)
+        if context is None:
+            return
+        if not context.pending:
+            context.is_ticking = False
+            return
+        context.idle_turns += 1
+        if context.idle_turns >= RELEASE_TURNS:
+            context.is_ticking = False
+            self._release(native)
+        else:
+            asyncio.get_running_loop().call_soon(self._tick, native)
+
+    def _release(self, native: str, chars: list | None = None) -> None:
+        """The context's waiting frames to the outbox as one audio message, with `chars` (its alignment) on it;
+        `chars` with no frames waiting (their audio went already): they ride on the last audio message if the
+        writer has not built it yet, else go alone, times relative to that message's chunk all the same."""
+        context = self.contexts.get(native)
+        if context is None:
+            return
+        frames, context.pending = context.pending, []
+        self.num_pending_bytes -= sum(len(frame[2]) for frame in frames)
+        if frames:
+            context.batch += 1
+            context.batch_start_ms = frames[0][0]
+            key = (native, context.batch)
+            for frame in frames:
+                self.outbox.frame(key, frame, self._audio_message, len(frame[2]))
+        if chars:
+            key = (native, context.batch)
+            alone = None if frames else self._alignment_alone(context, chars)
+            self.outbox.attach(key, {"chars": chars}, alone)
+
+    def _audio_message(self, key: tuple[str, int], payloads: list, extras: list[dict]) -> dict | None:
+        native = key[0]
+        context = self.contexts.get(native)
+        if context is None or context.audio is None:
             return None
-        data = audio.encode([p for _, _, p in payloads], is_last=payloads[-1][1])
+        data = context.audio.encode([p for _, _, p in payloads], is_last=payloads[-1][1])
         message: dict = {"audio": base64.b64encode(data).decode(), "isFinal": False}
-        text = self.texts.get(context_id, "")
-        spans = [s for extra in extras for s in extra["spans"]]
-        alignment = char_alignment(text, spans, payloads[0][0]) if spans else None
+        chars = [c for extra in extras for c in extra["chars"]]
+        alignment = relative(chars, payloads[0][0]) if chars else None
         message["normalizedAlignment"] = alignment
         message["alignment"] = alignment
         if self.multi:
-            message["contextId"] = context_id
+            message["contextId"] = context.el_id
         return message if data or alignment else None
 
-    def _alignment_alone(self, context_id: str, spans: list[dict]) -> dict | None:
-        if not spans:
-            return None
-        alignment = char_alignment(self.texts.get(context_id, ""), spans, round(spans[0]["start_ms"]))
-        if not alignment["chars"]:
-            return None
+    def _alignment_alone(self, context: _Context, chars: list) -> dict:
+        alignment = relative(chars, context.batch_start_ms)
         message: dict = {"audio": "", "isFinal": False, "normalizedAlignment": alignment, "alignment": alignment}
         if self.multi:
-            message["contextId"] = context_id
+            message["contextId"] = context.el_id
         return message
 
-    def _forget(self, context_id: str) -> None:
-        self.flushing.discard(context_id)
-        self.audio.pop(context_id, None)
-        self.texts.pop(context_id, None)
+    def _forget(self, native: str) -> None:
+        self.flushing.discard(native)
+        self.final_sent.discard(native)
+        self.contexts.pop(native, None)
 
-    def _final(self, context_id: str | None) -> None:
-        if context_id is None or context_id in self.final_sent:
+    def _final(self, native: str | None) -> None:
+        if native is None or native in self.final_sent or native not in self.contexts:
             return
-        self.final_sent.add(context_id)
-        self.outbox.json({"isFinal": True, "contextId": context_id} if self.multi else {"isFinal": True})
+        self.final_sent.add(native)
+        el_id = self.contexts[native].el_id
+        self.outbox.json({"isFinal": True, "contextId": el_id} if self.multi else {"isFinal": True})
 
     def _error(self, code: str, message: str, context_id: str | None = None) -> None:
         self.outbox.json(self._error_body(code, message, context_id))
@@ -266,30 +431,87 @@ class ElevenLabsAdapter:
             body["contextId"] = context_id
         return body
 
+    @staticmethod
+    def _timeout_body(timeout_s: float) -> dict:
+        return timeout_body(f"Have not received a new text input within the timeout of {timeout_s:.1f} seconds. "
+                            f"Send text or a keep-alive to keep the connection open (inactivity_timeout, max "
+                            f"{MAX_INACTIVITY_TIMEOUT_S}).")
+
     async def _on_close(self, code: int, reason: str) -> None:
+        for native in list(self.contexts):
+            self._release(native)
+        if self.timed_out:  # ElevenLabs closes an idle socket with 1008
+            code, reason = CLOSE_POLICY, INPUT_TIMEOUT
         self.outbox.close(code, reason)
+
+
+def timeout_body(message: str) -> dict:
+    """ElevenLabs' inactivity error as they send it: `code` is the close code, an integer."""
+    return {"message": message, "error": INPUT_TIMEOUT, "code": CLOSE_POLICY}
+
+
+async def receive_message(ws: WebSocket) -> str | bytes | None:
+    """The peer's next message: its text, or bytes for a binary frame; None once it is gone."""
+    try:
+        message = await ws.receive()
+    except (WebSocketDisconnect, RuntimeError):
+        return None
+    if message["type"] != "websocket.receive":
+        return None
+    if message.get("text") is not None:
+        return message["text"]
+    return message.get("bytes") or b""
+
+
+def parse_inactivity_timeout(value: str | None) -> int:
+    """ElevenLabs' `inactivity_timeout` query: whole seconds, default 20, at most 180."""
+    if value is None or value == "":
+        return DEFAULT_INACTIVITY_TIMEOUT_S
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= MAX_INACTIVITY_TIMEOUT_S:
+        raise ValueError(f"inactivity_timeout must be a whole number of seconds from 1 to "
+                         f"{MAX_INACTIVITY_TIMEOUT_S} (default {DEFAULT_INACTIVITY_TIMEOUT_S}), got {value[:40]!r}")
+    return seconds
 
 
 async def _endpoint(ws: WebSocket, *, multi: bool) -> None:
     state = ws.app.state.voxrt
     await ws.accept()
     first = None
+    try:
+        inactivity_timeout_s = parse_inactivity_timeout(ws.query_params.get("inactivity_timeout"))
+        timeout_error = None
+    except ValueError as exc:
+        inactivity_timeout_s, timeout_error = DEFAULT_INACTIVITY_TIMEOUT_S, str(exc)
+    bearer = ws.query_params.get("authorization")  # ElevenLabs' query `authorization`: "Bearer KEY"
     authorized = check_auth(state, ws, ws.headers.get("xi-api-key"), ws.query_params.get("xi-api-key"),
-                            ws.query_params.get("xi_api_key"))
-    if not authorized:  # ElevenLabs also takes the key in the first message
+                            ws.query_params.get("xi_api_key"), _bearer_token(bearer))
+    if not authorized:  # ElevenLabs also takes the key in the first message: waited for as long as for text
         try:
-            first = json.loads(await ws.receive_text())
-        except (WebSocketDisconnect, RuntimeError, ValueError, KeyError):
+            data = await asyncio.wait_for(receive_message(ws), inactivity_timeout_s)
+        except asyncio.TimeoutError:
+            state.metrics.errors.labels(INPUT_TIMEOUT).inc()
+            await _refuse_body(ws, timeout_body(f"no message within {inactivity_timeout_s} s, and no API key "
+                                                f"(xi-api-key header, query or first message, or authorization)"),
+                               CLOSE_POLICY, INPUT_TIMEOUT)
+            return
+        try:
+            first = json.loads(data) if isinstance(data, str) else None
+        except ValueError:
             first = None
         if isinstance(first, dict):
-            bearer = first.get("authorization")
-            token = bearer.partition(" ")[2] if isinstance(bearer, str) and " " in bearer else bearer
             authorized = check_auth(state, ws, first.get("xi-api-key"), first.get("xi_api_key"),
-                                    token if isinstance(token, str) else None)
+                                    _bearer_token(first.get("authorization")))
     if not authorized:
         state.metrics.errors.labels("unauthorized").inc()
         await _refuse(ws, "unauthorized", "missing or invalid API key (xi-api-key header, query or first message, "
-                                          "or Authorization: Bearer)", 4001)
+                                          "or authorization: Bearer)", 4001)
+        return
+    if timeout_error is not None:
+        await _refuse(ws, "invalid_inactivity_timeout", timeout_error, CLOSE_POLICY)
         return
     try:
         fmt = OutputFormat(ws.query_params.get("output_format") or DEFAULT_OUTPUT_FORMAT)
@@ -306,17 +528,31 @@ async def _endpoint(ws: WebSocket, *, multi: bool) -> None:
         if not admitted:
             await _refuse(ws, "server_busy", "server at capacity, retry later", 4029)
             return
-        adapter = ElevenLabsAdapter(ws, state, voice, fmt, multi=multi)
+        adapter = ElevenLabsAdapter(ws, state, voice, fmt, multi=multi, inactivity_timeout_s=inactivity_timeout_s)
         adapter.start()
         if isinstance(first, dict):
             adapter.handle(first)
-        await run_adapter(ws, state, adapter.link, adapter.read, adapter.outbox)
+        limits = dataclasses.replace(state.config.limits, inactivity_timeout_s=float(inactivity_timeout_s),
+                                     start_timeout_s=float(inactivity_timeout_s))
+        await run_adapter(ws, state, adapter.link, adapter.read, adapter.outbox, limits=limits)
+
+
+def _bearer_token(value) -> str | None:
+    """"Bearer KEY" (or a bare KEY) -> KEY."""
+    if not isinstance(value, str):
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    return token.strip() if token and scheme.lower() == "bearer" else value.strip() or None
 
 
 async def _refuse(ws: WebSocket, code: str, message: str, close_code: int) -> None:
+    await _refuse_body(ws, {"message": message, "error": code, "code": code}, close_code, message)
+
+
+async def _refuse_body(ws: WebSocket, body: dict, close_code: int, reason: str) -> None:
     try:
-        await ws.send_text(json.dumps({"message": message, "error": code, "code": code}))
-        await ws.close(close_code, message[:120])
+        await ws.send_text(json.dumps(body))
+        await ws.close(close_code, reason[:120])
     except Exception:  # noqa: BLE001 (already gone)
         pass
 
