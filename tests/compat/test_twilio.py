@@ -220,3 +220,62 @@ def test_keyed_server_needs_the_token_parameter_and_unknown_calls_are_refused():
             await peer.ws.close()
 
         run(scenario())
+
+
+class SilentMarksPeer(TwilioPeer):
+    """A phone that is still playing: it echoes no mark (its buffer holds the whole turn)."""
+
+    async def _echo(self, name: str, at_s: float) -> None:
+        return None
+
+
+def test_barge_in_after_the_turn_was_sent_still_clears_what_the_phone_plays(live):
+    """The native context is done once its last frame is sent, but the phone plays that tail for up to the pacing
+    lead afterwards: a cancel then must still `clear` it (it sent nothing: found by a Twilio audit, 318 ms left
+    playing). Here the phone echoes no mark, so the whole tail is still playing."""
+    async def scenario():
+        peer = await SilentMarksPeer.dial(live, "call-tail")
+        async with websockets.connect(control_url(live, "call-tail")) as agent:
+            assert json.loads(await agent.recv())["type"] == "call.started"
+            await agent.send(json.dumps({"type": "session.start"}))
+            assert json.loads(await agent.recv())["type"] == "session.started"
+            await agent.send(json.dumps({"type": "text", "context_id": "t1", "text": "Hello, thanks for calling."}))
+            await agent.send(json.dumps({"type": "context.end", "context_id": "t1"}))
+            assert (await recv_until(agent, "context.done"))[-1]["reason"] == "completed"
+            assert not any(m["event"] == "clear" for _, m in peer.received)
+            await agent.send(json.dumps({"type": "cancel", "context_id": "t1"}))
+            assert (await recv_until(agent, "cancelled"))[-1]["context_id"] == "t1"
+            for _ in range(200):
+                if peer.is_cleared:
+                    break
+                await asyncio.sleep(0.05)
+            assert peer.is_cleared
+            await peer.send({"event": "stop", "sequenceNumber": "9", "stop": {"accountSid": "AC0", "callSid": "CA0"}})
+            await recv_until(agent, "call.stopped")
+
+    run(scenario(), timeout_s=120)
+
+
+def test_what_twilio_never_sends_does_not_end_the_call(live):
+    """A binary frame, and a mark or dtmf of another shape, are ignored (each used to end the call silently); a
+    dtmf without a digit reaches no agent."""
+    async def scenario():
+        peer = await TwilioPeer.dial(live, "call-odd")
+        async with websockets.connect(control_url(live, "call-odd")) as agent:
+            assert json.loads(await agent.recv())["type"] == "call.started"
+            await peer.ws.send(b"\x00\x01binary")
+            await peer.send({"event": "mark", "sequenceNumber": "2", "mark": "x"})
+            await peer.send({"event": "dtmf", "sequenceNumber": "3", "dtmf": 7})
+            await peer.send({"event": "dtmf", "sequenceNumber": "4"})
+            await peer.send({"event": "dtmf", "sequenceNumber": "5", "dtmf": {"track": "inbound_track", "digit": "5"}})
+            dtmf = await recv_until(agent, "call.dtmf")
+            assert [e["digit"] for e in dtmf if e["type"] == "call.dtmf"] == ["5"]
+            await agent.send(json.dumps({"type": "session.start"}))
+            await agent.send(json.dumps({"type": "text", "context_id": "t1", "text": "Still here."}))
+            await agent.send(json.dumps({"type": "context.end", "context_id": "t1"}))
+            assert (await recv_until(agent, "context.done"))[-1]["reason"] == "completed"
+            assert peer.media()
+            await peer.send({"event": "stop", "sequenceNumber": "9", "stop": {"accountSid": "AC0", "callSid": "CA0"}})
+            await recv_until(agent, "call.stopped")
+
+    run(scenario(), timeout_s=120)

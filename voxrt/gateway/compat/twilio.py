@@ -165,14 +165,26 @@ async def _read_start(ws: WebSocket) -> dict | None:
         return None
 
 
+def _field(message: dict, name: str, key: str):
+    """message[name][key], or None where the message lacks it or has another shape there."""
+    inner = message.get(name)
+    return inner.get(key) if isinstance(inner, dict) else None
+
+
 async def _read_call(ws: WebSocket, call: Call) -> None:
+    """Twilio's messages during the call. What Twilio never sends (binary frames, text that is not a JSON object,
+    a `mark` or `dtmf` of another shape) is ignored: it must not end the call."""
     while True:
         try:
-            message = json.loads(await ws.receive_text())
-        except (WebSocketDisconnect, RuntimeError, KeyError):
+            frame = await ws.receive()
+        except (WebSocketDisconnect, RuntimeError):
             return
+        if frame.get("type") == "websocket.disconnect":
+            return
+        try:
+            message = json.loads(frame["text"]) if frame.get("text") is not None else None
         except ValueError:
-            continue  # not JSON: Twilio never sends that; ignore rather than drop the call
+            continue  # not JSON
         if not isinstance(message, dict):
             continue
         event = message.get("event")
@@ -180,12 +192,12 @@ async def _read_call(ws: WebSocket, call: Call) -> None:
             call.num_media_in += 1  # the caller's audio: the agent's speech recognition has its own stream
         elif event == "mark":
             call.num_marks_in += 1
-            name = (message.get("mark") or {}).get("name")
+            name = _field(message, "mark", "name")
             if call.bridge is not None and isinstance(name, str):
                 call.bridge.on_mark(name)
         elif event == "dtmf":
-            digit = (message.get("dtmf") or {}).get("digit")
-            if call.bridge is not None:
+            digit = _field(message, "dtmf", "digit")
+            if call.bridge is not None and isinstance(digit, str) and digit:
                 call.bridge.notify({"type": "call.dtmf", "call_id": call.call_id, "digit": digit})
         elif event == "stop":
             call.is_stopped = True
@@ -206,16 +218,31 @@ class CallBridge:
                               stall_message=lambda code, message: Error(code, message, True).to_wire())
         self.link = NativeLink(self._on_event, self._on_frame, self._on_close, (self.control, call.outbox))
         self.by_index: dict[int, str] = {}
-        self.live: set[str] = set()  # contexts whose marks still matter
+        self.live: set[str] = set()  # contexts whose marks still matter: until done, and its last mark came back
         self.muted: set[str] = set()  # cancelled here: their frames are dropped, clear was sent
+        # the mark after a context's last frame, until Twilio echoes it: the phone still plays the context's tail
+        # (up to the pacing lead) after the native context is done, and a barge-in then must still `clear` it
+        self.last_marks: dict[str, str] = {}
+        self.done: set[str] = set()  # natively done, still live while its last mark is out
 
     def notify(self, event: dict) -> None:
         self.control.json(event)
 
     def on_mark(self, name: str) -> None:
         context_id, sep, played = name.rpartition("|")
-        if sep and context_id in self.live and context_id not in self.muted and played.isdigit():
+        if sep and context_id in self.live and context_id not in self.muted and played.isdigit() \
+                and context_id not in self.done:
             self.link.send({"type": "playback", "context_id": context_id, "played_ms": int(played)})
+        if self.last_marks.get(context_id) == name:  # its tail has played
+            del self.last_marks[context_id]
+            if context_id in self.done:
+                self._forget(context_id)
+
+    def _forget(self, context_id: str) -> None:
+        self.live.discard(context_id)
+        self.muted.discard(context_id)
+        self.done.discard(context_id)
+        self.last_marks.pop(context_id, None)
 
     async def read(self) -> None:
         stopped = asyncio.create_task(self.call.stopped.wait())
@@ -272,8 +299,10 @@ class CallBridge:
                     self.muted.add(context_id)
                     self.call.send({"event": "clear"})
             case ContextDone(context_id=context_id):
-                self.live.discard(context_id)
-                self.muted.discard(context_id)
+                if context_id in self.last_marks and context_id not in self.muted:
+                    self.done.add(context_id)  # live until the phone has played its tail (on_mark)
+                else:
+                    self._forget(context_id)
             case SessionStarted() | Alignment() | Flushed() | Error() | Pong():
                 pass  # nothing for the call to do
             case _:
@@ -291,7 +320,10 @@ class CallBridge:
         self.call.num_media_out += 1
         if header.is_last or (header.seq + 1) % MARK_EVERY_FRAMES == 0:
             end_ms = header.pts_ms + CALL_OUTPUT["frame_ms"]
-            self.call.send({"event": "mark", "mark": {"name": f"{context_id}|{end_ms}"}})
+            name = f"{context_id}|{end_ms}"
+            self.call.send({"event": "mark", "mark": {"name": name}})
+            if header.is_last:
+                self.last_marks[context_id] = name
 
     async def _on_close(self, code: int, reason: str) -> None:
         self.control.close(code, reason)
