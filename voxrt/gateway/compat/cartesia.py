@@ -158,7 +158,8 @@ class CartesiaAdapter:
         self.link = NativeLink(self._on_event, self._on_frame, self._on_close, (self.outbox,))
         self.session_key: tuple | None = None  # (voice, encoding, rate) of the native session
         self.contexts: dict[str, ContextOut] = {}  # open: from the first request to done, cancel or error
-        self.closed: set[str] = set()  # ended by an error or a cancel: their messages and audio are dropped
+        self.closed: set[str] = set()  # ended by an error or a cancel: their audio and native events are dropped,
+        # a request on one gets an error
         self.by_index: dict[int, str] = {}
         self.is_shut = False
 
@@ -193,8 +194,11 @@ class CartesiaAdapter:
         context_id = message.get("context_id")
         if not isinstance(context_id, str) or not context_id:
             return self._error(None, "context_id must be a non-empty string")
-        if context_id in self.closed:
-            return None  # its error (done: true) or cancel ended it: nothing more is said about it
+        if context_id in self.closed:  # its error (done: true) or cancel ended it
+            if message.get("cancel") is not True:  # a request on it is answered, never met with silence
+                self._error(context_id, f"context {context_id[:64]!r} has ended (cancelled or failed); send "
+                                        f"this request on a new context_id")
+            return None
         if message.get("cancel") is True:
             out = self.contexts.pop(context_id, None)
             if out is not None:
