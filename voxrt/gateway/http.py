@@ -17,7 +17,7 @@ import logging
 from typing import AsyncIterator
 
 import numpy as np
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from voxrt.audio import pcm16_encode, wav_header
@@ -47,7 +47,8 @@ def error_response(status: int, code: str, message: str, retry_after_ms: int | N
     """OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}` (`param` null when no one field is
     at fault), which the `openai` SDK reads into its exceptions' `.param` / `.code`."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    error = {"message": message, "type": kind, "param": param, "code": code}
+    # a client's string echoed in the message may hold a lone surrogate, which no UTF-8 body can carry
+    error = {"message": replace_lone_surrogates(message), "type": kind, "param": param, "code": code}
     headers = None
     if retry_after_ms is not None:
         error["retry_after_ms"] = retry_after_ms
@@ -77,6 +78,9 @@ async def read_body(request: Request) -> bytes:
         body = await asyncio.wait_for(collect(), config.http_body_timeout_s)
     except asyncio.TimeoutError:
         raise HTTPError(408, "timeout", f"the request body did not arrive within {config.http_body_timeout_s:g} s") \
+            from None
+    except ClientDisconnect:  # the client left mid-body: an answer nobody reads, not a server error
+        raise HTTPError(400, "client_disconnected", "the client closed the connection before its body ended") \
             from None
     request._body = body  # Starlette's own cache: stream(), body(), form() and json() serve it
     return body

@@ -44,7 +44,7 @@ from voxrt.logs import access
 from voxrt.protocol.actions import (AppendText, CancelContext, CloseConnection, EndContext, EndSession, FlushContext,
                                     OpenContext, ReportPlayback, SendText, StartSession)
 from voxrt.protocol.errors import (CLOSE_AUTH, CLOSE_CAPACITY, CLOSE_GOING_AWAY, INACTIVITY_TIMEOUT, SERVER_BUSY,
-                                   SERVER_SHUTTING_DOWN)
+                                   SERVER_SHUTTING_DOWN, close_reason)
 from voxrt.protocol.config import Limits
 from voxrt.protocol.events import encode_error
 from voxrt.protocol.server_events import Error, ServerEvent, encode_event
@@ -124,7 +124,7 @@ async def _refuse(ws: WebSocket, state, subprotocol, close_code: int, code: str,
     state.metrics.errors.labels(code).inc()
     try:
         await ws.send_text(encode_error(code, message, True, **extra))
-        await ws.close(close_code, message)
+        await ws.close(close_code, close_reason(message))
     except Exception:  # noqa: BLE001 (the client left already)
         pass
 
@@ -375,9 +375,9 @@ class RealtimeSession:
         self.close_code = code
         try:
             if self.stall_timeout_s is None:
-                await self.ws.close(code, reason)
+                await self.ws.close(code, close_reason(reason))
             else:
-                await asyncio.wait_for(self.ws.close(code, reason), self.stall_timeout_s)
+                await asyncio.wait_for(self.ws.close(code, close_reason(reason)), self.stall_timeout_s)
         except TimeoutError:  # the client reads nothing: the close goes after what the connection holds
             if not self.is_stalled:
                 self.is_stalled = True

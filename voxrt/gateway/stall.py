@@ -16,7 +16,7 @@ from starlette.websockets import WebSocket
 from websockets.protocol import State
 
 from voxrt.gateway.wire import RAW_SEND_KEY, _direct_protocol
-from voxrt.protocol.errors import FATAL_CLOSE_CODES, INACTIVITY_TIMEOUT
+from voxrt.protocol.errors import FATAL_CLOSE_CODES, INACTIVITY_TIMEOUT, close_reason
 
 CLOSE_GRACE_S = 5.0  # a stalled peer's connection is dropped this long after its close frame was written
 CLOSE_STALLED = FATAL_CLOSE_CODES[INACTIVITY_TIMEOUT]  # 4008, protocol/errors.py
@@ -29,6 +29,7 @@ def close_stalled(ws: WebSocket, code: int, reason: str, text: str | None) -> No
     is closed (it ends once the peer read them) and aborted CLOSE_GRACE_S later if it has not; that is what
     uvicorn's own keepalive timeout does, but for the abort. Any other server: its close, in a task, given up
     after CLOSE_GRACE_S."""
+    reason = close_reason(reason)
     protocol = _direct_protocol(getattr(ws, "scope", {}).get(RAW_SEND_KEY))
     if protocol is None:
         async def bounded_close() -> None:

@@ -90,3 +90,14 @@ class InvalidTransition(AssertionError):
 def clip(text: str, max_chars: int = 64) -> str:
     """A client-supplied string shortened for echoing back inside an error message."""
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455 5.5: a control frame's payload is at most 125 bytes, 2 of them the code
+
+
+def close_reason(text: str) -> str:
+    """`text` as a WebSocket close frame's reason: at most 123 bytes of UTF-8, cut on a character boundary, lone
+    surrogates replaced. A longer reason makes the close itself fail (the peer sees a dropped connection, 1006,
+    instead of the close code): a client's non-ASCII voice or call id in it did that."""
+    data = text.encode("utf-8", "replace")[:MAX_CLOSE_REASON_BYTES]
+    return data.decode("utf-8", "ignore")

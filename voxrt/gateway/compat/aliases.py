@@ -43,6 +43,8 @@ class Aliases:
         return cls(tuple(m.strip() for m in model_aliases if m.strip()), tuple(pairs))
 
     def resolve_model(self, name: str | None, served: str) -> str:
+        if name is not None and not isinstance(name, str):  # a number or object where a name goes (bad input)
+            raise AliasError("unknown_model", f"the model must be a name (a string), got {type(name).__name__}")
         if name is None or name == "" or name == served or name in self.model_aliases or name in OPENAI_MODELS \
                 or name.startswith(ELEVENLABS_MODEL_PREFIX) or name.startswith(CARTESIA_MODEL_PREFIX):
             return served
@@ -55,6 +57,8 @@ class Aliases:
         return mapping
 
     def resolve_voice(self, name: str | None, voices: tuple[str, ...], default: str) -> str:
+        if name is not None and not isinstance(name, str):
+            raise AliasError("unknown_voice", f"the voice must be a name (a string), got {type(name).__name__}")
         if name is None or name == "":
             return default
         if name in voices:

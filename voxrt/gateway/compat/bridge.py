@@ -46,7 +46,7 @@ from starlette.websockets import WebSocket
 from voxrt.gateway.realtime import RealtimeSession
 from voxrt.gateway.stall import CLOSE_GRACE_S, CLOSE_STALLED, close_stalled  # noqa: F401 (also bridge's names)
 from voxrt.protocol.config import Limits
-from voxrt.protocol.errors import INACTIVITY_TIMEOUT
+from voxrt.protocol.errors import INACTIVITY_TIMEOUT, close_reason
 from voxrt.protocol.frames import AudioFrameHeader, decode_audio_frame
 from voxrt.protocol.server_events import ServerEvent
 
@@ -317,7 +317,7 @@ class Outbox:
                         item[1].set_result(None)
                 elif kind == "close":
                     self.is_closed = True
-                    await self._send(self.ws.close(item[1], item[2][:120]))
+                    await self._send(self.ws.close(item[1], close_reason(item[2])))
                     return
         except asyncio.CancelledError:
             if not self.is_stalled:

@@ -40,7 +40,7 @@ from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.aliases import AliasError
 from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
 from voxrt.protocol.config import Limits
-from voxrt.protocol.errors import CONTEXT_LIMIT, INACTIVITY_TIMEOUT
+from voxrt.protocol.errors import CONTEXT_LIMIT, INACTIVITY_TIMEOUT, close_reason
 from voxrt.protocol.frames import AudioFrameHeader
 from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
                                           ServerEvent, SessionStarted)
@@ -112,9 +112,10 @@ def parse_output_format(value) -> tuple[str, int]:
     if not isinstance(value, dict) or value.get("container", "raw") != "raw":
         raise RequestError("output_format must be {container: 'raw', encoding, sample_rate}")
     encoding, rate = value.get("encoding"), value.get("sample_rate")
-    if encoding not in ENCODINGS:
+    if not isinstance(encoding, str) or encoding not in ENCODINGS:
         raise RequestError(f"encoding must be one of {', '.join(ENCODINGS)}")
-    if rate not in RATES or (encoding in ("pcm_mulaw", "pcm_alaw") and rate != 8000):
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate not in RATES \
+            or (encoding in ("pcm_mulaw", "pcm_alaw") and rate != 8000):
         raise RequestError(f"sample_rate must be one of {RATES} (8000 for mu-law and A-law)")
     return encoding, rate
 
@@ -182,13 +183,19 @@ class CartesiaAdapter:
                 continue
             try:
                 message = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: '[[[[...' nested past the parser
                 self._error(None, "message is not valid JSON")
                 continue
-            if isinstance(message, dict):
-                self.handle(message)
-            else:
+            if not isinstance(message, dict):
                 self._error(None, "message must be a JSON object")
+                continue
+            try:
+                self.handle(message)
+            except Exception:  # noqa: BLE001 (a message of a shape no check foresaw: its error, not the socket's end)
+                log.warning("cartesia adapter: a message failed", exc_info=True)
+                context_id = message.get("context_id")
+                self._error(context_id if isinstance(context_id, str) and context_id else None,
+                            "this request could not be read: check its fields' types against Cartesia's API")
 
     def handle(self, message: dict) -> None:
         context_id = message.get("context_id")
@@ -395,6 +402,6 @@ async def _refuse(ws: WebSocket, close_code: int, code: str, message: str) -> No
     try:
         await ws.send_text(json.dumps({"type": "error", "done": True, "status_code": 401 if close_code == 4001
                                        else 429, "error_code": code, "title": code, "message": message}))
-        await ws.close(close_code, message[:120])
+        await ws.close(close_code, close_reason(message))
     except Exception:  # noqa: BLE001 (already gone)
         pass

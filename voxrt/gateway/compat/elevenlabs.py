@@ -33,7 +33,7 @@ from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.av_codec import ContainerEncoder
 from voxrt.gateway.compat.aliases import AliasError
 from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
-from voxrt.protocol.errors import INACTIVITY_TIMEOUT
+from voxrt.protocol.errors import INACTIVITY_TIMEOUT, close_reason
 from voxrt.protocol.frames import AudioFrameHeader
 from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
                                           ServerEvent, SessionStarted)
@@ -209,14 +209,19 @@ class ElevenLabsAdapter:
                 continue
             try:
                 message = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: '[[[[...' nested past the parser
                 self._error("invalid_json", "message is not valid JSON")
                 continue
             if not isinstance(message, dict):
                 self._error("invalid_json", "message must be a JSON object")
                 continue
-            if not self.handle(message):
-                return
+            try:
+                if not self.handle(message):
+                    return
+            except Exception:  # noqa: BLE001 (a message of a shape no check foresaw: its error, not the socket's end)
+                log.warning("elevenlabs adapter: a message failed", exc_info=True)
+                self._error("invalid_message", "this message could not be read: check its fields' types against "
+                                               "ElevenLabs' API")
 
     def _native_id(self, el_id: str, *, create: bool) -> str | None:
         """The native context an ElevenLabs id speaks to; with `create`, a fresh one when the id is new or its
@@ -469,7 +474,7 @@ def parse_inactivity_timeout(value: str | None) -> int:
         return DEFAULT_INACTIVITY_TIMEOUT_S
     try:
         seconds = int(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: '[[[[...' nested past the parser
         seconds = 0
     if not 1 <= seconds <= MAX_INACTIVITY_TIMEOUT_S:
         raise ValueError(f"inactivity_timeout must be a whole number of seconds from 1 to "
@@ -500,7 +505,7 @@ async def _endpoint(ws: WebSocket, *, multi: bool) -> None:
             return
         try:
             first = json.loads(data) if isinstance(data, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: '[[[[...' nested past the parser
             first = None
         if isinstance(first, dict):
             authorized = check_auth(state, ws, first.get("xi-api-key"), first.get("xi_api_key"),
@@ -552,7 +557,7 @@ async def _refuse(ws: WebSocket, code: str, message: str, close_code: int) -> No
 async def _refuse_body(ws: WebSocket, body: dict, close_code: int, reason: str) -> None:
     try:
         await ws.send_text(json.dumps(body))
-        await ws.close(close_code, reason[:120])
+        await ws.close(close_code, close_reason(reason))
     except Exception:  # noqa: BLE001 (already gone)
         pass
 

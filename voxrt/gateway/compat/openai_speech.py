@@ -74,8 +74,9 @@ def parse_speech_request(body, info, aliases) -> SpeechRequest:
     speed = body.get("speed", 1.0)
     if speed is None:
         speed = 1.0
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed) \
-            or not MIN_SPEED <= speed <= MAX_SPEED:
+    # (an int is compared as it is: math.isfinite of a 310-digit one overflows)
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
+            or (isinstance(speed, float) and not math.isfinite(speed)) or not MIN_SPEED <= speed <= MAX_SPEED:
         raise HTTPError(400, "invalid_speed", f"speed must be a number from {MIN_SPEED} to {MAX_SPEED}, got "
                                               f"{str(speed)[:32]}", param="speed")
     stream_format = body.get("stream_format")

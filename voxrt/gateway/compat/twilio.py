@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
-from voxrt.protocol.errors import INACTIVITY_TIMEOUT
+from voxrt.protocol.errors import INACTIVITY_TIMEOUT, close_reason
 from voxrt.protocol.frames import AudioFrameHeader
 from voxrt.protocol.server_events import (Alignment, Cancelled, ContextDone, ContextStarted, Error, Flushed, Pong,
                                           ServerEvent, SessionStarted)
@@ -117,19 +117,20 @@ async def media_endpoint(ws: WebSocket) -> None:
     if start is None:
         await _close(ws, 1008, "expected Twilio's connected and start messages")
         return
-    params = start.get("customParameters") or {}
+    params = start.get("customParameters")
+    params = params if isinstance(params, dict) else {}
     if not check_auth(state, ws, params.get("token"), params.get("key")):
         state.metrics.errors.labels("unauthorized").inc()
         await _close(ws, 1008, "missing or invalid token (customParameters.token)")
         return
     call_id = str(params.get("call_id") or start.get("callSid") or start.get("streamSid"))
+    calls = registry(ws.app)
+    if call_id in calls.calls:  # before any task is made for it (its outbox's writer would be left pending)
+        await _close(ws, 1008, f"call {call_id} already has a media stream")
+        return
     # Twilio takes no error messages: a stalled media stream just gets its close (4008, bridge.py)
     outbox = Outbox(ws, stall_timeout_s=state.config.limits.inactivity_timeout_s)
     call = Call(call_id, str(start.get("streamSid")), str(start.get("callSid")), params, outbox)
-    calls = registry(ws.app)
-    if call_id in calls.calls:
-        await _close(ws, 1008, f"call {call_id} already has a media stream")
-        return
     calls.add(call)
     reader = asyncio.create_task(_read_call(ws, call), name="voxrt-twilio-media")
     gone = asyncio.create_task(call.outbox.gone.wait(), name="voxrt-twilio-gone")
@@ -155,13 +156,15 @@ async def _read_start(ws: WebSocket) -> dict | None:
         while True:
             message = json.loads(await ws.receive_text())
             if isinstance(message, dict) and message.get("event") == "start":
-                start = message.get("start") or {}
+                start = message.get("start")
+                if not isinstance(start, dict):
+                    raise ValueError("start is not an object")  # not Twilio's: the stream is refused (1008)
                 start.setdefault("streamSid", message.get("streamSid"))
                 return start
 
     try:
         return await asyncio.wait_for(until_start(), START_TIMEOUT_S)
-    except (asyncio.TimeoutError, WebSocketDisconnect, RuntimeError, ValueError, KeyError):
+    except (asyncio.TimeoutError, WebSocketDisconnect, RuntimeError, ValueError, RecursionError, KeyError):
         return None
 
 
@@ -183,7 +186,7 @@ async def _read_call(ws: WebSocket, call: Call) -> None:
             return
         try:
             message = json.loads(frame["text"]) if frame.get("text") is not None else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: '[[[[...' nested past the parser
             continue  # not JSON
         if not isinstance(message, dict):
             continue
@@ -269,7 +272,7 @@ class CallBridge:
     def _from_agent(self, data: str) -> None:
         try:
             message = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: '[[[[...' nested past the parser
             message = None
         if isinstance(message, dict):
             kind = message.get("type")
@@ -280,7 +283,8 @@ class CallBridge:
             elif kind == "playback":  # the phone's marks are the playback clock, not the agent's guess
                 return
             elif kind == "cancel":  # barge-in: silence the call now, the native cancel follows
-                targets = list(self.live) if message.get("context_id") == "*" else [message.get("context_id")]
+                target = message.get("context_id")
+                targets = list(self.live) if target == "*" else [target] if isinstance(target, str) else []
                 if any(t in self.live and t not in self.muted for t in targets):
                     self.muted.update(t for t in targets if t in self.live)
                     self.call.send({"event": "clear"})
@@ -365,13 +369,13 @@ async def control_endpoint(ws: WebSocket) -> None:
 async def _refuse(ws: WebSocket, close_code: int, code: str, message: str, **extra) -> None:
     try:
         await ws.send_text(json.dumps({"type": "error", "code": code, "message": message, "fatal": True, **extra}))
-        await ws.close(close_code, message[:120])
+        await ws.close(close_code, close_reason(message))
     except Exception:  # noqa: BLE001 (already gone)
         pass
 
 
 async def _close(ws: WebSocket, code: int, reason: str) -> None:
     try:
-        await ws.close(code, reason[:120])
+        await ws.close(code, close_reason(reason))
     except Exception:  # noqa: BLE001
         pass
