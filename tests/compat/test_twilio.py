@@ -143,8 +143,9 @@ def test_call_gets_paced_mulaw_marks_move_deadlines_clear_on_barge_in_nothing_af
             clear_s = peer.received[clear_at][0]
             media_before_clear = sum(1 for k in kinds[:clear_at] if k == "media")
             # clear goes out as the bridge reads the cancel: at most the frames paced out while the cancel
-            # travelled (one per 20 ms; on an idle machine that is 0 or 1)
-            in_flight = 1 + int((clear_s - cancel_sent_s) * 1000 / FRAME_MS)
+            # travelled (one per 20 ms; on an idle machine that is 0 or 1), plus one already on its way when
+            # `num_before` was counted (the fresh-clone CI saw 2 against 1 on a loaded 2-core machine)
+            in_flight = 2 + int((clear_s - cancel_sent_s) * 1000 / FRAME_MS)
             assert media_before_clear - num_before <= in_flight, (media_before_clear - num_before, in_flight)
             assert "media" not in kinds[clear_at + 1:]  # and no frame of that context after it
             # dtmf reaches the agent
