@@ -20,7 +20,7 @@ the id of the segment it closes. The native `flushed` events come back in the or
 per-context queue tells the client's from the internal ones.
 
 An error about a context ends it (Cartesia: `done: true`): the adapter stops it (native `cancel`) and sends
-nothing more for it, and its later messages are ignored.
+nothing more of it; a later request on it gets an error saying so (a cancel of it is ignored).
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ class CartesiaAdapter:
 
     def _fail(self, context_id: str, message: str, code: str = "invalid_request") -> None:
         """An error about a context ends it (Cartesia's error is `done: true`): stopped and forgotten; nothing
-        more of it is sent, and its later messages are ignored."""
+        more of it is sent, and a later request on it gets an error (`handle`)."""
         self._error(context_id, message, code)
         self.closed.add(context_id)
         out = self.contexts.pop(context_id, None)
