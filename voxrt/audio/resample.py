@@ -22,7 +22,7 @@ import numpy as np
 import soxr
 
 from voxrt.audio.formats import is_integer
-from voxrt.audio.pcm import as_mono_float32
+from voxrt.audio.pcm import as_mono_float32, pcm16_decode
 
 SOXR_QUALITY = "HQ"
 
@@ -65,6 +65,12 @@ class StreamResampler:
         # stays usable for the next utterance (tests check a reset stream repeats a fresh one exactly)
         self._stream.clear()
         return tail
+
+    def process_pcm16(self, data: bytes, *, last: bool) -> np.ndarray:
+        """s16le bytes at in_rate -> float32 at out_rate, with the held tail too when `last` (the stream's
+        end). For adapters whose wire wants a rate the native session does not serve (22.05 / 44.1 kHz)."""
+        pcm = self.process(pcm16_decode(data))
+        return np.concatenate([pcm, self.flush()]) if last else pcm
 
     @property
     def delay_samples(self) -> float:

@@ -33,9 +33,9 @@ import functools
 import json
 import logging
 
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from voxrt.audio.pcm import pcm16_decode, pcm16_encode
 from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.aliases import AliasError
 from voxrt.gateway.compat.bridge import NativeLink, Outbox, check_auth, run_adapter, session_slot, unknown_event
@@ -98,14 +98,15 @@ class ContextOut:
         data = b"".join(payloads)
         if ENCODINGS[self.encoding] != "pcm16":
             return data  # G.711 comes at 8000 Hz from the native session
-        pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
         if self._resampler is not None:
-            pcm = self._resampler.process(pcm)
-            if is_last:
-                pcm = np.concatenate([pcm, self._resampler.flush()])
+            pcm = self._resampler.process_pcm16(data, last=is_last)
+        elif self.encoding == "pcm_f32le":
+            pcm = pcm16_decode(data)
+        else:
+            return data  # s16le at a rate the native session serves
         if self.encoding == "pcm_f32le":
             return pcm.astype("<f4").tobytes()
-        return (np.clip(pcm, -1.0, 32767 / 32768) * 32768).astype("<i2").tobytes()
+        return pcm16_encode(pcm)
 
 
 def parse_output_format(value) -> tuple[str, int]:

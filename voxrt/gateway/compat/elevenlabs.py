@@ -25,10 +25,10 @@ import json
 import logging
 import re
 
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxrt.audio import OggOpusWriter
+from voxrt.audio.pcm import pcm16_decode, pcm16_encode
 from voxrt.audio.resample import StreamResampler
 from voxrt.gateway.compat.av_codec import ContainerEncoder
 from voxrt.gateway.compat.aliases import AliasError
@@ -100,18 +100,14 @@ class ContextAudio:
 
     def encode(self, payloads: list[bytes], is_last: bool) -> bytes:
         if self._mp3 is not None:
-            pcm = np.frombuffer(b"".join(payloads), dtype="<i2").astype(np.float32) / 32768.0
-            data = self._mp3.push(pcm)
+            data = self._mp3.push(pcm16_decode(b"".join(payloads)))
             return data + self._mp3.finish() if is_last else data
         if self._ogg is not None:
             head = b"" if self._started else self._ogg.header_pages()
             self._started = True
             return head + self._ogg.page(payloads, is_last=is_last)
         if self._resampler is not None:
-            pcm = self._resampler.process(np.frombuffer(b"".join(payloads), dtype="<i2").astype(np.float32) / 32768.0)
-            if is_last:
-                pcm = np.concatenate([pcm, self._resampler.flush()])
-            return (np.clip(pcm, -1.0, 32767 / 32768) * 32768).astype("<i2").tobytes()
+            return pcm16_encode(self._resampler.process_pcm16(b"".join(payloads), last=is_last))
         return b"".join(payloads)
 
 
