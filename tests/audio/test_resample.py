@@ -82,3 +82,18 @@ def test_bad_rates(bad):
 def test_rejects_multichannel():
     with pytest.raises(ValueError, match="1-D"):
         StreamResampler(24000, 8000).process(np.zeros((10, 2), dtype=np.float32))
+
+
+def test_process_pcm16_chunks_equal_one_shot_and_flush_at_the_end():
+    from voxrt.audio.pcm import pcm16_decode, pcm16_encode
+
+    data = pcm16_encode(speechlike(24000))
+    expected = soxr.resample(pcm16_decode(data), 48000, 22050, quality=SOXR_QUALITY)
+    resampler = StreamResampler(48000, 22050)
+    step = 1920  # 20 ms of s16 at 48 kHz
+    pieces = [resampler.process_pcm16(data[i:i + step], last=i + step >= len(data)) for i in range(0, len(data), step)]
+    out = np.concatenate(pieces)
+    assert out.dtype == np.float32 and len(out) == len(expected)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="even number"):
+        resampler.process_pcm16(b"\x00", last=True)
