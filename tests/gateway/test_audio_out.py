@@ -5,6 +5,7 @@ leaves after `aclose`. No tight timing: only lower bounds (pacing never sends ea
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import numpy as np
@@ -248,6 +249,25 @@ def test_a_send_that_fails_ends_play_with_its_error():
         out, encoder = audio_out(send, config("burst", codec="pcm16"))
         with pytest.raises(ConnectionError, match="session closed"):
             await out.play(encoder.split(speech(0.1)), False, 0.0, trace())
+    run(main())
+
+
+def test_a_send_that_fails_after_close_has_its_error_retrieved():
+    """A send in flight that fails once its stream is closed (a stalled client aborted): its error is read and
+    dropped, not left for asyncio's "Task exception was never retrieved" at garbage collection."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        reported = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context.get("message")))
+        out, _ = audio_out(lambda data: None, config("burst"))
+        failed = loop.create_future()
+        failed.set_exception(ConnectionError("session closed"))
+        out.is_closed = True
+        out._on_send_done(trace(), 0.0, False, failed)
+        del failed
+        gc.collect()
+        await asyncio.sleep(0)
+        assert reported == []
     run(main())
 
 

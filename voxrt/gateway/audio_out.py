@@ -338,10 +338,13 @@ class AudioOut:
 
     def _on_send_done(self, trace: list, due: float, is_paced: bool, task: asyncio.Future) -> None:
         self._in_flight = None
-        if task.cancelled() or self.is_closed:
+        if task.cancelled():
             return
-        if task.exception() is not None:
-            self._fail(task.exception())
+        exc = task.exception()  # retrieved even when closed: else asyncio logs "exception was never retrieved"
+        if self.is_closed:
+            return
+        if exc is not None:
+            self._fail(exc)
             return
         self.metrics.num_frame_writes += 1
         self._on_sent([(due, is_paced, trace)], time.monotonic_ns())
