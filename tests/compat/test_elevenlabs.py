@@ -214,6 +214,27 @@ def test_binary_frame_gets_an_error_and_the_stream_goes_on(live):
     assert abs(s16_seconds(audio, 16000) - expected_seconds("Still speaking. ")) < 0.5
 
 
+def test_messages_after_end_of_input_get_errors_and_the_owed_audio_still_comes(live):
+    """Text after stream-input's end-of-input message: an error each, never forwarded (the native session used
+    to close the socket 4400 after 20 of them, before the audio still owed was out)."""
+    async def scenario():
+        url = live.ws.replace("/v1/realtime", "/v1/text-to-speech/default/stream-input?output_format=pcm_16000")
+        async with websockets.connect(url) as ws:
+            await ws.send(json.dumps({"text": " "}))
+            await ws.send(json.dumps({"text": "Still speaking. "}))
+            await ws.send(json.dumps({"text": ""}))
+            for _ in range(30):
+                await ws.send(json.dumps({"text": "late words "}))
+            return [json.loads(m) async for m in ws], ws.close_code
+
+    messages, code = run(scenario())
+    errors = [m for m in messages if m.get("error")]
+    assert code == 1000 and messages[-1] == {"isFinal": True}, (code, messages[-1])
+    assert len(errors) == 30 and all("input has ended" in m["message"] for m in errors), errors[:2]
+    audio = b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
+    assert abs(s16_seconds(audio, 16000) - expected_seconds("Still speaking. ")) < 0.5
+
+
 def test_alignment_spells_the_text_and_rides_on_its_audio(live):
     """ElevenLabs' alignment: the characters spoken in a chunk (spaces and punctuation included), on that
     chunk's audio message, times relative to the chunk's start."""

@@ -187,6 +187,7 @@ class ElevenLabsAdapter:
         self.final_sent: set[str] = set()
         self.flushing: set[str] = set()  # native contexts with a flush whose audio is not all out yet
         self.timed_out = False
+        self.input_ended = False  # stream-input: the empty text came; the socket speaks what it has, then closes
 
     def start(self) -> None:
         self.link.send({"type": "session.start", "voice": self.voice, "output": self.fmt.native_output(),
@@ -248,6 +249,14 @@ class ElevenLabsAdapter:
         if self.multi and message.get("close_socket") is True:
             self.link.send({"type": "session.end"})
             return True
+        if self.input_ended:
+            # ElevenLabs' stream-input takes no text after its end-of-input message. Answered here, not
+            # forwarded: the native session would count each as a bad message and close the socket 4400 after
+            # 20 of them, before the audio still owed had gone out.
+            if message.get("text") != "":
+                self._error("invalid_message", "the input has ended (an empty text was sent): this socket speaks "
+                                               "the text it has, then closes; open a new one for more")
+            return True
         context_id = message.get("context_id", DEFAULT_CONTEXT) if self.multi else DEFAULT_CONTEXT
         if not isinstance(context_id, str) or not context_id:
             self._error("invalid_message", "context_id must be a non-empty string")
@@ -274,8 +283,10 @@ class ElevenLabsAdapter:
             if self.multi:  # keep-alive: resets the inactivity timer
                 self.link.send({"type": "ping"})
             elif native is not None:  # end of input: finish speaking, then isFinal and close
+                self.input_ended = True
                 self.link.send({"type": "context.end", "context_id": native})
             else:
+                self.input_ended = True
                 self.link.send({"type": "session.end"})
             return True
         if text:
