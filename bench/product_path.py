@@ -3,6 +3,7 @@
     python bench/product_path.py sample OUT.jsonl SERVE_PID LOADGEN_TAG_FILE   # until killed: CPU of every process
     python bench/product_path.py snapshot STATS_PREFIX OUT.json                 # the gateways' cumulative stats
     python bench/product_path.py report RUNS_DIR                                # the last table
+    python bench/product_path.py windows RUNS_DIR TAG [WINDOW_S]                # where a run's misses fall in time
 
 `report` prints every run's points, then one line per path (attainment per rate, capacity on the grid, TTFA
 at 1 req/s) and the issue's comparisons. `sample` writes one line a second: for the serve process and its descendants (the engine process and the
@@ -160,11 +161,13 @@ def paths(runs: Path) -> None:
     rows = {}
     for tag, label, ttfa_tag in PATHS:
         summary_path = runs / tag / "summary.json"
-        if not summary_path.exists():
+        has_ttfa_run = bool(ttfa_tag) and (runs / ttfa_tag / "summary.json").exists()
+        if not summary_path.exists() and not has_ttfa_run:
             continue
-        points = [p for p in json.loads(summary_path.read_text()).get("points", []) if p.get("requests")]
+        points = ([p for p in json.loads(summary_path.read_text()).get("points", []) if p.get("requests")]
+                  if summary_path.exists() else [])  # a call that ran only the `ttfa` path has its 1 req/s runs
         at_one = next((p for p in points if p["rate"] == 1), None)
-        if at_one is None and ttfa_tag and (runs / ttfa_tag / "summary.json").exists():
+        if at_one is None and has_ttfa_run:
             at_one = next(iter(json.loads((runs / ttfa_tag / "summary.json").read_text()).get("points", [])), None)
         loaded = [p for p in points if p["rate"] != 1] or points
         rows[tag] = {"label": label, "points": loaded, "capacity": grid_capacity(points, 0.9), "at_one": at_one}
@@ -201,6 +204,54 @@ def paths(runs: Path) -> None:
               f"{'ok' if gap <= 40 else 'MISS'}")
 
 
+def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
+    """Where a run's misses fall in time: per rate and per `window_s` of arrivals, the requests, the misses (first
+    audio later than 200 ms or a stall), the client's TTFA p50 and, for WebSocket runs, the gateway trace's
+    split of the first chunk (context opened -> engine chunk done, -> received by the gateway, -> first frame
+    sent: p50 / p99 ms). Which windows of the same arrivals go wrong on one path and not another says whether
+    the loss is a burst the engine absorbs on one path only, or the gateway's own delay."""
+    runs = Path(runs_dir)
+    requests = [json.loads(line) for line in (runs / tag / "requests.jsonl").read_text().splitlines() if line.strip()]
+    traces = []  # (opened ns, engine ms, to gateway ms, to first send ms) per context, WebSocket runs only
+    for path in runs.glob("gw-trace.*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line) if line.strip() else {}
+            chunks = record.get("chunks") or []
+            if chunks:
+                done, received, sent = chunks[0][3], chunks[0][4], chunks[0][7]
+                traces.append((record["opened_ns"], (done - record["opened_ns"]) / 1e6, (received - done) / 1e6,
+                               (sent - received) / 1e6 if sent else None))
+    traces.sort()
+
+    def q(values, frac):
+        values = sorted(v for v in values if v is not None)
+        return values[min(len(values) - 1, int(len(values) * frac))] if values else None
+
+    def f(x):
+        return "-" if x is None else f"{x:.0f}"
+    print(f"{tag}: per {window_s:g} s of arrivals   reqs  missed  ttfa p50 | engine p50/p99  to gw p50/p99  "
+          "to send p50/p99 ms (gateway trace)")
+    for rate in sorted({r["rate"] for r in requests}):
+        rows = [r for r in requests if r["rate"] == rate]
+        by_window: dict[int, list] = {}
+        for r in rows:
+            by_window.setdefault(int(r["arrival_s"] // window_s), []).append(r)
+        for w, group in sorted(by_window.items()):
+            missed = sum(1 for r in group if r["status"] != "ok" or r["ttfa_ms"] is None or r["ttfa_ms"] > 200
+                         or r["stalls"])
+            print(f"  rate {rate:5g}  {w * window_s:5.0f} s  {len(group):5d}  {missed:6d}  "
+                  f"{f(q([r['ttfa_ms'] for r in group], 0.5)):>8s}")
+    if traces:
+        t0 = traces[0][0]
+        print("gateway trace (every context of every WebSocket run, by when it opened):")
+        by_window = {}
+        for t in traces:
+            by_window.setdefault(int((t[0] - t0) / 1e9 // window_s), []).append(t)
+        for w, group in sorted(by_window.items()):
+            cols = [(q([g[i] for g in group], 0.5), q([g[i] for g in group], 0.99)) for i in (1, 2, 3)]
+            print(f"  {w * window_s:5.0f} s  {len(group):5d}  " + "  ".join(f"{f(a):>6s}/{f(b):<6s}" for a, b in cols))
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "sample":
@@ -209,5 +260,7 @@ if __name__ == "__main__":
         snapshot(rest[0], rest[1])
     elif command == "report":
         report(rest[0])
+    elif command == "windows":
+        windows(rest[0], rest[1], *(float(x) for x in rest[2:3]))
     else:
-        raise SystemExit(f"unknown command {command!r}: sample, snapshot or report")
+        raise SystemExit(f"unknown command {command!r}: sample, snapshot, report or windows")

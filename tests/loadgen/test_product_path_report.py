@@ -1,0 +1,49 @@
+"""bench/product_path.py's `report` and `windows` (the GPU call's last table and its miss-in-time view), on
+hand-made run directories: a wrong table costs a GPU call to find out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("product_path", ROOT / "bench" / "product_path.py")
+product_path = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(product_path)
+
+
+def _point(rate, ttfa_p50, ttfa_p99, attainment=1.0):
+    return {"rate": rate, "requests": 20, "attainment": attainment, "stalled_requests": 0,
+            "ttfa_p50_ms": ttfa_p50, "ttfa_p99_ms": ttfa_p99}
+
+
+def _summary(runs: Path, tag: str, *points) -> None:
+    (runs / tag).mkdir(parents=True)
+    (runs / tag / "summary.json").write_text(json.dumps({"points": list(points)}))
+
+
+def test_a_call_that_ran_only_the_ttfa_path_reports_its_gap(tmp_path, capsys):
+    _summary(tmp_path, "ttfa-whole", _point(1, 21.5, 28.8))
+    _summary(tmp_path, "ttfa-tokens", _point(1, 48.6, 56.3))
+    product_path.paths(tmp_path)
+    out = capsys.readouterr().out
+    assert "no path ran" not in out
+    assert "tokens minus whole text: 27 ms (bound 40 ms): ok" in out
+
+
+def test_windows_counts_misses_per_window_and_splits_the_first_chunk(tmp_path, capsys):
+    rows = [dict(rate=104.0, arrival_s=1.0, status="ok", ttfa_ms=50.0, stalls=0),
+            dict(rate=104.0, arrival_s=6.0, status="ok", ttfa_ms=250.0, stalls=0),
+            dict(rate=104.0, arrival_s=7.0, status="ok", ttfa_ms=90.0, stalls=1)]
+    (tmp_path / "ws-whole").mkdir()
+    (tmp_path / "ws-whole" / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    opened = 10**9
+    trace = {"opened_ns": opened, "chunks": [[0, 0, 2, opened + 40_000_000, opened + 42_000_000, 0, None,
+                                              opened + 43_000_000, 0]]}
+    (tmp_path / "gw-trace.1.jsonl").write_text(json.dumps(trace) + "\n")
+    product_path.windows(str(tmp_path), "ws-whole", 5.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[-3:] == ["1", "0", "50"]  # window 0 s: 1 request, no miss
+    assert lines[2].split()[-3:] == ["2", "2", "250"]  # window 5 s: a late first audio and a stall
+    assert "40/40" in lines[-1] and "2/2" in lines[-1] and "1/1" in lines[-1]
