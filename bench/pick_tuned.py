@@ -8,13 +8,17 @@ the frame benchmark (bench/gpu_frame_pdl.sh's `tune` step); nothing printed wher
   the engine runs it (`auto`: more than 8 rows), KV context 128, among the configs with no mismatch on any row,
   if that sum beats the committed config's.
 - The sampler: the threshold search with the least top-k-50 us (auto warps) summed over both vocabularies and
-  batches, among the searches with no mismatch, if it is not the committed `rounds`.
+  batches, among the searches with no mismatch, if it is not the committed default (COMMITTED_SEARCH).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+# kernels/sampling.py's DEFAULT_SEARCH (tests/engine/runtime/test_pick_tuned.py checks they agree); not imported
+# from there so that this script needs no torch
+COMMITTED_SEARCH = "radix"
 
 
 def paged_choice(rows: list[dict]) -> str | None:
@@ -49,7 +53,7 @@ def search_choice(rows: list[dict]) -> str | None:
     if not totals:
         return None
     best = min(totals, key=totals.get)
-    return None if best == "rounds" else best
+    return None if best == COMMITTED_SEARCH else best
 
 
 def main(path: str) -> str:

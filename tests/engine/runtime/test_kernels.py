@@ -301,7 +301,7 @@ def test_sampler_rounds16_falls_back_where_scaling_could_merge_values(search):
 
 def test_sampler_search_is_read_from_the_environment(monkeypatch):
     monkeypatch.delenv("VOXRT_SAMPLER_SEARCH", raising=False)
-    assert sampler_search() == "rounds"  # the default until the sort is measured faster on a GPU
+    assert sampler_search() == "radix"  # the default: fastest on the H100 (bench/results/2026-12-05-h100/)
     monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", " Sort ")
     assert sampler_search() == "sort"
     monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", "bisect")

@@ -38,12 +38,18 @@ def test_paged_config_stays_the_default_unless_faster():
 def test_sampler_search_is_the_least_total_without_mismatch(tmp_path):
     rows = [dict(vocab=2048, batch=1, topk50_wauto_us=16.0, topk50_radix_wauto_us=6.0, topk50_sort_wauto_us=9.0),
             dict(vocab=3072, batch=1, topk50_wauto_us=20.0, topk50_radix_wauto_us=8.0, topk50_sort_wauto_us=12.0)]
-    assert pick_tuned.search_choice(rows) == "radix"
+    assert pick_tuned.search_choice(rows) is None  # the committed default (radix) won
     rows[1]["MISMATCH"] = ["topk50_radix_wauto"]
     assert pick_tuned.search_choice(rows) == "sort"
     rows[0]["topk50_sort_wauto_us"] = 40.0
-    assert pick_tuned.search_choice(rows) is None  # the committed rounds won
+    assert pick_tuned.search_choice(rows) == "rounds"
     path = tmp_path / "kernels.json"
     path.write_text(json.dumps(dict(paged=[_paged(64, 10.0, bt64_w8_s3=5.0)], sampler=rows[:1])))
-    assert pick_tuned.main(str(path)) == "VOXRT_PAGED_DECODE_CONFIG=64,8,3 VOXRT_SAMPLER_SEARCH=radix"
+    assert pick_tuned.main(str(path)) == "VOXRT_PAGED_DECODE_CONFIG=64,8,3"
     assert pick_tuned.main(str(tmp_path / "missing.json")) == ""
+
+
+def test_committed_search_is_the_kernels_default():
+    from voxrt.engine.runtime.kernels.sampling import DEFAULT_SEARCH
+
+    assert pick_tuned.COMMITTED_SEARCH == DEFAULT_SEARCH

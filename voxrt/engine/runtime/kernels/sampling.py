@@ -14,7 +14,8 @@ candidates' masked counts or sums over the row held in registers in one reductio
 where a bisection needs 32; more candidates per round would spill registers). One program per row; the row
 must fit one block (codec vocabularies: 2048-4096).
 
-`VOXRT_SAMPLER_SEARCH=sort` (read at each launch; default `rounds`, the search above) finds the same thresholds
+`VOXRT_SAMPLER_SEARCH` (read at each launch) picks the search: `radix` by default (below), or `rounds` (the
+search above), `sort` or `rounds16`. `VOXRT_SAMPLER_SEARCH=sort` finds the same thresholds
 with one `tl.sort` of the row's scores instead: the k-th largest kept score is the top-k threshold, and the
 first sorted score where the cumulative sum of the sorted probabilities reaches p is the top-p one. Same kept
 set, same codes (tests/engine/runtime/test_kernels.py runs both against the torch rule); NOT yet timed on a
@@ -30,15 +31,17 @@ rounds. Float32 logits always take the 17 rounds. NOT yet timed on a GPU: its fi
 the GPU image's Triton 3.6 (bench/results/2026-12-05-frame-pdl/; tests/engine/runtime/test_pdl_kernels.py
 compiles every search for sm90 on the CPU now, and reproduces that failure with Triton 3.6).
 
-`VOXRT_SAMPLER_SEARCH=radix`: the top-k threshold by a radix select instead of the rounds (`_radix_kth`): 8 bits
+`VOXRT_SAMPLER_SEARCH=radix` (the default): the top-k threshold by a radix select instead of the rounds (`_radix_kth`): 8 bits
 a pass from the top, each pass one masked 256-bin histogram of the digits of the keys still in play and its
 reversed cumulative sum, so 2 passes over the 16-bit image of bfloat16 logits (where rounds16 may use it) and 4
 over the 32-bit one, against the rounds' 9 or 17, each of which is several block-wide reductions: on the H200
 a top-k-50 draw took 16 us at one row against 3.3 us for temperature alone (2026-12-03-frame-attn), so the
 search is most of it. Top-p keeps the rounds (a histogram counts; it does not sum probabilities). Checked in the
 interpreter against the torch rule at the top-k boundary itself (tests/engine/runtime/test_kernels.py) and
-compiled for sm90 with Triton 3.6 and the installed one (test_pdl_kernels.py); NOT yet timed on a GPU
-(bench/gpu_frame_pdl.sh `tune`).
+compiled for sm90 with Triton 3.6 and the installed one (test_pdl_kernels.py). Timed on an H100
+(bench/results/2026-12-05-h100/, bench/gpu_frame_pdl.sh `tune`): a top-k-50 draw 9.6 / 11.9 us against the
+rounds' 14.9 / 19.9 (vocabulary 2048 / 3072, one row; the same ratio at 64), every draw equal to the torch rule,
+and the Qwen3-TTS frame 2.2-2.9% shorter at batch 1-128 with it: hence the default. Not yet timed on the H200.
 
 With `x` (the rows the logits were projected from, when the final RMSNorm is folded into the head:
 kernels/norm.py), the logits are first scaled by each row's rstd(x).
@@ -54,12 +57,13 @@ from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
 SEARCHES = ("rounds", "sort", "rounds16", "radix")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
+DEFAULT_SEARCH = "radix"  # fastest measured (module docstring); bench/pick_tuned.py's COMMITTED_SEARCH must match
 
 
 def sampler_search() -> str:
-    """`VOXRT_SAMPLER_SEARCH` (`rounds`, the default, `sort`, `rounds16` or `radix`), read at each launch, so a
+    """`VOXRT_SAMPLER_SEARCH` (`radix`, the default, `rounds`, `sort` or `rounds16`), read at each launch, so a
     graph captured afterwards takes the value of its capture."""
-    search = os.environ.get("VOXRT_SAMPLER_SEARCH", "rounds").strip().lower() or "rounds"
+    search = os.environ.get("VOXRT_SAMPLER_SEARCH", DEFAULT_SEARCH).strip().lower() or DEFAULT_SEARCH
     if search not in SEARCHES:
         raise ValueError(f"VOXRT_SAMPLER_SEARCH={search!r}; expected one of {', '.join(SEARCHES)}")
     return search
