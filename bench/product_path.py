@@ -4,6 +4,7 @@
     python bench/product_path.py snapshot STATS_PREFIX OUT.json                 # the gateways' cumulative stats
     python bench/product_path.py report RUNS_DIR                                # the last table
     python bench/product_path.py windows RUNS_DIR TAG [WINDOW_S]                # where a run's misses fall in time
+    python bench/product_path.py engine TRACE_DIR [WINDOW_S]                    # where first audio's time went inside the engine
 
 `report` prints every run's points, then one line per path (attainment per rate, capacity on the grid, TTFA
 at 1 req/s) and the issue's comparisons. `sample` writes one line a second: for the serve process and its descendants (the engine process and the
@@ -252,6 +253,48 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
             print(f"  {w * window_s:5.0f} s  {len(group):5d}  " + "  ".join(f"{f(a):>6s}/{f(b):<6s}" for a, b in cols))
 
 
+def engine(trace_dir: str, window_s: float = 5.0) -> None:
+    """Inside the engine, per `window_s` of request arrivals (the engine's clock: the runs of one call follow
+    each other, so each run's windows come in turn): requests, then p50 / p99 ms of submit -> first text,
+    first text -> admitted (the prefill step), admitted -> first chunk launched, launched -> done, and the
+    first chunk's slack (deadline minus done: negative is late), and the playback reports a request. From the
+    `request` records of `--trace-dir` (ENGINE_TRACE=1 in bench/gpu_product_path.sh)."""
+    records = []
+    for path in sorted(Path(trace_dir).glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if '"kind":"request"' in line:
+                records.append(json.loads(line))
+    if not records:
+        print(f"no request records under {trace_dir}")
+        return
+    records.sort(key=lambda r: r["arrival_ms"])
+    t0 = records[0]["arrival_ms"]
+
+    def gap(r, a, b):
+        return None if r.get(a) is None or r.get(b) is None else r[b] - r[a]
+
+    def q(values, frac):
+        values = sorted(v for v in values if v is not None)
+        return values[min(len(values) - 1, int(len(values) * frac))] if values else None
+
+    def f(x):
+        return "-" if x is None else f"{x:.0f}"
+    columns = (("submit_ms", "text_ms"), ("text_ms", "admitted_ms"), ("admitted_ms", "first_launch_ms"),
+               ("first_launch_ms", "first_done_ms"), ("first_done_ms", "first_deadline_ms"))
+    print(f"engine, per {window_s:g} s of arrivals  reqs  submit>text  text>admit  admit>launch  launch>done"
+          "     slack  reports  (p50/p99 ms)")
+    by_window: dict[int, list] = {}
+    for r in records:
+        by_window.setdefault(int((r["arrival_ms"] - t0) / 1000 // window_s), []).append(r)
+    for w, group in sorted(by_window.items()):
+        cells = []
+        for a, b in columns:
+            values = [gap(r, a, b) for r in group]
+            cells.append(f"{f(q(values, 0.5)):>5s}/{f(q(values, 0.99)):<5s}")
+        reports = sum(r.get("reports", 0) for r in group) / len(group)
+        print(f"  {w * window_s:6.0f} s {len(group):18d}  " + "  ".join(cells) + f"  {reports:6.1f}")
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "sample":
@@ -262,5 +305,7 @@ if __name__ == "__main__":
         report(rest[0])
     elif command == "windows":
         windows(rest[0], rest[1], *(float(x) for x in rest[2:3]))
+    elif command == "engine":
+        engine(rest[0], *(float(x) for x in rest[1:2]))
     else:
-        raise SystemExit(f"unknown command {command!r}: sample, snapshot, report or windows")
+        raise SystemExit(f"unknown command {command!r}: sample, snapshot, report, windows or engine")

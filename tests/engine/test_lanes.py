@@ -221,7 +221,14 @@ def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path, lanes):
     (path,) = tmp_path.glob("engine-*.jsonl")
     records = [json.loads(line) for line in path.read_text().splitlines()]
     kinds = {r["kind"] for r in records}
-    assert kinds == {"plan", "lm", "codec", "step"}
+    assert kinds == {"plan", "lm", "codec", "step", "request"}
+    # one `request` record per request, its timeline in order (every time on the engine's clock)
+    requests = {r["id"]: r for r in records if r["kind"] == "request"}
+    assert requests.keys() == {f"r{i}" for i in range(len(TEXTS))}
+    for r in requests.values():
+        assert r["appends"] == 0 and r["text_ms"] == r["final_ms"] == r["submit_ms"]
+        assert r["submit_ms"] <= r["admitted_ms"] <= r["first_launch_ms"] <= r["first_done_ms"]
+        assert r["frames"] > 0 and r["chunks"] >= 1 and r["first_frames"] > 0 and r["reports"] == 0
     # the host's phases of every loop step; update_lm includes the wait for the LM step's codes
     steps = [r for r in records if r["kind"] == "step"]
     assert len(steps) == core.num_steps
@@ -242,6 +249,26 @@ def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path, lanes):
     # the host's garbage collections between LM records (runtime/gcpause.py), uninstalled when the core closes
     assert all(r["gc_ms"] >= 0 and r["gc_count"] >= 0 for r in records if r["kind"] == "lm")
     assert core.gc_pauses._callback not in gc.callbacks
+
+
+def test_trace_request_timeline_of_streamed_text_and_reports(tmp_path):
+    """A request whose text comes in pieces (as the gateway forwards it): its first text, its end, the appends
+    and the playback reports in its `request` record; a cancelled request writes none."""
+    core = make_core(lanes="inline", trace_dir=str(tmp_path))
+    submit(core, "s", "", final=False)
+    submit(core, "gone", "Never spoken.")
+    assert core.cancel("gone")
+    core.step()
+    core.append_text("s", "Hello there, my good", False)
+    core.set_playback("s", 0, 0)
+    core.append_text("s", " friend.", True)
+    chunks, failures = drain(core)
+    assert not failures and chunks["s"][-1].is_last
+    core.close()
+    (path,) = tmp_path.glob("engine-*.jsonl")
+    (record,) = [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "request"]
+    assert record["id"] == "s" and record["appends"] == 2 and record["reports"] == 1
+    assert record["submit_ms"] < record["text_ms"] <= record["final_ms"] and record["admitted_ms"] >= record["text_ms"]
 
 
 @pytest.mark.parametrize(("mode", "resolved"), [("auto", "off"), ("off", "off"), ("inline", "inline"),

@@ -47,3 +47,22 @@ def test_windows_counts_misses_per_window_and_splits_the_first_chunk(tmp_path, c
     assert lines[1].split()[-3:] == ["1", "0", "50"]  # window 0 s: 1 request, no miss
     assert lines[2].split()[-3:] == ["2", "2", "250"]  # window 5 s: a late first audio and a stall
     assert "40/40" in lines[-1] and "2/2" in lines[-1] and "1/1" in lines[-1]
+
+
+def test_engine_splits_each_window_of_requests_by_the_engine_timeline(tmp_path, capsys):
+    trace = tmp_path / "engine-trace"
+    trace.mkdir()
+    base = dict(kind="request", submit_ms=1000.0, text_ms=1000.5, admitted_ms=1010.5, first_launch_ms=1030.5,
+                first_done_ms=1040.5, first_deadline_ms=1100.5, reports=3)
+    records = [dict(base, id="a", arrival_ms=1000.0), dict(base, id="b", arrival_ms=1001.0, reports=5),
+               dict(base, id="c", arrival_ms=7000.0, first_deadline_ms=None)]
+    (trace / "engine-1.jsonl").write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+                                          + json.dumps({"kind": "plan", "t_ms": 1.0}, separators=(",", ":")) + "\n")
+    product_path.engine(str(trace), 5.0)
+    lines = capsys.readouterr().out.splitlines()
+    first, second = lines[1].split(), lines[2].split()
+    assert first[:3] == ["0", "s", "2"] and first[3:8] == ["0/0", "10/10", "20/20", "10/10", "60/60"]
+    assert first[-1] == "4.0"
+    assert second[:3] == ["5", "s", "1"] and second[7] == "-/-"  # no deadline: no slack
+    product_path.engine(str(tmp_path / "missing"))
+    assert "no request records" in capsys.readouterr().out

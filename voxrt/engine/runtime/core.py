@@ -235,6 +235,11 @@ class EngineCore:
             raise InvalidParamsError(problem[1])
         request = self.scheduler.add(msg.request_id, msg.voice, msg.params, msg.arrival_ns or now_ns or time.monotonic_ns(),
                                      msg.streaming)
+        if self.tracer is not None:
+            now_ms = (now_ns or time.monotonic_ns()) / 1e6
+            request.timeline = {"arrival_ms": request.arrival_ns / 1e6, "submit_ms": now_ms, "text_ms": None,
+                                "final_ms": None, "appends": 0, "reports": 0}
+            self._stamp_text(request, msg.text, msg.is_text_final, now_ms)
         if msg.text or msg.is_text_final:
             self.scheduler.append_text(msg.request_id, msg.text, msg.is_text_final)
         return request
@@ -244,14 +249,27 @@ class EngineCore:
         request = self.scheduler.requests.get(request_id)
         if request is None or request.feed.is_final:
             return False
+        if request.timeline is not None:
+            request.timeline["appends"] += 1
+            self._stamp_text(request, text, is_final, time.monotonic_ns() / 1e6)
         self.scheduler.append_text(request_id, text, is_final)
         return True
+
+    @staticmethod
+    def _stamp_text(request: Request, text: str, is_final: bool, now_ms: float) -> None:
+        timeline = request.timeline
+        if text and timeline["text_ms"] is None:
+            timeline["text_ms"] = now_ms
+        if is_final:
+            timeline["final_ms"] = now_ms
 
     def set_playback(self, request_id: str, played_samples: int, anchor_ns: int, is_stalled: bool = False) -> bool:
         request = self.scheduler.requests.get(request_id)
         if request is None:
             return False
         request.playback = PlaybackAnchor(played_samples, anchor_ns, is_stalled)
+        if request.timeline is not None:
+            request.timeline["reports"] += 1
         return True
 
     def cancel(self, request_id: str) -> bool:
@@ -411,8 +429,23 @@ class EngineCore:
             if not job.request.is_terminal:
                 events.append(self._chunk_event(job, pcm))
                 self._count_timing(job, done_ns)
+                if job.request.timeline is not None:
+                    self._trace_request(job, launch, done_ns)
             self.scheduler.complete_codec(job, done_ns)  # the launch is over: a held slot returns
         self._trace_codec(launch.lane, launch.jobs, launch.launched_ns, done_ns, launch.gpu_ms)
+
+    def _trace_request(self, job: CodecJob, launch: Finished, done_ns: int) -> None:
+        """`--trace-dir`: the request's first chunk (launched, done, its deadline, its lane) into its timeline;
+        at its last chunk, the whole timeline as one `request` record (cancelled and failed requests write
+        none). Every time is ms on the engine's monotonic clock, as the other records'."""
+        request, timeline = job.request, job.request.timeline
+        if job.chunk_index == 0:
+            timeline.update(first_launch_ms=launch.launched_ns / 1e6, first_done_ms=done_ns / 1e6,
+                            first_deadline_ms=None if job.deadline_ns is None else job.deadline_ns / 1e6,
+                            first_lane=launch.lane, first_frames=job.num_frames)
+        if job.is_last:
+            self.tracer.write(kind="request", id=request.request_id, frames=request.num_frames,
+                              chunks=request.num_chunks, text_tokens=len(request.feed.token_ids), **timeline)
 
     def _codec_failed(self, jobs: list[CodecJob], error: BaseException | None) -> None:
         log.error("codec launch failed; failing its %d requests", len(jobs), exc_info=error)
@@ -445,6 +478,9 @@ class EngineCore:
         self.early_chunks += sum(1 for job in plan.codec if job.is_early)
         if self.tracer is None:
             return
+        for request in plan.prefill:
+            if request.timeline is not None:
+                request.timeline["admitted_ms"] = now_ns / 1e6
         waiting = self.scheduler.waiting()
         lanes: dict[str, int] = {}
         for job in plan.codec:

@@ -90,6 +90,9 @@ class Request:
     playback: PlaybackAnchor | None = None
     first_chunk_ns: int | None = None
     error: str | None = None
+    # `--trace-dir` only (runtime/core.py): when its commands came and its first chunk went, in ms on the engine's
+    # clock, written as one `request` record when its last chunk is delivered; None when not tracing
+    timeline: dict | None = None
 
     @classmethod
     def create(cls, request_id: str, voice: str, params: SamplingParams, tokenize: Tokenizer, arrival_ns: int) -> "Request":
