@@ -27,7 +27,8 @@
 # default lanes; a number: --sm-modes SPLIT, the codec lane's SMs), SEED (0),
 # WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
 # ENGINE_EXTRA (more `voxrt serve` engine flags), ENGINE_TRACE (1: the engine's --trace-dir, summarised per
-# request in the table: bench/product_path.py engine), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
+# request in the table (bench/product_path.py engine) and per step (bench/trace_summary.py); `requests`: the
+# per-request records only, --trace-requests-only, which leave the engine's step loop as it is), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
 # (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
@@ -93,7 +94,9 @@ else
   # script's plumbing wants requests that can meet the SLO
   if [ "$MODEL" = standin ]; then ENGINE_ARGS+=(--standin-speed 4); fi
 fi
-if [ "${ENGINE_TRACE:-0}" = 1 ]; then ENGINE_ARGS+=(--trace-dir "$R/engine-trace"); fi
+ENGINE_TRACE=${ENGINE_TRACE:-0}
+if [ "$ENGINE_TRACE" != 0 ]; then ENGINE_ARGS+=(--trace-dir "$R/engine-trace"); fi
+if [ "$ENGINE_TRACE" = requests ]; then ENGINE_ARGS+=(--trace-requests-only); fi
 lscpu | grep -E "Model name|^CPU\(s\)" > "$R/cpu.txt"
 
 export VOXRT_ENGINE_AUTHKEY=${VOXRT_ENGINE_AUTHKEY:-$(python -c "import secrets; print(secrets.token_hex(32))")}
@@ -179,7 +182,9 @@ if [ -d "$R/engine-trace" ]; then
   # ENGINE_TRACE=1: where first audio's time went inside the engine, per window of arrivals, and the engine's
   # summary (bench/trace_summary.py); the raw trace (tens of MB) is reduced to its request records
   { echo; python bench/product_path.py engine "$R/engine-trace"; } >> "$OUT/table.txt" 2>&1
-  python bench/trace_summary.py "$R/engine-trace" --json "$R/engine-trace-summary.json" > "$R/engine-trace-summary.txt" 2>&1
+  if [ "$ENGINE_TRACE" = 1 ]; then
+    python bench/trace_summary.py "$R/engine-trace" --json "$R/engine-trace-summary.json" > "$R/engine-trace-summary.txt" 2>&1
+  fi
   cat "$R"/engine-trace/*.jsonl | grep '"kind":"request"' | gzip > "$R/engine-requests.jsonl.gz"
   rm -rf "$R/engine-trace"
 fi

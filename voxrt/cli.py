@@ -61,6 +61,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
                    "(fields of voxrt.engine.sched.costs.CostModel)")
     p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
+    p.add_argument("--trace-requests-only", action="store_true", help="with --trace-dir: only one record per "
+                   "request (its timeline inside the engine), which costs the engine's step loop nothing")
     p.add_argument("--lm-loop", default="auto", choices=["auto", "async", "sync"],
                    help="async: plan and queue the next LM step while one runs, so the GPU does not wait for the "
                    "host between steps; sync: read each step's frames before planning the next; auto (default): "
@@ -162,6 +164,7 @@ def _engine_config(args: argparse.Namespace):
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
                         late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
+                        trace_requests_only=args.trace_requests_only,
                         async_lm={"auto": None, "async": True, "sync": False}[args.lm_loop],
                         max_live_requests=args.max_live_requests, codec_slots=args.codec_slots,
                         standin_speed=args.standin_speed)

@@ -271,6 +271,17 @@ def test_trace_request_timeline_of_streamed_text_and_reports(tmp_path):
     assert record["submit_ms"] < record["text_ms"] <= record["final_ms"] and record["admitted_ms"] >= record["text_ms"]
 
 
+def test_trace_requests_only_writes_request_records_and_nothing_per_step(tmp_path):
+    core = make_core(lanes="inline", trace_dir=str(tmp_path), trace_requests_only=True)
+    assert core.tracer is None and core.request_tracer is not None and core.gc_pauses is None
+    run_all(core)
+    core.close()
+    (path,) = tmp_path.glob("engine-*.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["kind"] for r in records} == {"request"} and len(records) == len(TEXTS)
+    assert all(r["admitted_ms"] <= r["first_launch_ms"] <= r["first_done_ms"] for r in records)
+
+
 @pytest.mark.parametrize(("mode", "resolved"), [("auto", "off"), ("off", "off"), ("inline", "inline"),
                                                  ("green", "off"), ("streams", "off")])
 def test_lane_modes_without_a_gpu(mode, resolved):

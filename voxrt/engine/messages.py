@@ -59,6 +59,7 @@ class EngineConfig:
     dec_batch: int = 8
     costs: tuple[tuple[str, float], ...] = ()  # CostModel fields that override the start-up measurement
     trace_dir: str | None = None  # JSON lines: each launch's GPU time and each decision
+    trace_requests_only: bool = False  # with trace_dir: only the per-request `request` records (runtime/trace.py)
     # True: the next LM step is planned and queued while one runs (the scheduler sees frames a step late).
     # False: each step's frames update the scheduler before the next is planned (the GPU waits for the host
     # between steps). None (default): True on CUDA (checked on the H200 by bench/gpu_async.sh: the same

@@ -166,7 +166,11 @@ class EngineCore:
         self._cost_overrides = cost_overrides
         if cost_overrides:
             self.scheduler.costs = dataclasses.replace(self.scheduler.costs, **cost_overrides)
-        self.tracer = Tracer(config.trace_dir) if config.trace_dir else None
+        tracer = Tracer(config.trace_dir) if config.trace_dir else None
+        # `request` records go to `request_tracer`; every other kind to `tracer`, None with
+        # `trace_requests_only` (then a step costs the host nothing for the trace, and no GPU timing is taken)
+        self.request_tracer = tracer
+        self.tracer = None if config.trace_requests_only else tracer
         self.gc_pauses = GcPauses().install() if self.tracer is not None else None  # gc_ms on each lm record
         self._last_lm_end = None  # with the trace on CUDA: the previous LM step's end event (GPU idle between them)
         self._lm_in_flight = None  # the LM launch whose frames the scheduler has not seen yet
@@ -235,7 +239,7 @@ class EngineCore:
             raise InvalidParamsError(problem[1])
         request = self.scheduler.add(msg.request_id, msg.voice, msg.params, msg.arrival_ns or now_ns or time.monotonic_ns(),
                                      msg.streaming)
-        if self.tracer is not None:
+        if self.request_tracer is not None:
             now_ms = (now_ns or time.monotonic_ns()) / 1e6
             request.timeline = {"arrival_ms": request.arrival_ns / 1e6, "submit_ms": now_ms, "text_ms": None,
                                 "final_ms": None, "appends": 0, "reports": 0}
@@ -444,7 +448,7 @@ class EngineCore:
                             first_deadline_ms=None if job.deadline_ns is None else job.deadline_ns / 1e6,
                             first_lane=launch.lane, first_frames=job.num_frames)
         if job.is_last:
-            self.tracer.write(kind="request", id=request.request_id, frames=request.num_frames,
+            self.request_tracer.write(kind="request", id=request.request_id, frames=request.num_frames,
                               chunks=request.num_chunks, text_tokens=len(request.feed.token_ids), **timeline)
 
     def _codec_failed(self, jobs: list[CodecJob], error: BaseException | None) -> None:
@@ -476,11 +480,12 @@ class EngineCore:
         """Counts the step's deferred admissions and early chunks, and traces the decision."""
         self.deferred_admissions += sum(1 for r in plan.prefill if r.deferred_since_ns is not None)
         self.early_chunks += sum(1 for job in plan.codec if job.is_early)
+        if self.request_tracer is not None:
+            for request in plan.prefill:
+                if request.timeline is not None:
+                    request.timeline["admitted_ms"] = now_ns / 1e6
         if self.tracer is None:
             return
-        for request in plan.prefill:
-            if request.timeline is not None:
-                request.timeline["admitted_ms"] = now_ns / 1e6
         waiting = self.scheduler.waiting()
         lanes: dict[str, int] = {}
         for job in plan.codec:
@@ -492,8 +497,8 @@ class EngineCore:
     def close(self) -> None:
         if self.gc_pauses is not None:
             self.gc_pauses.uninstall()
-        if self.tracer is not None:
-            self.tracer.close()
+        if self.request_tracer is not None:  # the one Tracer (`tracer` is it too, or None)
+            self.request_tracer.close()
 
     def _chunk_event(self, job: CodecJob, pcm) -> AudioChunk:
         request = job.request
