@@ -449,7 +449,7 @@ class EngineCore:
                             first_lane=launch.lane, first_frames=job.num_frames)
         if job.is_last:
             self.request_tracer.write(kind="request", id=request.request_id, frames=request.num_frames,
-                              chunks=request.num_chunks, text_tokens=len(request.feed.token_ids), **timeline)
+                                      chunks=request.num_chunks, text_tokens=len(request.feed.token_ids), **timeline)
 
     def _codec_failed(self, jobs: list[CodecJob], error: BaseException | None) -> None:
         log.error("codec launch failed; failing its %d requests", len(jobs), exc_info=error)
