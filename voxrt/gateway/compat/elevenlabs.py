@@ -242,13 +242,6 @@ class ElevenLabsAdapter:
 
     def handle(self, message: dict) -> bool:
         """One client message; False when the socket is to end (after what is queued)."""
-        speed = (message.get("voice_settings") or {}).get("speed") if isinstance(message.get("voice_settings"),
-                                                                                dict) else None
-        if speed is not None and speed != 1:
-            self._error("unsupported_parameter", "voice_settings.speed is not supported on this server (1.0 only)")
-        if self.multi and message.get("close_socket") is True:
-            self.link.send({"type": "session.end"})
-            return True
         if self.input_ended:
             # ElevenLabs' stream-input takes no text after its end-of-input message. Answered here, not
             # forwarded: the native session would count each as a bad message and close the socket 4400 after
@@ -256,6 +249,13 @@ class ElevenLabsAdapter:
             if message.get("text") != "":
                 self._error("invalid_message", "the input has ended (an empty text was sent): this socket speaks "
                                                "the text it has, then closes; open a new one for more")
+            return True
+        speed = (message.get("voice_settings") or {}).get("speed") if isinstance(message.get("voice_settings"),
+                                                                                dict) else None
+        if speed is not None and speed != 1:
+            self._error("unsupported_parameter", "voice_settings.speed is not supported on this server (1.0 only)")
+        if self.multi and message.get("close_socket") is True:
+            self.link.send({"type": "session.end"})
             return True
         context_id = message.get("context_id", DEFAULT_CONTEXT) if self.multi else DEFAULT_CONTEXT
         if not isinstance(context_id, str) or not context_id:
