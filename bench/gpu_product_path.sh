@@ -22,7 +22,7 @@
 # BUDGET_S (540 s): a step that would not fit is cut short or skipped, and the report always prints. A point
 # lasts its arrival window plus the audio of its last requests (paced in real time: up to ~30 s for
 # LibriTTS's longest rows).
-# Knobs: RATES (12,16), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
+# Knobs: RATES (12,16; RATES_<path>, dashes as underscores, sets one path's grid: RATES_direct=104,112,120), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
 # LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (unset: the engine's
 # default lanes; a number: --sm-modes SPLIT, the codec lane's SMs), SEED (0),
 # WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
@@ -137,13 +137,18 @@ run() {  # TAG DURATION RATES LOADGEN-ARGS...
   log "$tag done (rc $rc)"; sed -n '/rate   reqs/,$p' "$R/$tag.log"
 }
 WS=(--url ws://127.0.0.1:$PORT/v1/realtime)
+rates_of() {  # PATH: its grid, RATES_<path> (dashes as underscores, e.g. RATES_ws_whole) or RATES
+  local var="RATES_${1//-/_}"
+  echo "${!var:-$RATES}"
+}
 for path in $PATHS; do
   case $path in
-    direct) run direct "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" ;;
-    direct-tokens) run direct-tokens "$DURATION_S" "$RATES" --engine-direct --engine-socket "$SOCK" \
+    direct) run direct "$DURATION_S" "$(rates_of direct)" --engine-direct --engine-socket "$SOCK" ;;
+    direct-tokens) run direct-tokens "$DURATION_S" "$(rates_of direct-tokens)" --engine-direct --engine-socket "$SOCK" \
                      --tokens-per-s "$TOKENS_PER_S" ;;
-    ws-whole) run ws-whole "$DURATION_S" "$RATES" "${WS[@]}" --warmup "$WS_WARMUP" ;;
-    ws-tokens) run ws-tokens "$DURATION_S" "$RATES" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup "$WS_WARMUP" ;;
+    ws-whole) run ws-whole "$DURATION_S" "$(rates_of ws-whole)" "${WS[@]}" --warmup "$WS_WARMUP" ;;
+    ws-tokens) run ws-tokens "$DURATION_S" "$(rates_of ws-tokens)" "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" \
+                 --warmup "$WS_WARMUP" ;;
     ttfa) run ttfa-tokens "$TTFA_DURATION_S" 1 "${WS[@]}" --tokens-per-s "$TOKENS_PER_S" --warmup 2
           run ttfa-whole "$TTFA_DURATION_S" 1 "${WS[@]}" --warmup 2 ;;
     gwbench) ;;  # after the server is stopped (below): it needs the cores to itself
