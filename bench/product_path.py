@@ -16,6 +16,7 @@ gateway stats snapshots taken before and after it (frame send lateness, loop lag
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import os
 import sys
@@ -258,10 +259,14 @@ def engine(trace_dir: str, window_s: float = 5.0) -> None:
     each other, so each run's windows come in turn): requests, then p50 / p99 ms of submit -> first text,
     first text -> admitted (the prefill step), admitted -> first chunk launched, launched -> done, and the
     first chunk's slack (deadline minus done: negative is late), and the playback reports a request. From the
-    `request` records of `--trace-dir` (ENGINE_TRACE=1 in bench/gpu_product_path.sh)."""
+    `request` records of `--trace-dir` (ENGINE_TRACE=1 in bench/gpu_product_path.sh), or of the
+    engine-requests.jsonl.gz the script keeps of them."""
     records = []
-    for path in sorted(Path(trace_dir).glob("*.jsonl")):
-        for line in path.read_text().splitlines():
+    root = Path(trace_dir)  # the trace directory, or the script's engine-requests.jsonl.gz
+    files = sorted(root.glob("*.jsonl")) if root.is_dir() else [root] if root.exists() else []
+    for path in files:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        for line in text.splitlines():
             if '"kind":"request"' in line:
                 records.append(json.loads(line))
     if not records:
@@ -286,7 +291,11 @@ def engine(trace_dir: str, window_s: float = 5.0) -> None:
     by_window: dict[int, list] = {}
     for r in records:
         by_window.setdefault(int((r["arrival_ms"] - t0) / 1000 // window_s), []).append(r)
+    last_w = None
     for w, group in sorted(by_window.items()):
+        if last_w is not None and w - last_w > 1:  # arrivals paused: the next point (or the next run) starts
+            print("  --")
+        last_w = w
         cells = []
         for a, b in columns:
             values = [gap(r, a, b) for r in group]

@@ -4,6 +4,7 @@ hand-made run directories: a wrong table costs a GPU call to find out."""
 from __future__ import annotations
 
 import importlib.util
+import gzip
 import json
 from pathlib import Path
 
@@ -64,5 +65,12 @@ def test_engine_splits_each_window_of_requests_by_the_engine_timeline(tmp_path, 
     assert first[:3] == ["0", "s", "2"] and first[3:8] == ["0/0", "10/10", "20/20", "10/10", "60/60"]
     assert first[-1] == "4.0"
     assert second[:3] == ["5", "s", "1"] and second[7] == "-/-"  # no deadline: no slack
+    # the script's gzip of the same records reads the same; a pause in arrivals is marked between windows
+    records.append(dict(base, id="d", arrival_ms=21000.0))
+    kept = tmp_path / "engine-requests.jsonl.gz"
+    kept.write_bytes(gzip.compress("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()))
+    product_path.engine(str(kept), 5.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[3:8] == first[3:8] and lines[3].strip() == "--" and lines[4].split()[:3] == ["20", "s", "1"]
     product_path.engine(str(tmp_path / "missing"))
     assert "no request records" in capsys.readouterr().out
