@@ -4,7 +4,7 @@
     python bench/product_path.py snapshot STATS_PREFIX OUT.json                 # the gateways' cumulative stats
     python bench/product_path.py report RUNS_DIR                                # the last table
     python bench/product_path.py windows RUNS_DIR TAG [WINDOW_S]                # where a run's misses fall in time
-    python bench/product_path.py engine TRACE_DIR [WINDOW_S]                    # where first audio's time went inside the engine
+    python bench/product_path.py engine TRACE_DIR|REQUESTS_GZ [WINDOW_S]        # where first audio's time went inside the engine
 
 `report` prints every run's points, then one line per path (attainment per rate, capacity on the grid, TTFA
 at 1 req/s) and the issue's comparisons. `sample` writes one line a second: for the serve process and its descendants (the engine process and the
