@@ -7,6 +7,8 @@
 # gateway (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine
 # through that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
 #   direct      engine-direct, whole text, at RATES
+#   direct-again  the same once more, later in the call (does the engine process serve a later run worse than its
+#               first? The paths run in turn on one engine process: RATES_direct_again=112 after the others)
 #   direct-tokens  engine-direct, tokens at TOKENS_PER_S (the engine's cost of token streaming, no gateway)
 #   ws-whole    WebSocket, whole text, at RATES
 #   ws-tokens   WebSocket, tokens at TOKENS_PER_S (30/s), at RATES
@@ -144,6 +146,7 @@ rates_of() {  # PATH: its grid, RATES_<path> (dashes as underscores, e.g. RATES_
 for path in $PATHS; do
   case $path in
     direct) run direct "$DURATION_S" "$(rates_of direct)" --engine-direct --engine-socket "$SOCK" ;;
+    direct-again) run direct-again "$DURATION_S" "$(rates_of direct-again)" --engine-direct --engine-socket "$SOCK" ;;
     direct-tokens) run direct-tokens "$DURATION_S" "$(rates_of direct-tokens)" --engine-direct --engine-socket "$SOCK" \
                      --tokens-per-s "$TOKENS_PER_S" ;;
     ws-whole) run ws-whole "$DURATION_S" "$(rates_of ws-whole)" "${WS[@]}" --warmup "$WS_WARMUP" ;;
