@@ -103,7 +103,7 @@ def snapshot(prefix: str, out_path: str) -> None:
 
 
 def _gateway_window(before: dict, after: dict) -> dict:
-    late, lag = MsHistogram(), MsHistogram()
+    late, lag, gc = MsHistogram(), MsHistogram(), MsHistogram()
     cpu = wall = 0.0
     for pid, end in after.items():
         start = before.get(pid)
@@ -111,9 +111,12 @@ def _gateway_window(before: dict, after: dict) -> dict:
             continue
         late.merge(MsHistogram.from_dict(end["send_lateness"]).minus(MsHistogram.from_dict(start["send_lateness"])))
         lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
+        if end.get("gc") and start.get("gc"):  # the process's garbage collections (a gateway since 2026-12-05)
+            gc.merge(MsHistogram.from_dict(end["gc"]).minus(MsHistogram.from_dict(start["gc"])))
         cpu += end["cpu_s"] - start["cpu_s"]
         wall = max(wall, end["monotonic_s"] - start["monotonic_s"])
-    return {"lateness": late.summary(), "loop_lag": lag.summary(), "cpu_cores": cpu / wall if wall else None}
+    return {"lateness": late.summary(), "loop_lag": lag.summary(), "gc": gc.summary() if gc.count else None,
+            "cpu_cores": cpu / wall if wall else None}
 
 
 def report(runs_dir: str) -> None:
@@ -149,6 +152,14 @@ def report(runs_dir: str) -> None:
                   f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
                   f"{sum(engine) / len(engine):.2f}/{max(engine):.2f}")
     print("(gw figures are per run, over all its points; CPU in cores; jitter = frame send time minus due time)")
+    for summary_path in sorted(runs.glob("*/summary.json")):  # the gateway's garbage collections, per run
+        tag = summary_path.parent.name
+        before, after = runs / f"{tag}.stats-before.json", runs / f"{tag}.stats-after.json"
+        if before.exists() and after.exists():
+            collections = _gateway_window(json.loads(before.read_text()), json.loads(after.read_text()))["gc"]
+            if collections is not None:
+                print(f"{tag}: gateway garbage collections {collections['count']}, max {collections['max_ms']:.1f} ms, "
+                      f"p99 {collections['p99_ms']:.2f} ms (each holds its process's event loop)")
     print()
     paths(runs)
 

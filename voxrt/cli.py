@@ -488,7 +488,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                 trace_path=args.trace_file, encode_threads=args.encode_threads,
                                 opus_signal=args.opus_signal, opus_rate=args.opus_rate,
                                 aliases=_aliases(args, env),
-                                drain_grace_s=args.drain_grace_s, dp_size=args.dp_size, loop=args.loop)
+                                drain_grace_s=args.drain_grace_s, dp_size=args.dp_size, loop=args.loop,
+                                settle_heap=True)
     except ValueError as exc:
         parser.error(str(exc).replace("dp_size", "--dp-size"))
     from voxrt.gateway.event_loop import LoopUnavailable, resolve_loop  # noqa: PLC0415

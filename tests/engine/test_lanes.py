@@ -246,7 +246,7 @@ def test_trace_dir_gets_plans_lm_steps_and_codec_launches(tmp_path, lanes):
     assert sum(r["jobs"] for r in codec) == sum(len(r["frames"]) for r in codec) > 0
     assert all(r["lane"] in ((URGENT, BACKGROUND) if lanes == "inline" else ("loop",)) for r in codec)
     assert all(r["ms"] >= 0 and "gpu_ms" in r and "gpu_idle_ms" in r for r in records if r["kind"] == "lm")
-    # the host's garbage collections between LM records (runtime/gcpause.py), uninstalled when the core closes
+    # the host's garbage collections between LM records (voxrt/gcpause.py), uninstalled when the core closes
     assert all(r["gc_ms"] >= 0 and r["gc_count"] >= 0 for r in records if r["kind"] == "lm")
     assert core.gc_pauses._callback not in gc.callbacks
 

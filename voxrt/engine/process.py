@@ -71,9 +71,9 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
     try:
         core = _build_core(config)
         core.warmup()
-        from voxrt.engine.runtime.gcpause import settle_heap  # noqa: PLC0415 (stdlib only, no torch)
+        from voxrt.gcpause import settle_heap  # noqa: PLC0415 (stdlib only, no torch)
 
-        frozen = settle_heap()  # start-up's objects out of later collections (runtime/gcpause.py)
+        frozen = settle_heap()  # start-up's objects out of later collections (voxrt/gcpause.py)
         if frozen:
             log.info("start-up heap settled: %d objects frozen out of later garbage collections", frozen)
         listener = Listener(listen[0], family="AF_UNIX", authkey=listen[1]) if listen else None

@@ -29,6 +29,7 @@ from voxrt.gateway.realtime import realtime_endpoint
 from voxrt.gateway.replica_metrics import ReplicaCollector
 from voxrt.gateway.stats import StatsWriter, TraceWriter
 from voxrt.gateway.wire import RawSendMiddleware
+from voxrt.gcpause import GcPauses, settle_heap
 
 log = logging.getLogger("voxrt.gateway")
 
@@ -51,6 +52,7 @@ class AppState:
     sessions: set = field(default_factory=set)  # the open RealtimeSessions, for the drain
     admission: Admission | None = None  # slots shared by sessions and HTTP syntheses, and their queue
     loop: asyncio.AbstractEventLoop | None = None  # the serving loop (tests count its tasks)
+    gc_pauses: GcPauses | None = None  # this process's garbage collections while serving (the stats file's `gc`)
 
     @property
     def engine_is_ready(self) -> bool:
@@ -90,6 +92,9 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
             log.info("starting the engine: model %s", engine_config.model)
             state.engine = await EngineClient.start(engine_config, supervisor=supervisor)
         state.engine_ready = True
+        if config.settle_heap:  # start-up's objects out of later collections (voxrt/gcpause.py)
+            log.info("start-up heap settled: %d objects frozen out of later garbage collections", settle_heap())
+        state.gc_pauses = GcPauses().install()
         state.metrics.loop_lag.start()
         stats = StatsWriter(config.stats_path, state) if config.stats_path else None
         if stats is not None:
@@ -101,6 +106,7 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
             yield
         finally:
             state.engine_ready = False
+            state.gc_pauses.uninstall()
             await state.metrics.loop_lag.stop()
             if stats is not None:
                 await stats.stop()

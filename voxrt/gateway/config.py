@@ -49,6 +49,12 @@ class GatewayConfig:
     # the wire rate (24 kHz under 48: no resampler, ~9% less libopus a frame, the same bitrate); "wire" resampled to
     # the wire rate first (voxrt/audio/encoder.py). The packets decode at 48 kHz either way.
     opus_rate: str = "auto"
+    # Once its engine client is connected, the process collects once and freezes what survived (voxrt/gcpause.py):
+    # later full collections then walk only what sessions allocate, not the ~250,000 objects of start-up, and hold
+    # the event loop (every session's frames) that much shorter. `voxrt serve` sets it; off for an app built in a
+    # process that hosts other work (tests build many apps in one process: a freeze there would keep their
+    # garbage for good).
+    settle_heap: bool = False
     # Model and voice names of other APIs (OpenAI, ElevenLabs, Cartesia) -> the served ones (compat/aliases.py)
     aliases: Aliases = field(default_factory=Aliases)
     # SIGTERM drains (gateway/drain.py): running contexts get this long to finish before their sessions are

@@ -54,6 +54,7 @@ class StatsWriter:
             pacer = _PACERS.get(asyncio.get_running_loop())
         except RuntimeError:  # not on the loop (no pacer figures then)
             pacer = None
+        gc_pauses = getattr(self.state, "gc_pauses", None)
         # cpu_s: every thread of the process (the loop, --encode-threads workers, the engine client's reader);
         # loop_cpu_s: the event loop's thread alone (write() runs on it)
         data = {"pid": os.getpid(), "monotonic_s": time.monotonic(), "cpu_s": time.process_time(),
@@ -62,7 +63,9 @@ class StatsWriter:
                 "sessions": self.state.num_sessions, "frames_sent": m.num_frames_sent,
                 "frame_writes": m.num_frame_writes,
                 "send_lateness": m.send_lateness.to_dict(), "send_lateness_paced": m.send_lateness_paced.to_dict(),
-                "send_lateness_ready": m.send_lateness_ready.to_dict(), "loop_lag": m.loop_lag.lag.to_dict()}
+                "send_lateness_ready": m.send_lateness_ready.to_dict(), "loop_lag": m.loop_lag.lag.to_dict(),
+                # the process's garbage collections while serving (each holds the event loop): voxrt/gcpause.py
+                "gc": gc_pauses.histogram.to_dict() if gc_pauses is not None else None}
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f)

@@ -26,7 +26,7 @@ from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineLoad, EngineM
 from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
-from voxrt.engine.runtime.gcpause import GcPauses
+from voxrt.gcpause import GcPauses
 from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram, checked_spec

@@ -1,15 +1,22 @@
-"""Python's garbage collector as the step loop sees it (issue 13: the host loop must not make the GPU wait).
+"""Python's garbage collector as a latency-bound loop sees it (issue 13: the engine's host loop must not make
+the GPU wait; issue 21: a gateway worker's event loop must not hold every session's frames).
 
-A collection stops the engine's only thread: a full (generation 2) one walks every tracked object, and after
-start-up that is mostly the model, its graphs and caches, which never become garbage. `settle_heap()` runs once
-after warm-up: one collection, then `gc.freeze()`, which moves every surviving object to a permanent generation
-that later collections do not walk. `GcPauses` measures the collections (through `gc.callbacks`) so that the
-trace can charge LM idle gaps to them (`gc_ms` on each `lm` record)."""
+A collection stops the process's running thread: a full (generation 2) one walks every tracked object, and
+after start-up that is mostly modules, the model, its graphs and caches, which never become garbage.
+`settle_heap()` runs once after start-up: one collection, then `gc.freeze()`, which moves every surviving object
+to a permanent generation that later collections do not walk. The engine process calls it after warm-up, each
+gateway worker once its engine client is connected (gateway/app.py): there a full collection walked ~250,000
+objects, mostly torch's and the other modules', and held the event loop 12-170 ms on the dev VM under the
+gateway benchmark. `GcPauses` measures the collections (through `gc.callbacks`): the engine's trace charges
+LM idle gaps to them (`gc_ms` on each `lm` record), the gateway's stats file keeps their histogram (`gc`).
+"""
 
 from __future__ import annotations
 
 import gc
 import time
+
+from voxrt.timing import MsHistogram
 
 
 def settle_heap() -> int:
@@ -29,6 +36,7 @@ class GcPauses:
         self.max_ms = 0.0
         self.total_ms = 0.0
         self.total_count = 0
+        self.histogram = MsHistogram()  # every pause since install, ms
 
     def _callback(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -41,6 +49,7 @@ class GcPauses:
             self.total_ms += ms
             self.total_count += 1
             self.max_ms = max(self.max_ms, ms)
+            self.histogram.observe(ms)
 
     def install(self) -> GcPauses:
         if self._callback not in gc.callbacks:

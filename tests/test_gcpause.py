@@ -1,8 +1,8 @@
-"""The garbage-collector pause meter and the start-up heap freeze (runtime/gcpause.py)."""
+"""The garbage-collector pause meter and the start-up heap freeze (voxrt/gcpause.py)."""
 
 import gc
 
-from voxrt.engine.runtime.gcpause import GcPauses, settle_heap
+from voxrt.gcpause import GcPauses, settle_heap
 
 
 def test_pauses_count_collections_and_reset_on_take():

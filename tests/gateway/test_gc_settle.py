@@ -1,0 +1,54 @@
+"""A gateway process's garbage collections (voxrt/gcpause.py): `voxrt serve` settles its start-up heap once the
+engine client is connected (a full collection then walks only what sessions allocate), and the stats file keeps
+a histogram of every collection while serving, which holds the event loop and with it every session's frames."""
+
+from __future__ import annotations
+
+import gc
+import glob
+import json
+
+import voxrt.gateway.app as gateway_app
+from voxrt.cli import main
+from voxrt.gateway.stats import StatsWriter
+from voxrt_live import live_server
+
+
+def test_serve_settles_the_heap_and_the_stats_file_counts_collections(tmp_path, monkeypatch):
+    settled = []
+    # the test process hosts many apps: a real freeze here would keep their garbage for good (config.py)
+    monkeypatch.setattr(gateway_app, "settle_heap", lambda: settled.append(True) or 0)
+    with live_server({"model": "standin"}, settle_heap=True, stats_path=str(tmp_path / "stats")) as live:
+        pauses = live.state.gc_pauses
+        assert settled == [True]
+        assert pauses is not None and pauses._callback in gc.callbacks
+        before = pauses.histogram.count
+        gc.collect()
+        assert pauses.histogram.count > before
+        StatsWriter(str(tmp_path / "now"), live.state).write()
+        (path,) = glob.glob(str(tmp_path / "now.*.json"))
+        data = json.loads(open(path).read())
+        assert sum(data["gc"]["counts"]) >= before + 1 and data["gc"]["max_ms"] >= 0
+    assert pauses._callback not in gc.callbacks  # uninstalled when the app stops
+
+
+def test_an_app_built_without_the_flag_does_not_freeze(monkeypatch):
+    settled = []
+    monkeypatch.setattr(gateway_app, "settle_heap", lambda: settled.append(True) or 0)
+    with live_server({"model": "standin"}) as live:
+        assert live.state.gc_pauses is not None  # measured either way
+    assert settled == []
+
+
+def test_the_cli_serves_with_a_settled_heap(monkeypatch):
+    import voxrt.gateway.server as server  # noqa: PLC0415
+
+    seen = []
+
+    class _Server:
+        def run(self):
+            pass
+
+    monkeypatch.setattr(server, "make_server", lambda gateway, *a, **k: seen.append(gateway) or _Server())
+    assert main(["serve", "--model", "standin", "--port", "0"]) == 0
+    assert seen and seen[0].settle_heap
