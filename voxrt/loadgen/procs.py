@@ -15,6 +15,7 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 
+from voxrt.gcpause import settle_heap
 from voxrt.loadgen.metrics import RequestRecord
 from voxrt.loadgen.workload import WorkItem
 from voxrt.timing import LoopLagMonitor
@@ -51,6 +52,10 @@ async def _child(spec: TargetSpec, rows: list[WorkItem], rate: float, duration_s
     from voxrt.loadgen.runner import run_point  # noqa: PLC0415
 
     target, client = await _make_target(spec)
+    # start-up's objects (the rows, the modules) out of the point's garbage collections, which hold the loop that
+    # timestamps every frame: the gateway's start-up heap held its loop up to 176 ms a full collection
+    # (voxrt/gcpause.py); a child process serves one point, so what it freezes is only kept until it exits
+    settle_heap()
     monitor = LoopLagMonitor()
     monitor.start()
     try:
