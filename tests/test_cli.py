@@ -96,15 +96,19 @@ def _fake_maker(arch, out_dir, tokenizer_dir, device, seed):
 
 
 def test_max_batch_size_defaults_by_device_and_rejects_nonpositive():
-    """128 on a GPU, 64 on the CPU (bench/results/2026-12-02-knee-codec); an explicit value wins; < 1 is a clear
+    """128 on a GPU, 64 on the CPU (bench/results/2026-12-02-knee-codec), picked by the engine process (the CLI
+    leaves it None: a gateway process never imports torch to ask); an explicit value wins; < 1 is a clear
     error, not an engine that can never decode."""
-    from voxrt.cli import _engine_config, build_parser, default_max_batch_size  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
-    assert default_max_batch_size("cpu") == 64
-    assert default_max_batch_size("cuda") == 128 and default_max_batch_size("cuda:1") == 128
+    from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
+    from voxrt.engine.runtime.core import default_max_batch_size  # noqa: PLC0415
+
+    assert default_max_batch_size(torch.device("cpu")) == 64
+    assert default_max_batch_size(torch.device("cuda")) == 128 and default_max_batch_size(torch.device("cuda:1")) == 128
     parser = build_parser()
     args = parser.parse_args(["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"])
-    assert _engine_config(args).max_batch_size == 64
+    assert _engine_config(args).max_batch_size is None
     args = parser.parse_args(["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu", "--max-batch-size", "8"])
     assert _engine_config(args).max_batch_size == 8
     args = parser.parse_args(["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu", "--max-batch-size", "0"])

@@ -128,15 +128,6 @@ def _sm_modes(args: argparse.Namespace) -> tuple[tuple[int, ...] | None, int | s
     return (tuple(modes) if modes else None), index % max(1, len(modes))
 
 
-def default_max_batch_size(device: str) -> int:
-    """128 on CUDA (the fused frame at batch 128 takes 9.7 ms against 7.6 at 64 on the H200: 1.6x the
-    frames a second, and the LM's batch was what capped capacity), 64 on the CPU."""
-    import torch  # noqa: PLC0415
-
-    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    return 128 if on_cuda else 64
-
-
 def _engine_config(args: argparse.Namespace):
     from voxrt.engine.messages import EngineConfig  # noqa: PLC0415
     from voxrt.engine.sched.policies import POLICIES  # noqa: PLC0415
@@ -150,9 +141,9 @@ def _engine_config(args: argparse.Namespace):
     if args.dec_batch < 1 or args.max_codec_batch < 1:
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
     codec_sms, sm_mode = _sm_modes(args)
-    if args.max_batch_size is None:
-        args.max_batch_size = default_max_batch_size(args.device)
-    elif args.max_batch_size < 1:
+    # --max-batch-size unset: None, the engine process picks the device's default (128 on CUDA, 64 on the CPU;
+    # runtime/core.py), so that `voxrt serve`'s gateway process never imports torch to ask
+    if args.max_batch_size is not None and args.max_batch_size < 1:
         raise SystemExit("error: --max-batch-size must be >= 1")
     return EngineConfig(model=args.model, checkpoint=args.checkpoint, device=args.device, dtype=args.dtype,
                         attention_backend=args.attention_backend, use_cuda_graphs=not args.no_cuda_graphs,

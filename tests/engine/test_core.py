@@ -448,3 +448,15 @@ def test_cancel_during_a_mixed_step_returns_every_page_and_slot(async_lm):
     assert "victim" not in failures and all(not c.is_last for c in chunks.get("victim", []))
     assert other.state is RequestState.FINISHED
     assert_pools_empty(core)
+
+
+def test_max_batch_size_none_is_the_devices_default_and_below_one_is_refused():
+    """EngineConfig(max_batch_size=None), what the CLI passes when --max-batch-size is unset: the engine process
+    picks its device's default (64 on the CPU); 0 is a clear error."""
+    core = EngineCore(EngineConfig(device="cpu", max_batch_size=None, max_seq_len=256))
+    try:
+        assert core.config.max_batch_size == 64 and core.scheduler.config.max_batch_size == 64
+    finally:
+        core.close()
+    with pytest.raises(InvalidParamsError, match="max_batch_size"):
+        EngineCore(EngineConfig(device="cpu", max_batch_size=0, max_seq_len=256))

@@ -131,7 +131,8 @@ class StandInCore:
         if not config.standin_speed > 0:
             raise ValueError(f"standin_speed must be > 0, got {config.standin_speed}")
         self.speed = config.standin_speed
-        self.max_batch_size = config.max_batch_size  # only reported (load): what a real engine would decode
+        # only reported (load): what a real engine would decode (None: a CPU engine's default)
+        self.max_batch_size = config.max_batch_size or 64
         self.frame_ns = int(1e9 / FRAME_RATE_HZ / self.speed)  # one frame "finishes" every frame_ns
         self.signal = speechlike_signal()
         self.signal_bytes = self.signal.tobytes()

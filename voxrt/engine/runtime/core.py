@@ -113,10 +113,20 @@ class _NoMarks:
 _NO_MARKS = _NoMarks()
 
 
+def default_max_batch_size(device: torch.device) -> int:
+    """128 on CUDA (the fused frame at batch 128 takes 9.7 ms against 7.6 at 64 on the H200: 1.6x the
+    frames a second, and the LM's batch was what capped capacity), 64 on the CPU."""
+    return 128 if device.type == "cuda" else 64
+
+
 class EngineCore:
     def __init__(self, config: EngineConfig, program: ModelProgram | None = None) -> None:
-        self.config = config
         device = resolve_device(config.device)
+        if config.max_batch_size is None:  # the device's default (messages.py)
+            config = dataclasses.replace(config, max_batch_size=default_max_batch_size(device))
+        elif config.max_batch_size < 1:
+            raise InvalidParamsError(f"max_batch_size must be >= 1, got {config.max_batch_size}")
+        self.config = config
         if device.type == "cuda" and device.index is not None:
             # a replica on cuda:i (--dp-size): streams, graphs and workspaces made without a device (graphs.py's
             # side stream, the codec's capture stream, FlashInfer) go to the current device, cuda:0 by default
