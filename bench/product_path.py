@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from voxrt.loadgen.sweep import grid_capacity  # noqa: E402
-from voxrt.timing import MsHistogram  # noqa: E402
+from voxrt.loadgen.gateway_bench import window_figures  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -102,21 +102,9 @@ def snapshot(prefix: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps(stats))
 
 
-def _gateway_window(before: dict, after: dict) -> dict:
-    late, lag, gc = MsHistogram(), MsHistogram(), MsHistogram()
-    cpu = wall = 0.0
-    for pid, end in after.items():
-        start = before.get(pid)
-        if start is None:
-            continue
-        late.merge(MsHistogram.from_dict(end["send_lateness"]).minus(MsHistogram.from_dict(start["send_lateness"])))
-        lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
-        if end.get("gc") and start.get("gc"):  # the process's garbage collections (a gateway since 2026-12-05)
-            gc.merge(MsHistogram.from_dict(end["gc"]).minus(MsHistogram.from_dict(start["gc"])))
-        cpu += end["cpu_s"] - start["cpu_s"]
-        wall = max(wall, end["monotonic_s"] - start["monotonic_s"])
-    return {"lateness": late.summary(), "loop_lag": lag.summary(), "gc": gc.summary() if gc.count else None,
-            "cpu_cores": cpu / wall if wall else None}
+def _pids(snapshot: Path) -> dict[int, dict]:
+    """A `snapshot` of the gateway's stats files: pid -> its stats."""
+    return {int(pid): stats for pid, stats in json.loads(snapshot.read_text()).items()}
 
 
 def report(runs_dir: str) -> None:
@@ -135,7 +123,7 @@ def report(runs_dir: str) -> None:
         gw = {}
         before, after = runs / f"{tag}.stats-before.json", runs / f"{tag}.stats-after.json"
         if before.exists() and after.exists():
-            gw = _gateway_window(json.loads(before.read_text()), json.loads(after.read_text()))
+            gw = window_figures(_pids(before), _pids(after))
         mine = [s for s in samples if s.get("tag") == tag]
         engine = [v for s in mine for k, v in s["cpu"].items()
                   if k.startswith("serve:") and int(k.split(":")[1]) not in gateway_pids]
@@ -146,7 +134,7 @@ def report(runs_dir: str) -> None:
         for point in summary.get("points", []):
             print(f"{tag:16s} {point['rate']:5g}  {100 * point['attainment']:7.1f}  {point['stalled_requests']:7d}  "
                   f"{f(point['ttfa_p50_ms'], '8.0f')}  {f(point['ttfa_p99_ms'], '6.0f')} | "
-                  f"{f(gw.get('lateness', {}).get('p99_ms'), '13.2f')}  {f(gw.get('lateness', {}).get('max_ms'), '6.0f')}"
+                  f"{f(gw.get('jitter', {}).get('p99_ms'), '13.2f')}  {f(gw.get('jitter', {}).get('max_ms'), '6.0f')}"
                   f"  {f(gw.get('loop_lag', {}).get('p99_ms'), '10.2f')}  {f(gw.get('loop_lag', {}).get('max_ms'), '6.0f')}"
                   f"  {f(gw.get('cpu_cores'), '6.2f')} | {f(point.get('loadgen_loop_lag_p99_ms'), '15.2f')}  "
                   f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
@@ -156,7 +144,7 @@ def report(runs_dir: str) -> None:
         tag = summary_path.parent.name
         before, after = runs / f"{tag}.stats-before.json", runs / f"{tag}.stats-after.json"
         if before.exists() and after.exists():
-            collections = _gateway_window(json.loads(before.read_text()), json.loads(after.read_text()))["gc"]
+            collections = window_figures(_pids(before), _pids(after))["gc"]
             if collections is not None:
                 print(f"{tag}: gateway garbage collections {collections['count']}, max {collections['max_ms']:.1f} ms, "
                       f"p99 {collections['p99_ms']:.2f} ms (each holds its process's event loop)")

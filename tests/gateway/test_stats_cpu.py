@@ -55,3 +55,17 @@ def test_the_bench_sums_loop_cpu_over_processes_and_drops_it_when_one_lacks_it()
     assert us_per_frame(figures) == 8000.0 and abs(us_per_frame(figures, "loop_cpu_cores") - 4000.0) < 1e-6
     after[2] = _stats(2, 20.0, 4.0, None, 500)  # a gateway of an older tree
     assert window_figures(before, after)["loop_cpu_cores"] is None
+
+
+def test_the_bench_window_counts_the_gateways_collections_when_written():
+    before = {1: _stats(1, 10.0, 5.0, 3.0, 100)}
+    after = {1: _stats(1, 20.0, 10.0, 6.0, 600)}
+    assert window_figures(before, after)["gc"] is None  # a gateway that writes none (before 2026-12-05)
+    early, late = MsHistogram(), MsHistogram()
+    early.observe(40.0)
+    late.observe(40.0)
+    late.observe(3.0)
+    late.observe(0.5)
+    before[1]["gc"], after[1]["gc"] = early.to_dict(), late.to_dict()
+    collections = window_figures(before, after)["gc"]
+    assert collections["count"] == 2 and collections["max_ms"] <= 40.0  # the window's two, not the earlier one

@@ -259,8 +259,9 @@ def us_per_frame(row: dict, key: str = "cpu_cores") -> float | None:
 
 
 def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
-    """Lateness, loop lag and CPU of every gateway process between two reads of the stats files."""
-    lateness, lag = MsHistogram(), MsHistogram()
+    """Lateness, loop lag, garbage collections and CPU of every gateway process between two reads of the stats
+    files."""
+    lateness, lag, collections = MsHistogram(), MsHistogram(), MsHistogram()
     split = {"send_lateness_paced": MsHistogram(), "send_lateness_ready": MsHistogram()}
     cpu_s = wall_s = 0.0
     loop_cpu_s: float | None = 0.0  # None when a process writes none (gateways before round 6)
@@ -274,6 +275,8 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
             if key in end and key in start:
                 hist.merge(MsHistogram.from_dict(end[key]).minus(MsHistogram.from_dict(start[key])))
         lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
+        if end.get("gc") and start.get("gc"):  # gateways before 2026-12-05 write none
+            collections.merge(MsHistogram.from_dict(end["gc"]).minus(MsHistogram.from_dict(start["gc"])))
         cpu_s += end["cpu_s"] - start["cpu_s"]
         if loop_cpu_s is not None and "loop_cpu_s" in end and "loop_cpu_s" in start:
             loop_cpu_s += end["loop_cpu_s"] - start["loop_cpu_s"]
@@ -284,7 +287,8 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
         wakeups += end.get("pacer_wakeups", 0) - start.get("pacer_wakeups", 0)
         writes += end.get("frame_writes", 0) - start.get("frame_writes", 0)  # gateways before round 12: 0
     return {"jitter": lateness.summary(), "jitter_paced": split["send_lateness_paced"].summary(),
-            "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(), "cpu_cores": cpu_s / wall_s if wall_s else None,
+            "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(),
+            "gc": collections.summary() if collections.count else None, "cpu_cores": cpu_s / wall_s if wall_s else None,
             "loop_cpu_cores": loop_cpu_s / wall_s if wall_s and loop_cpu_s is not None else None,
             "frames_per_s": frames / wall_s if wall_s else None,
             "pacer_wakeups_per_s": wakeups / wall_s if wall_s else None,
