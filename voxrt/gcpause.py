@@ -5,10 +5,11 @@ A collection stops the process's running thread: a full (generation 2) one walks
 after start-up that is mostly modules, the model, its graphs and caches, which never become garbage.
 `settle_heap()` runs once after start-up: one collection, then `gc.freeze()`, which moves every surviving object
 to a permanent generation that later collections do not walk. The engine process calls it after warm-up, each
-gateway worker once its engine client is connected (gateway/app.py): there a full collection walked ~250,000
-objects, mostly torch's and the other modules', and held the event loop 12-170 ms on the dev VM under the
-gateway benchmark. `GcPauses` measures the collections (through `gc.callbacks`): the engine's trace charges
-LM idle gaps to them (`gc_ms` on each `lm` record), the gateway's stats file keeps their histogram (`gc`).
+gateway worker once its engine client is connected (gateway/app.py; a full collection of a gateway's start-up
+heap took 12 ms on the dev VM, 53 ms while `voxrt serve` still loaded torch there, though none ran while serving
+in 60 s of the gateway benchmark: bench/results/2026-12-05-gateway-gc/), and each load generator process
+before its point. `GcPauses` measures the collections (through `gc.callbacks`): the engine's trace charges LM
+idle gaps to them (`gc_ms` on each `lm` record), the gateway's stats file keeps their histogram (`gc`).
 """
 
 from __future__ import annotations

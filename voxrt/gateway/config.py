@@ -50,10 +50,9 @@ class GatewayConfig:
     # the wire rate first (voxrt/audio/encoder.py). The packets decode at 48 kHz either way.
     opus_rate: str = "auto"
     # Once its engine client is connected, the process collects once and freezes what survived (voxrt/gcpause.py):
-    # later full collections then walk only what sessions allocate, not the ~250,000 objects of start-up, and hold
-    # the event loop (every session's frames) that much shorter. `voxrt serve` sets it; off for an app built in a
-    # process that hosts other work (tests build many apps in one process: a freeze there would keep their
-    # garbage for good).
+    # a later full collection, which holds the event loop and every session's frames, then walks only what
+    # sessions allocate, not start-up's modules. `voxrt serve` sets it; off for an app built in a process that
+    # hosts other work (tests build many apps in one process: a freeze there would keep their garbage for good).
     settle_heap: bool = False
     # Model and voice names of other APIs (OpenAI, ElevenLabs, Cartesia) -> the served ones (compat/aliases.py)
     aliases: Aliases = field(default_factory=Aliases)

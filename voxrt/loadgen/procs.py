@@ -53,8 +53,8 @@ async def _child(spec: TargetSpec, rows: list[WorkItem], rate: float, duration_s
 
     target, client = await _make_target(spec)
     # start-up's objects (the rows, the modules) out of the point's garbage collections, which hold the loop that
-    # timestamps every frame: the gateway's start-up heap held its loop up to 176 ms a full collection
-    # (voxrt/gcpause.py); a child process serves one point, so what it freezes is only kept until it exits
+    # timestamps every frame (voxrt/gcpause.py); a child process serves one point, so what it freezes is only
+    # kept until it exits
     settle_heap()
     monitor = LoopLagMonitor()
     monitor.start()

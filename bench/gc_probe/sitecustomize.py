@@ -1,0 +1,48 @@
+"""A probe of every garbage collection in each Python process started with this directory first on PYTHONPATH
+(bench/results/2026-12-05-gateway-gc/): gc.callbacks times each collection, and every 2 s the process writes
+its pauses (generation, ms, wall time) and frozen object count to $GC_PROBE_DIR/<pid>.json (default
+/tmp/gcstats). With GC_PROBE_CENSUS=1 also its tracked objects and their 25 most common types: that census
+holds the GIL for tens of ms a time in a process of ~200,000 objects, so runs that time anything leave it off. `python bench/gc_probe/show.py` sums
+it up."""
+
+import collections
+import gc
+import json
+import os
+import sys
+import threading
+import time
+
+_OUT = os.environ.get("GC_PROBE_DIR", "/tmp/gcstats")
+_CENSUS = os.environ.get("GC_PROBE_CENSUS") == "1"
+_pauses: list = []
+_started: list = []
+
+
+def _callback(phase, info):
+    if phase == "start":
+        _started[:] = [time.perf_counter(), info.get("generation")]
+    elif _started:
+        t0, generation = _started
+        _pauses.append((generation, (time.perf_counter() - t0) * 1e3, time.time()))
+        _started.clear()
+
+
+def _dump_forever():
+    os.makedirs(_OUT, exist_ok=True)
+    while True:
+        time.sleep(2)
+        data = {"argv": sys.argv[:6], "pauses": _pauses, "frozen": gc.get_freeze_count(), "t": time.time(),
+                "objects": None, "top": []}
+        if _CENSUS:
+            objects = gc.get_objects()
+            data.update(objects=len(objects), top=collections.Counter(type(o).__name__ for o in objects).most_common(25))
+            del objects
+        tmp = os.path.join(_OUT, f"{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, os.path.join(_OUT, f"{os.getpid()}.json"))
+
+
+gc.callbacks.append(_callback)
+threading.Thread(target=_dump_forever, name="gc-probe", daemon=True).start()
