@@ -113,6 +113,7 @@ def report(runs_dir: str) -> None:
     if (runs / "cpu.jsonl").exists():
         samples = [json.loads(line) for line in (runs / "cpu.jsonl").read_text().splitlines() if line.strip()]
     gateway_pids = set()
+    gc_lines = []  # (run, its gateway collections), printed under the table
     for snap in runs.glob("*.stats-after.json"):
         gateway_pids |= set(json.loads(snap.read_text()))
     print("run               rate  attain%  stalled  ttfa p50  p99 ms | gw jitter p99  max ms  gw lag p99  max ms  "
@@ -124,6 +125,8 @@ def report(runs_dir: str) -> None:
         before, after = runs / f"{tag}.stats-before.json", runs / f"{tag}.stats-after.json"
         if before.exists() and after.exists():
             gw = window_figures(_pids(before), _pids(after))
+            if gw["gc"] is not None:
+                gc_lines.append((tag, gw["gc"]))
         mine = [s for s in samples if s.get("tag") == tag]
         engine = [v for s in mine for k, v in s["cpu"].items()
                   if k.startswith("serve:") and int(k.split(":")[1]) not in gateway_pids]
@@ -140,14 +143,9 @@ def report(runs_dir: str) -> None:
                   f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
                   f"{sum(engine) / len(engine):.2f}/{max(engine):.2f}")
     print("(gw figures are per run, over all its points; CPU in cores; jitter = frame send time minus due time)")
-    for summary_path in sorted(runs.glob("*/summary.json")):  # the gateway's garbage collections, per run
-        tag = summary_path.parent.name
-        before, after = runs / f"{tag}.stats-before.json", runs / f"{tag}.stats-after.json"
-        if before.exists() and after.exists():
-            collections = window_figures(_pids(before), _pids(after))["gc"]
-            if collections is not None:
-                print(f"{tag}: gateway garbage collections {collections['count']}, max {collections['max_ms']:.1f} ms, "
-                      f"p99 {collections['p99_ms']:.2f} ms (each holds its process's event loop)")
+    for tag, collections in gc_lines:  # the gateway's garbage collections, per run
+        print(f"{tag}: gateway garbage collections {collections['count']}, max {collections['max_ms']:.1f} ms, "
+              f"p99 {collections['p99_ms']:.2f} ms (each holds its process's event loop)")
     print()
     paths(runs)
 
@@ -205,6 +203,16 @@ def paths(runs: Path) -> None:
               f"{'ok' if gap <= 40 else 'MISS'}")
 
 
+def _quantile(values, frac):
+    """The `frac` quantile of `values` (None left out; None when none are left): the nearest rank below."""
+    values = sorted(v for v in values if v is not None)
+    return values[min(len(values) - 1, int(len(values) * frac))] if values else None
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
     """Where a run's misses fall in time: per rate and per `window_s` of arrivals, the requests, the misses (first
     audio later than 200 ms or a stall), the client's TTFA p50 and, for WebSocket runs, the gateway trace's
@@ -224,12 +232,6 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
                                (sent - received) / 1e6 if sent else None))
     traces.sort()
 
-    def q(values, frac):
-        values = sorted(v for v in values if v is not None)
-        return values[min(len(values) - 1, int(len(values) * frac))] if values else None
-
-    def f(x):
-        return "-" if x is None else f"{x:.0f}"
     print(f"{tag}: per {window_s:g} s of arrivals   reqs  missed  ttfa p50 | engine p50/p99  to gw p50/p99  "
           "to send p50/p99 ms (gateway trace)")
     for rate in sorted({r["rate"] for r in requests}):
@@ -241,7 +243,7 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
             missed = sum(1 for r in group if r["status"] != "ok" or r["ttfa_ms"] is None or r["ttfa_ms"] > 200
                          or r["stalls"])
             print(f"  rate {rate:5g}  {w * window_s:5.0f} s  {len(group):5d}  {missed:6d}  "
-                  f"{f(q([r['ttfa_ms'] for r in group], 0.5)):>8s}")
+                  f"{_ms(_quantile([r['ttfa_ms'] for r in group], 0.5)):>8s}")
     if traces:
         t0 = traces[0][0]
         print("gateway trace (every context of every WebSocket run, by when it opened):")
@@ -249,8 +251,8 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
         for t in traces:
             by_window.setdefault(int((t[0] - t0) / 1e9 // window_s), []).append(t)
         for w, group in sorted(by_window.items()):
-            cols = [(q([g[i] for g in group], 0.5), q([g[i] for g in group], 0.99)) for i in (1, 2, 3)]
-            print(f"  {w * window_s:5.0f} s  {len(group):5d}  " + "  ".join(f"{f(a):>6s}/{f(b):<6s}" for a, b in cols))
+            cols = [(_quantile([g[i] for g in group], 0.5), _quantile([g[i] for g in group], 0.99)) for i in (1, 2, 3)]
+            print(f"  {w * window_s:5.0f} s  {len(group):5d}  " + "  ".join(f"{_ms(a):>6s}/{_ms(b):<6s}" for a, b in cols))
 
 
 def engine(trace_dir: str, window_s: float = 5.0) -> None:
@@ -277,12 +279,6 @@ def engine(trace_dir: str, window_s: float = 5.0) -> None:
     def gap(r, a, b):
         return None if r.get(a) is None or r.get(b) is None else r[b] - r[a]
 
-    def q(values, frac):
-        values = sorted(v for v in values if v is not None)
-        return values[min(len(values) - 1, int(len(values) * frac))] if values else None
-
-    def f(x):
-        return "-" if x is None else f"{x:.0f}"
     columns = (("submit_ms", "text_ms"), ("text_ms", "admitted_ms"), ("admitted_ms", "first_launch_ms"),
                ("first_launch_ms", "first_done_ms"), ("first_done_ms", "first_deadline_ms"))
     print(f"engine, per {window_s:g} s of arrivals  reqs  submit>text  text>admit  admit>launch  launch>done"
@@ -298,7 +294,7 @@ def engine(trace_dir: str, window_s: float = 5.0) -> None:
         cells = []
         for a, b in columns:
             values = [gap(r, a, b) for r in group]
-            cells.append(f"{f(q(values, 0.5)):>5s}/{f(q(values, 0.99)):<5s}")
+            cells.append(f"{_ms(_quantile(values, 0.5)):>5s}/{_ms(_quantile(values, 0.99)):<5s}")
         reports = sum(r.get("reports", 0) for r in group) / len(group)
         print(f"  {w * window_s:6.0f} s {len(group):18d}  " + "  ".join(cells) + f"  {reports:6.1f}")
 

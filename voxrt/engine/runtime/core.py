@@ -26,7 +26,6 @@ from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineLoad, EngineM
 from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
-from voxrt.gcpause import GcPauses
 from voxrt.engine.runtime.lanes import LM, Lanes, make_lanes
 from voxrt.engine.runtime.probe import measure_costs
 from voxrt.engine.runtime.program import ModelProgram, checked_spec
@@ -40,6 +39,7 @@ from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
 from voxrt.engine.sched.sm_modes import AdaptiveSmMode, SmModeSignals
+from voxrt.gcpause import GcPauses
 from voxrt.models.registry import build_program
 
 log = logging.getLogger("voxrt.engine")
