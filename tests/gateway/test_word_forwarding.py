@@ -117,3 +117,33 @@ def test_explicit_sentence_segmentation_still_speaks_segments(live):
     assert len(expected) == 2 and all(m["segments"] for m in alignments)
     words = [w for m in alignments for w in m["words"]]
     assert [w["word"] for w in words] == TEXT.split()[:-1]  # "🙂." is no word; "**Nobody**" is one
+
+
+def test_the_opening_text_goes_with_the_request(live):
+    """The engine gets a context's opening words in the message that starts its request (no empty submit with
+    an append after it), and each later token as an append."""
+    from voxrt.engine.messages import AppendText, SubmitRequest
+
+    engine = live.state.engine
+    seen, original = [], engine._send
+    engine._send = lambda msg: (seen.append(msg), original(msg))[1]
+    tokens = ["Once upon a", " time", " there."]  # an opening message of three words, then LLM tokens
+
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, **BURST)
+            await send_tokens(ws, "o", tokens)
+            await ws.send(json.dumps({"type": "context.end", "context_id": "o"}))
+            return await collect_context(ws)
+
+    try:
+        frames, messages = run(scenario())
+    finally:
+        engine._send = original
+    assert frames and messages[-1]["type"] == "context.done" and messages[-1]["reason"] == "completed"
+    submits = [m for m in seen if isinstance(m, SubmitRequest)]
+    # the opening message's text (it completed words; the engine's text feed waits for the end of "a" itself)
+    assert len(submits) == 1 and submits[0].text == "Once upon a" and not submits[0].is_text_final
+    appends = [m for m in seen if isinstance(m, AppendText) and m.request_id == submits[0].request_id]
+    assert submits[0].text + "".join(m.text for m in appends) == "Once upon a time there."
+    assert appends[-1].is_final

@@ -193,7 +193,7 @@ def test_pinned_length_goes_with_the_opening_text_only():
     session = started()
     session.pinned_lengths = True  # `voxrt serve --allow-pinned-lengths`
     actions = send(session, {"type": "text", "context_id": "p", "text": "Hi", "num_frames": 40})
-    assert actions[0] == OpenContext("p", 1, 40)
+    assert actions[0] == OpenContext("p", 1, 40, "Hi")
     later = send(session, {"type": "text", "context_id": "p", "text": " there", "num_frames": 7})
     assert later == [AppendText("p", " there")]  # an open context keeps its length
 
@@ -205,18 +205,20 @@ def test_pinned_length_is_an_unknown_field_where_the_server_does_not_honour_it()
     for bad in ("lots", 0, -1, 1.5, True, [], 10**9):
         context_id = f"p{bad!r}"
         actions = send(session, {"type": "text", "context_id": context_id, "text": "Hi", "num_frames": bad})
-        assert actions[0] == OpenContext(context_id, actions[0].index, None)
+        assert actions[0] == OpenContext(context_id, actions[0].index, None, "Hi")
     session.pinned_lengths = True
     only_error(send(session, {"type": "text", "context_id": "q", "text": "Hi", "num_frames": "lots"}),
                "invalid_message", context_id="q")
 
 
-def test_text_opens_a_context_then_appends():
+def test_text_opens_a_context_with_its_text_then_appends():
+    """The opening text goes with the OpenContext (the gateway submits it with the engine request), not in an
+    AppendText after it."""
     session = started()
     actions = text(session, "t1", "Sure, Dr. Smith's")
-    assert actions[0] == OpenContext("t1", 1)
+    assert actions[0] == OpenContext("t1", 1, None, "Sure, Dr. Smith's")
     assert wire(actions[1:2]) == [{"type": "context.started", "context_id": "t1", "index": 1}]
-    assert actions[2:] == [AppendText("t1", "Sure, Dr. Smith's")]
+    assert actions[2:] == []
     assert text(session, "t1", " balance is $3.50.") == [AppendText("t1", " balance is $3.50.")]
     assert session.context_state("t1") is ContextState.OPEN and session.open_context_ids() == ["t1"]
 
@@ -228,6 +230,8 @@ def test_text_with_flush_and_empty_text():
     assert text(session, "t1", "") == []
     assert text(session, "t1", "go", flush=True) == [AppendText("t1", "go"), FlushContext("t1")]
     assert text(session, "t2", "")[0] == OpenContext("t2", 2)  # empty text still opens
+    opened = text(session, "t3", "now", flush=True)
+    assert opened[0] == OpenContext("t3", 3, None, "now") and opened[2:] == [FlushContext("t3")]
 
 
 def test_indexes_start_at_1_and_are_unique_within_the_session():
@@ -266,7 +270,7 @@ def test_a_long_session_walks_only_its_live_contexts():
 def test_indexes_run_out_at_65535():
     session = started(Limits(max_contexts=2))
     session._next_index = 0xFFFF  # as after 65534 contexts
-    assert text(session, "last")[0] == OpenContext("last", 0xFFFF)
+    assert text(session, "last")[0].index == 0xFFFF
     message = only_error(text(session, "one-more"), "context_limit", context_id="one-more")
     assert "new session" in message["message"]
 
@@ -292,7 +296,7 @@ def test_context_limit_counts_contexts_not_done():
     send(session, {"type": "cancel", "context_id": "a"})
     only_error(text(session, "c"), "context_limit", context_id="c")  # CANCELLING still holds resources
     session.on_context_cancelled("a", 0, "", 0, {})
-    assert text(session, "c")[0] == OpenContext("c", 3)
+    assert text(session, "c")[0].index == 3
     still_works(session)
 
 
@@ -300,12 +304,12 @@ def test_text_too_long():
     session = started(Limits(max_text_chars=10))
     only_error(text(session, "t1", "x" * 11), "text_too_long", context_id="t1")
     assert session.context_state("t1") is None  # not opened by a dropped text
-    assert text(session, "t1", "x" * 6)[0] == OpenContext("t1", 1)
+    assert text(session, "t1", "x" * 6)[0] == OpenContext("t1", 1, None, "x" * 6)
     only_error(text(session, "t1", "é" * 5), "text_too_long", context_id="t1")  # counted in characters
     assert text(session, "t1", "é" * 4) == [AppendText("t1", "é" * 4)]  # exactly at the limit: fine
     only_error(text(session, "t1", "y", flush=True), "text_too_long", context_id="t1")  # the whole message drops
     assert session.context_state("t1") is ContextState.OPEN
-    assert text(session, "t2", "z" * 10)[-1] == AppendText("t2", "z" * 10)  # per context
+    assert text(session, "t2", "z" * 10)[0].text == "z" * 10  # per context
     still_works(session)
 
 

@@ -143,18 +143,25 @@ class ContextRunner:
 
     # ---- text in -------------------------------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, text: str = "") -> None:
+        """Starts the context with its opening message's `text`. A program that consumes text incrementally gets
+        one request for the context, submitted with that text's engine text (the words complete so far) so the
+        engine can start on them at once; a program that reads the prompt at once gets a request per segment,
+        as `append` cuts them."""
         # the engine (with --dp-size N, the replica with the most headroom: engine/replicas.py) that every request
         # of this context goes to, so its continuations, playback reports and cancel reach the one that holds it
         self.engine = self.engine.for_context()
         self._params = {"num_frames": self.num_frames} if self.num_frames is not None else None
         if not self.request_per_segment:
-            self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params, text="",
-                                                       final=False)
+            engine_text = self.core.push(text) if text else ""
+            self.request_id = await self.engine.submit(voice=self.config.voice, params=self._params,
+                                                       text=engine_text, final=False)
             self.core.on_request_opened()
             self._generations.put(self.request_id, 0, None)
             self._generations.close()
         self._pump = asyncio.create_task(self._run_pump(), name=f"voxrt-context-{self.context_id}")
+        if text and self.request_per_segment:
+            await self.append(text)
 
     @property
     def is_ended(self) -> bool:

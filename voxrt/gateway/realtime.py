@@ -292,7 +292,7 @@ class RealtimeSession:
             self.num_contexts += 1
             self.state.metrics.contexts.inc()
             try:
-                await runner.open()
+                await runner.open(action.text)
             except EngineError as exc:  # e.g. the engine is restarting: this context fails, the session goes on
                 await self.send_event(Error(exc.code, exc.message, False, action.context_id))
                 if self.runners.pop(action.context_id, None) is not None:

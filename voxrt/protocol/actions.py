@@ -47,11 +47,14 @@ class StartSession:
 class OpenContext:
     """A new context (one agent turn): submit it to the engine. `index` goes into its audio frame headers.
     `num_frames`: the pinned output length the first `text` asked for (a benchmark extension the gateway
-    honours only when configured to), else None."""
+    honours only when configured to), else None. `text`: the opening message's text, which goes to the engine
+    with the request itself (no `AppendText` follows for it): the engine has the first words in the message that
+    starts the request, not in a second one after the gateway's other work of that turn."""
 
     context_id: str
     index: int
     num_frames: int | None = None
+    text: str = ""
 
 
 @dataclass(frozen=True)

@@ -291,7 +291,8 @@ class Session:
             context = Context(context_id, self._next_index)
             self._next_index += 1
             self._contexts[context_id] = self._live[context_id] = context
-            actions += [OpenContext(context_id, context.index, event.num_frames),
+            context.num_text_chars = len(event.text)
+            actions += [OpenContext(context_id, context.index, event.num_frames, event.text),
                         SendText.of(ContextStarted(context_id, context.index))]
         elif context.state is not ContextState.OPEN:
             raise ProtocolError(INVALID_MESSAGE, f"text: context {clip(context_id)!r} has already ended "
@@ -299,9 +300,9 @@ class Session:
                                                  f"session", context_id=context_id, message_type=event.TYPE)
         else:
             self._check_text_fits(context.num_text_chars, event.text, context_id)
-        if event.text:
-            context.num_text_chars += len(event.text)
-            actions.append(AppendText(context_id, event.text))
+            if event.text:
+                context.num_text_chars += len(event.text)
+                actions.append(AppendText(context_id, event.text))
         if event.flush:
             actions.append(FlushContext(context_id))
         return actions
