@@ -81,6 +81,9 @@ if [ "$MODEL" = qwen3-tts ]; then
     log "making the full-size random checkpoint"
     python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT --tokenizer-dir .gpu/qwen-tokenizer \
       > "$R/mk.log" 2>&1 || { tail -20 "$R/mk.log"; exit 1; }
+    # the checkpoint's ~4 GB are still being written back to disk: wait for it here, not during a point
+    log "checkpoint made; sync"
+    sync
   fi
   if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then  # the fused path's kernels, compiled before
     mkdir -p ~/.triton && tar xzf .gpu/triton-cache.tgz -C ~/.triton

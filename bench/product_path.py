@@ -69,15 +69,44 @@ def _loadgens() -> list[int]:
     return pids
 
 
+def _machine() -> tuple[list[int], dict[str, int]]:
+    """/proc/stat: the all-CPU tick counters (user nice system idle iowait irq softirq steal ...) and the
+    processes running / blocked on I/O now."""
+    ticks, procs = [], {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            ticks = [int(x) for x in line.split()[1:]]
+        elif line.startswith(("procs_running", "procs_blocked")):
+            key, value = line.split()
+            procs[key] = int(value)
+    return ticks, procs
+
+
+def machine_figures(before: list[int], after: list[int], procs: dict[str, int]) -> dict:
+    """Between two reads of /proc/stat: the share of all CPU time spent waiting on I/O and stolen by the
+    hypervisor (%), and the processes running / blocked at the second read."""
+    delta = [b - a for a, b in zip(before, after)]
+    total = sum(delta[:8]) or 1
+    return {"iowait_pct": round(100 * delta[4] / total, 1), "steal_pct": round(100 * delta[7] / total, 1),
+            "running": procs.get("procs_running"), "blocked": procs.get("procs_blocked")}
+
+
 def sample(out_path: str, serve_pid: int, tag_file: str) -> None:
+    """Once a second: each server / load generator process's CPU (cores), and the machine's (`machine`); `gap_s`
+    is the time since the previous sample: well over 1 s means this sampler was held too (every process of the
+    machine at once, not one event loop)."""
     last: dict[int, tuple[float, int]] = {}
+    last_machine, last_t = _machine()[0], time.monotonic()
     with open(out_path, "a", encoding="utf-8") as out:
         while True:
             now = time.monotonic()
             roles = {p: "serve" for p in _descendants(serve_pid)}
             roles.update({p: "loadgen" for p in _loadgens()})
+            ticks, procs = _machine()
             line = {"t": now, "tag": Path(tag_file).read_text().strip() if os.path.exists(tag_file) else "",
-                    "cpu": {}}
+                    "cpu": {}, "gap_s": round(now - last_t, 3),
+                    "machine": machine_figures(last_machine, ticks, procs)}
+            last_machine, last_t = ticks, now
             for pid, role in roles.items():
                 ticks = _cpu_ticks(pid)
                 if ticks is None:
@@ -126,7 +155,7 @@ def report(runs_dir: str) -> None:
         if before.exists() and after.exists():
             gw = window_figures(_pids(before), _pids(after))
             if gw["gc"] is not None:
-                gc_lines.append((tag, gw["gc"]))
+                gc_lines.append((tag, gw["gc"], gw["gc_generations"]))
         mine = [s for s in samples if s.get("tag") == tag]
         engine = [v for s in mine for k, v in s["cpu"].items()
                   if k.startswith("serve:") and int(k.split(":")[1]) not in gateway_pids]
@@ -143,9 +172,18 @@ def report(runs_dir: str) -> None:
                   f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
                   f"{sum(engine) / len(engine):.2f}/{max(engine):.2f}")
     print("(gw figures are per run, over all its points; CPU in cores; jitter = frame send time minus due time)")
-    for tag, collections in gc_lines:  # the gateway's garbage collections, per run
+    for tag in sorted({s.get("tag") for s in samples if s.get("machine")} - {"", "idle"}):
+        mine = [s for s in samples if s.get("tag") == tag and s.get("machine")]
+        worst = {key: max((s["machine"][key] or 0) for s in mine) for key in ("steal_pct", "iowait_pct", "blocked")}
+        print(f"{tag}: machine, worst second: sampler gap {max(s['gap_s'] for s in mine):.2f} s (1 s asked), "
+              f"steal {worst['steal_pct']:.1f}%, iowait {worst['iowait_pct']:.1f}%, {worst['blocked']} blocked on I/O")
+    for tag, collections, generations in gc_lines:  # the gateway's garbage collections, per run
         print(f"{tag}: gateway garbage collections {collections['count']}, max {collections['max_ms']:.1f} ms, "
               f"p99 {collections['p99_ms']:.2f} ms (each holds its process's event loop)")
+        for generation, figures in enumerate(generations):
+            if figures is not None:
+                print(f"    generation {generation}: {figures['count']}, max {figures['max_ms']:.1f} ms, "
+                      f"p99 {figures['p99_ms']:.2f} ms, {figures['collected']} unreachable objects freed")
     print()
     paths(runs)
 

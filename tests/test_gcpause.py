@@ -22,6 +22,26 @@ def test_pauses_count_collections_and_reset_on_take():
     pauses.uninstall()  # a second uninstall is harmless
 
 
+def test_pauses_are_kept_per_generation_with_the_cycles_freed():
+    pauses = GcPauses().install()
+    try:
+        young = pauses.by_generation[0].count
+        full = pauses.by_generation[2].count
+        freed = pauses.collected[2]
+        for _ in range(10):  # unreachable cycles for the full collection to free
+            a: list = []
+            a.append(a)
+        del a
+        gc.collect()  # a full collection (generation 2)
+        gc.collect(0)
+        assert pauses.by_generation[2].count >= full + 1
+        assert pauses.by_generation[0].count >= young + 1
+        assert pauses.collected[2] >= freed + 10
+        assert sum(h.count for h in pauses.by_generation) == pauses.histogram.count
+    finally:
+        pauses.uninstall()
+
+
 def test_install_twice_registers_once():
     pauses = GcPauses()
     pauses.install()

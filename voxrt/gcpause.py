@@ -38,6 +38,9 @@ class GcPauses:
         self.total_ms = 0.0
         self.total_count = 0
         self.histogram = MsHistogram()  # every pause since install, ms
+        # the same per generation (0 young ... 2 full): which one holds the loop says what to cut
+        self.by_generation = [MsHistogram() for _ in range(3)]
+        self.collected = [0, 0, 0]  # unreachable objects each generation's collections found (cycles freed)
 
     def _callback(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -45,6 +48,10 @@ class GcPauses:
         elif phase == "stop" and self._started is not None:
             ms = (time.perf_counter() - self._started) * 1e3
             self._started = None
+            generation = info.get("generation")
+            if generation in (0, 1, 2):
+                self.by_generation[generation].observe(ms)
+                self.collected[generation] += info.get("collected", 0)
             self.ms += ms
             self.count += 1
             self.total_ms += ms

@@ -22,3 +22,7 @@ for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
     print(f"  last window: {len(late)} collections, max {max(late, default=0):.1f} ms, total {sum(late):.1f} ms")
     if data["top"]:
         print("  most common tracked types:", data["top"][:8])
+    if data.get("garbage"):
+        print(f"  died in reference cycles (GC_PROBE_SAVEALL): {data['garbage_total']} objects; by type:")
+        for name, count in data["garbage"][:25]:
+            print(f"    {count:8d}  {name}")

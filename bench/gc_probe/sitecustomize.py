@@ -15,6 +15,13 @@ import time
 
 _OUT = os.environ.get("GC_PROBE_DIR", "/tmp/gcstats")
 _CENSUS = os.environ.get("GC_PROBE_CENSUS") == "1"
+# GC_PROBE_SAVEALL=1: the collector keeps what it finds unreachable (gc.DEBUG_SAVEALL) instead of freeing it, and
+# each write counts it by type (`garbage`, cumulative): the objects that die in reference cycles, which only a
+# collection frees, and which the young collections then carry into the older generations. Diagnostic only: the
+# process's memory grows, and its pauses are not the real ones.
+_SAVEALL = os.environ.get("GC_PROBE_SAVEALL") == "1"
+_garbage: collections.Counter = collections.Counter()
+_kept: list = []
 _pauses: list = []
 _started: list = []
 
@@ -34,6 +41,14 @@ def _dump_forever():
         time.sleep(2)
         data = {"argv": sys.argv[:6], "pauses": _pauses, "frozen": gc.get_freeze_count(), "t": time.time(),
                 "objects": None, "top": []}
+        if _SAVEALL:
+            gc.collect()  # every cycle made since the last write, whichever generation it had reached
+            found, gc.garbage[:] = list(gc.garbage), []
+            _garbage.update(f"{type(o).__module__}.{type(o).__qualname__}" for o in found)
+            _kept.extend(found)  # kept reachable: cleared from gc.garbage, the next collection would count them again
+            del found
+            data["garbage"] = _garbage.most_common(40)
+            data["garbage_total"] = sum(_garbage.values())
         if _CENSUS:
             objects = gc.get_objects()
             data.update(objects=len(objects), top=collections.Counter(type(o).__name__ for o in objects).most_common(25))
@@ -45,4 +60,6 @@ def _dump_forever():
 
 
 gc.callbacks.append(_callback)
+if _SAVEALL:
+    gc.set_debug(gc.DEBUG_SAVEALL)
 threading.Thread(target=_dump_forever, name="gc-probe", daemon=True).start()

@@ -29,6 +29,7 @@ def test_serve_settles_the_heap_and_the_stats_file_counts_collections(tmp_path, 
         (path,) = glob.glob(str(tmp_path / "now.*.json"))
         data = json.loads(open(path).read())
         assert sum(data["gc"]["counts"]) >= before + 1 and data["gc"]["max_ms"] >= 0
+        assert sum(data["gc_generations"][2]["counts"]) >= 1 and len(data["gc_collected"]) == 3  # a full one ran
     assert pauses._callback not in gc.callbacks  # uninstalled when the app stops
 
 

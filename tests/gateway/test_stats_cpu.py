@@ -69,3 +69,15 @@ def test_the_bench_window_counts_the_gateways_collections_when_written():
     before[1]["gc"], after[1]["gc"] = early.to_dict(), late.to_dict()
     collections = window_figures(before, after)["gc"]
     assert collections["count"] == 2 and collections["max_ms"] <= 40.0  # the window's two, not the earlier one
+    assert window_figures(before, after)["gc_generations"] == [None, None, None]  # none written per generation
+    young, full = MsHistogram(), MsHistogram()
+    young.observe(0.5)
+    full.observe(40.0)
+    before[1]["gc_generations"] = json.loads(json.dumps([MsHistogram().to_dict(), MsHistogram().to_dict(),
+                                                         full.to_dict()]))  # a copy, as the file is
+    full.observe(3.0)
+    after[1]["gc_generations"] = [young.to_dict(), MsHistogram().to_dict(), full.to_dict()]
+    before[1]["gc_collected"], after[1]["gc_collected"] = [0, 0, 5], [7, 0, 9]
+    generations = window_figures(before, after)["gc_generations"]
+    assert generations[0]["count"] == 1 and generations[0]["collected"] == 7 and generations[1] is None
+    assert generations[2]["count"] == 1 and generations[2]["collected"] == 4

@@ -107,12 +107,55 @@ def test_the_middleware_hands_the_servers_send_to_the_websocket_scope():
             seen.update(scope)
         async def send(message):
             pass
-        await wire.RawSendMiddleware(app)({"type": "websocket"}, None, send)
+        scope = {"type": "websocket"}
+        await wire.RawSendMiddleware(app)(scope, None, send)
         assert seen[wire.RAW_SEND_KEY] is send
+        assert wire.RAW_SEND_KEY not in scope  # taken out when the app is done (no protocol -> scope -> send cycle)
         seen.clear()
         await wire.RawSendMiddleware(app)({"type": "http"}, None, send)
         assert wire.RAW_SEND_KEY not in seen
+
+        async def failing(scope, receive, send):
+            raise RuntimeError("boom")
+        scope = {"type": "websocket"}
+        with pytest.raises(RuntimeError):
+            await wire.RawSendMiddleware(failing)(scope, None, send)
+        assert wire.RAW_SEND_KEY not in scope
     run(main())
+
+
+def test_a_closed_connection_leaves_no_reference_cycle(live):
+    """A WebSocket connection's objects are freed when it closes, by reference counting, not left to the garbage
+    collector: at 100+ sessions a second each gateway process otherwise ran full collections of tens of ms
+    (bench/results/2026-12-05-h100-opentext/). The collector keeps what it finds unreachable here
+    (DEBUG_SAVEALL) and none of it may be a connection's protocol or websockets' objects."""
+    import gc
+
+    async def scenario():
+        async with connect(live) as ws:
+            await start_session(ws, output={"codec": "opus", "sample_rate": 48000, "frame_ms": 20})
+            await ws.send(json.dumps({"type": "text", "context_id": "a", "text": "Hello there."}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+            await recv_json(ws)
+            return await collect_context(ws)
+
+    run(scenario())  # a first session: whatever is made once per process (caches, lazy imports) is made
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(2):
+            frames, messages = run(scenario())
+            assert messages[-1]["reason"] == "completed"
+        deadline = time.monotonic() + 10
+        while live.state.num_sessions and time.monotonic() < deadline:  # the server side has closed too
+            time.sleep(0.05)
+        gc.collect()
+        kinds = {f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    leaked = sorted(k for k in kinds if k.startswith(("websockets.", "uvicorn.", "voxrt.", "starlette.")))
+    assert not leaked, leaked
 
 
 # ---- AudioOut's batches -----------------------------------------------------------------------------------

@@ -74,3 +74,25 @@ def test_engine_splits_each_window_of_requests_by_the_engine_timeline(tmp_path, 
     assert lines[1].split()[3:8] == first[3:8] and lines[3].strip() == "--" and lines[4].split()[:3] == ["20", "s", "1"]
     product_path.engine(str(tmp_path / "missing"))
     assert "no request records" in capsys.readouterr().out
+
+
+def test_machine_figures_and_the_reports_worst_second_per_run(tmp_path, capsys):
+    # user nice system idle iowait irq softirq steal: 1000 ticks, of them 50 iowait and 200 stolen
+    before = [0] * 10
+    after = [400, 0, 100, 250, 50, 0, 0, 200, 0, 0]
+    figures = product_path.machine_figures(before, after, {"procs_running": 3, "procs_blocked": 2})
+    assert figures == {"iowait_pct": 5.0, "steal_pct": 20.0, "running": 3, "blocked": 2}
+    ticks, procs = product_path._machine()  # this machine's /proc/stat reads
+    assert len(ticks) >= 8 and set(procs) == {"procs_running", "procs_blocked"}
+    quiet = {"iowait_pct": 0.0, "steal_pct": 0.0, "running": 1, "blocked": 0}
+    samples = [{"t": 1.0, "tag": "idle", "cpu": {}, "gap_s": 1.0, "machine": quiet},
+               {"t": 2.0, "tag": "ws-whole", "cpu": {}, "gap_s": 1.0, "machine": quiet},
+               {"t": 3.6, "tag": "ws-whole", "cpu": {}, "gap_s": 1.6, "machine": figures},
+               {"t": 4.6, "tag": "direct", "cpu": {}, "gap_s": 1.0, "machine": quiet},
+               {"t": 5.6, "tag": "direct", "cpu": {}}]  # a sample of a sampler before this change
+    (tmp_path / "cpu.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    product_path.report(str(tmp_path))
+    out = capsys.readouterr().out
+    assert ("ws-whole: machine, worst second: sampler gap 1.60 s (1 s asked), steal 20.0%, iowait 5.0%, "
+            "2 blocked on I/O") in out
+    assert "direct: machine, worst second: sampler gap 1.00 s" in out and "idle: machine" not in out

@@ -65,7 +65,10 @@ class StatsWriter:
                 "send_lateness": m.send_lateness.to_dict(), "send_lateness_paced": m.send_lateness_paced.to_dict(),
                 "send_lateness_ready": m.send_lateness_ready.to_dict(), "loop_lag": m.loop_lag.lag.to_dict(),
                 # the process's garbage collections while serving (each holds the event loop): voxrt/gcpause.py
-                "gc": gc_pauses.histogram.to_dict() if gc_pauses is not None else None}
+                "gc": gc_pauses.histogram.to_dict() if gc_pauses is not None else None,
+                "gc_generations": ([h.to_dict() for h in gc_pauses.by_generation] if gc_pauses is not None
+                                   else None),
+                "gc_collected": list(gc_pauses.collected) if gc_pauses is not None else None}
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f)

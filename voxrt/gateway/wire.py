@@ -56,15 +56,25 @@ def binary_frame(data: bytes) -> bytes:
 
 
 class RawSendMiddleware:
-    """Pure ASGI: puts the server's `send` of a WebSocket connection into its scope, untouched."""
+    """Pure ASGI: puts the server's `send` of a WebSocket connection into its scope, untouched, for as long as
+    the app serves the connection. Taken out again when the app returns: uvicorn's protocol holds the scope,
+    and the scope holding the protocol's bound `send` made a reference cycle per connection, which left every
+    closed connection's objects (~70: the protocol, websockets' connection, its reader, queue, events,
+    headers) to the garbage collector instead of freeing them at close; at 100+ sessions a second they fed
+    full collections of tens of ms, each holding the gateway's event loop (bench/results/2026-12-05-h100-opentext/)."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "websocket":
-            scope[RAW_SEND_KEY] = send
-        await self.app(scope, receive, send)
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        scope[RAW_SEND_KEY] = send
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            scope.pop(RAW_SEND_KEY, None)
 
 
 def _direct_protocol(send: Callable | None) -> Any | None:

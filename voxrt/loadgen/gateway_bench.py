@@ -262,6 +262,7 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
     """Lateness, loop lag, garbage collections and CPU of every gateway process between two reads of the stats
     files."""
     lateness, lag, collections = MsHistogram(), MsHistogram(), MsHistogram()
+    by_generation, collected = [MsHistogram() for _ in range(3)], [0, 0, 0]
     split = {"send_lateness_paced": MsHistogram(), "send_lateness_ready": MsHistogram()}
     cpu_s = wall_s = 0.0
     loop_cpu_s: float | None = 0.0  # None when a process writes none (gateways before round 6)
@@ -277,6 +278,10 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
         lag.merge(MsHistogram.from_dict(end["loop_lag"]).minus(MsHistogram.from_dict(start["loop_lag"])))
         if end.get("gc") and start.get("gc"):  # gateways before 2026-12-05 write none
             collections.merge(MsHistogram.from_dict(end["gc"]).minus(MsHistogram.from_dict(start["gc"])))
+        if end.get("gc_generations") and start.get("gc_generations"):  # per generation: gateways after 5081f17
+            for generation, (a, b) in enumerate(zip(start["gc_generations"], end["gc_generations"])):
+                by_generation[generation].merge(MsHistogram.from_dict(b).minus(MsHistogram.from_dict(a)))
+                collected[generation] += end["gc_collected"][generation] - start["gc_collected"][generation]
         cpu_s += end["cpu_s"] - start["cpu_s"]
         if loop_cpu_s is not None and "loop_cpu_s" in end and "loop_cpu_s" in start:
             loop_cpu_s += end["loop_cpu_s"] - start["loop_cpu_s"]
@@ -288,7 +293,11 @@ def window_figures(before: dict[int, dict], after: dict[int, dict]) -> dict:
         writes += end.get("frame_writes", 0) - start.get("frame_writes", 0)  # gateways before round 12: 0
     return {"jitter": lateness.summary(), "jitter_paced": split["send_lateness_paced"].summary(),
             "jitter_ready": split["send_lateness_ready"].summary(), "loop_lag": lag.summary(),
-            "gc": collections.summary() if collections.count else None, "cpu_cores": cpu_s / wall_s if wall_s else None,
+            "gc": collections.summary() if collections.count else None,
+            # per generation (0 young .. 2 full): its pauses, and the unreachable objects (cycles) it freed
+            "gc_generations": [{**h.summary(), "collected": n} if h.count else None
+                               for h, n in zip(by_generation, collected)],
+            "cpu_cores": cpu_s / wall_s if wall_s else None,
             "loop_cpu_cores": loop_cpu_s / wall_s if wall_s and loop_cpu_s is not None else None,
             "frames_per_s": frames / wall_s if wall_s else None,
             "pacer_wakeups_per_s": wakeups / wall_s if wall_s else None,
