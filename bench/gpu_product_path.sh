@@ -130,6 +130,8 @@ limit() {  # SECONDS RESERVE: SECONDS, or less when BUDGET_S leaves less (RESERV
 }
 run() {  # TAG DURATION RATES LOADGEN-ARGS...
   local tag=$1 duration=$2 rates=$3; shift 3
+  local n=2 base=$tag
+  while [ -e "$R/$tag" ]; do tag="$base-$n"; n=$((n + 1)); done  # a path named twice in PATHS: ws-whole-2
   local t; t=$(limit "$RUN_TIMEOUT_S" 25)
   if [ "$t" -lt 30 ]; then log "$tag skipped: the time budget (BUDGET_S $BUDGET_S) is spent"; return; fi
   echo "$tag" > "$R/tag"
