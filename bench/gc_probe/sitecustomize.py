@@ -22,12 +22,40 @@ _CENSUS = os.environ.get("GC_PROBE_CENSUS") == "1"
 _SAVEALL = os.environ.get("GC_PROBE_SAVEALL") == "1"
 _garbage: collections.Counter = collections.Counter()
 _kept: list = []
+# GC_PROBE_YOUNG=1: at every 20th collection of generation 0 or 1, what it is about to walk: the objects in the
+# young generations and the largest containers among them (a big young list or dict makes a "young"
+# collection long). Diagnostic only (the look takes time inside the collector's callback).
+_YOUNG = os.environ.get("GC_PROBE_YOUNG") == "1"
+_young: list = []
+_num_young = [0]
+
+
+def _look_young(generation):
+    _num_young[0] += 1
+    if _num_young[0] % 20:
+        return
+    objects = []
+    for g in range(generation + 1):
+        objects.extend(gc.get_objects(generation=g))
+    sized = []
+    for o in objects:
+        try:
+            n = len(o)
+        except Exception:  # noqa: BLE001
+            continue
+        sized.append((n, f"{type(o).__module__}.{type(o).__qualname__}"))
+    sized.sort(reverse=True)
+    _young.append({"generation": generation, "objects": len(objects), "elements": sum(n for n, _ in sized),
+                   "largest": sized[:5]})
+    del objects
 _pauses: list = []
 _started: list = []
 
 
 def _callback(phase, info):
     if phase == "start":
+        if _YOUNG and info.get("generation") in (0, 1):
+            _look_young(info["generation"])
         _started[:] = [time.perf_counter(), info.get("generation")]
     elif _started:
         t0, generation = _started
@@ -41,6 +69,8 @@ def _dump_forever():
         time.sleep(2)
         data = {"argv": sys.argv[:6], "pauses": _pauses, "frozen": gc.get_freeze_count(), "t": time.time(),
                 "objects": None, "top": []}
+        if _YOUNG:
+            data["young"] = _young[-30:]
         if _SAVEALL:
             gc.collect()  # every cycle made since the last write, whichever generation it had reached
             found, gc.garbage[:] = list(gc.garbage), []
