@@ -145,8 +145,8 @@ class ContextRunner:
 
     async def open(self, text: str = "") -> None:
         """Starts the context with its opening message's `text`. A program that consumes text incrementally gets
-        one request for the context, submitted with that text's engine text (the words complete so far) so the
-        engine can start on them at once; a program that reads the prompt at once gets a request per segment,
+        one request for the context, submitted with what the text path releases of that text (text_in.py: the
+        cleaned text once a word in it is complete) so the engine can start on it at once; a program that reads the prompt at once gets a request per segment,
         as `append` cuts them."""
         # the engine (with --dp-size N, the replica with the most headroom: engine/replicas.py) that every request
         # of this context goes to, so its continuations, playback reports and cancel reach the one that holds it
