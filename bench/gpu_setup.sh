@@ -7,5 +7,9 @@ if [ -f .gpu/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then mkdir -p ~/.tr
   python -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
   date -u; git log --oneline -1 2>/dev/null; } > "$R/gpu.txt" 2>&1
 cat "$R/gpu.txt"
-[ -f "$CKPT/config.json" ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b "$CKPT" \
-  --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+if [ ! -f "$CKPT/config.json" ]; then
+  python -m voxrt.cli make-checkpoint --arch qwen3-tts-1.7b "$CKPT" --tokenizer-dir .gpu/qwen-tokenizer > "$R/mk.log" 2>&1
+  # its ~4 GB are written back to disk for minutes after: wait here, not during a measured point (a stall of every
+  # process of the machine at once, bench/results/2026-12-05-h100-opentext/, came 4 minutes after one)
+  sync
+fi
