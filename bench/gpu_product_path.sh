@@ -133,7 +133,14 @@ run() {  # TAG DURATION RATES LOADGEN-ARGS...
   local n=2 base=$tag
   while [ -e "$R/$tag" ]; do tag="$base-$n"; n=$((n + 1)); done  # a path named twice in PATHS: ws-whole-2
   local t; t=$(limit "$RUN_TIMEOUT_S" 25)
-  if [ "$t" -lt 30 ]; then log "$tag skipped: the time budget (BUDGET_S $BUDGET_S) is spent"; return; fi
+  # the least one point needs to write its result: its arrivals, then the drain (the last requests' audio is
+  # paced in real time: ~10-30 s), and over the WebSocket the paced warm-up rows; a run cut before its first
+  # point ends writes nothing and only spends device time (the 2026-12-05-h200-ws112 call's engine-direct point)
+  local need=$((duration + 20))
+  if [[ " $* " == *" --url "* ]]; then need=$((need + 15)); fi
+  if [ "$t" -lt "$need" ]; then
+    log "$tag skipped: the time budget (BUDGET_S $BUDGET_S) leaves $t s, a point needs ~$need s"; return
+  fi
   echo "$tag" > "$R/tag"
   python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-before.json"
   timeout "$t" python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" \
