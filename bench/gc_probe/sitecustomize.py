@@ -2,8 +2,10 @@
 (bench/results/2026-12-05-gateway-gc/): gc.callbacks times each collection, and every 2 s the process writes
 its pauses (generation, ms, wall time) and frozen object count to $GC_PROBE_DIR/<pid>.json (default
 /tmp/gcstats). With GC_PROBE_CENSUS=1 also its tracked objects and their 25 most common types: that census
-holds the GIL for tens of ms a time in a process of ~200,000 objects, so runs that time anything leave it off. `python bench/gc_probe/show.py` sums
-it up."""
+holds the GIL for tens of ms a time in a process of ~200,000 objects, so runs that time anything leave it off.
+GC_PROBE_SAVEALL=1 counts what dies in reference cycles, by type (found the gateway's cycle per WebSocket
+connection: bench/results/2026-12-05-h100-opentext/); GC_PROBE_YOUNG=1 what young collections walk. Both are
+diagnostics that change the timings. `python bench/gc_probe/show.py` sums it up."""
 
 import collections
 import gc
