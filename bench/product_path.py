@@ -136,6 +136,15 @@ def _pids(snapshot: Path) -> dict[int, dict]:
     return {int(pid): stats for pid, stats in json.loads(snapshot.read_text()).items()}
 
 
+def _max_at(point: dict) -> str:
+    """The load generator's worst loop lag, ms, and when it ended in s after the point began ("160@31s"; the
+    point's summaries before 2026-12-05's last round carry no time: "160")."""
+    max_ms, at_s = point.get("loadgen_loop_lag_max_ms"), point.get("loadgen_loop_lag_max_at_s")
+    if max_ms is None:
+        return "-"
+    return f"{max_ms:.0f}" if at_s is None else f"{max_ms:.0f}@{at_s:.0f}s"
+
+
 def report(runs_dir: str) -> None:
     runs = Path(runs_dir)
     samples = []
@@ -146,7 +155,7 @@ def report(runs_dir: str) -> None:
     for snap in runs.glob("*.stats-after.json"):
         gateway_pids |= set(json.loads(snap.read_text()))
     print("run               rate  attain%  stalled  ttfa p50  p99 ms | gw jitter p99  max ms  gw lag p99  max ms  "
-          "gw CPU | loadgen lag p99  max ms  CPU | engine CPU mean/max")
+          "gw CPU | loadgen lag p99  max ms@s  CPU | engine CPU mean/max")
     for summary_path in sorted(runs.glob("*/summary.json")):
         tag = summary_path.parent.name
         summary = json.loads(summary_path.read_text())
@@ -169,7 +178,7 @@ def report(runs_dir: str) -> None:
                   f"{f(gw.get('jitter', {}).get('p99_ms'), '13.2f')}  {f(gw.get('jitter', {}).get('max_ms'), '6.0f')}"
                   f"  {f(gw.get('loop_lag', {}).get('p99_ms'), '10.2f')}  {f(gw.get('loop_lag', {}).get('max_ms'), '6.0f')}"
                   f"  {f(gw.get('cpu_cores'), '6.2f')} | {f(point.get('loadgen_loop_lag_p99_ms'), '15.2f')}  "
-                  f"{f(point.get('loadgen_loop_lag_max_ms'), '6.0f')}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
+                  f"{_max_at(point):>9}  {f(point.get('loadgen_cpu_cores'), '4.2f')} | "
                   f"{sum(engine) / len(engine):.2f}/{max(engine):.2f}")
     print("(gw figures are per run, over all its points; CPU in cores; jitter = frame send time minus due time)")
     for tag in sorted({s.get("tag") for s in samples if s.get("machine")} - {"", "idle"}):

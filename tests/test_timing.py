@@ -41,13 +41,20 @@ def test_loop_lag_monitor_records_a_blocked_loop():
         await asyncio.sleep(0.02)
         import time  # noqa: PLC0415
 
+        blocked_at = time.monotonic()
         time.sleep(0.05)  # the loop is blocked: the monitor's next wake-up is ~50 ms late
+        unblocked_at = time.monotonic()
         await asyncio.sleep(0.02)
+        called_at = time.monotonic()
         window = monitor.window()
+        empty = monitor.window()  # nothing observed since: no time either
         await monitor.stop()
-        return window
+        return window, unblocked_at, called_at, empty
 
-    window = asyncio.run(scenario())
+    window, unblocked_at, called_at, empty = asyncio.run(scenario())
     assert window["loop_lag"]["max_ms"] >= 30 and window["cpu_cores"] >= 0
+    # when the worst lag ended: at the block's end or later (a loaded machine may hold a later wake-up longer)
+    assert unblocked_at <= window["max_at_s"] <= called_at
+    assert empty["max_at_s"] is None or empty["loop_lag"]["count"] > 0
     with pytest.raises(ValueError):
         LoopLagMonitor(interval_ms=0)

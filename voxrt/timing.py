@@ -113,6 +113,7 @@ class LoopLagMonitor:
         self._mark_lag = self.lag.copy()
         self._mark_wall_s = time.monotonic()
         self._mark_cpu_s = time.process_time()
+        self._worst: tuple[float, float] | None = None  # (lag ms, monotonic s it ended) of the window's worst wake
 
     def start(self) -> None:
         if self._task is None:
@@ -132,14 +133,21 @@ class LoopLagMonitor:
         while True:
             before = time.monotonic()
             await asyncio.sleep(interval_s)
-            self.lag.observe((time.monotonic() - before - interval_s) * 1000)
+            now = time.monotonic()
+            lag_ms = (now - before - interval_s) * 1000
+            self.lag.observe(lag_ms)
+            if self._worst is None or lag_ms > self._worst[0]:
+                self._worst = (lag_ms, now)
 
     def window(self) -> dict:
-        """Lag percentiles and CPU (fraction of one core, all threads) since the previous call (or start)."""
+        """Lag percentiles and CPU (fraction of one core, all threads) since the previous call (or start), and
+        when the worst lag ended (`max_at_s`, monotonic; None when nothing was observed): a stall's time, to
+        set against the point's own timeline."""
         now_s, cpu_s = time.monotonic(), time.process_time()
         lag = self.lag.minus(self._mark_lag)
         wall_s = max(1e-9, now_s - self._mark_wall_s)
         out = {"loop_lag": lag.summary(), "cpu_cores": round((cpu_s - self._mark_cpu_s) / wall_s, 4),
-               "wall_s": round(wall_s, 3)}
+               "wall_s": round(wall_s, 3), "max_at_s": self._worst[1] if self._worst is not None else None}
         self._mark_lag, self._mark_wall_s, self._mark_cpu_s = self.lag.copy(), now_s, cpu_s
+        self._worst = None
         return out

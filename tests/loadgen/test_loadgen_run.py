@@ -64,6 +64,8 @@ def test_websocket_short_run(workload, pinned_live, tmp_path, capsys):
     summary = check_outputs(tmp_path, 3)
     assert summary["mode"].startswith("websocket")
     assert summary["pinned_length_rule"].startswith("frames = ")
+    (point,) = summary["points"]
+    assert 0 <= point["loadgen_loop_lag_max_at_s"] <= 60  # s after the point's measurement began
     check_pinned(tmp_path)
     assert capsys.readouterr().out.rstrip().splitlines()[-1].split()[0] == "2"  # the table prints last
 
@@ -77,6 +79,9 @@ def test_websocket_run_spread_over_processes(workload, pinned_live, tmp_path):
     (point,) = summary["points"]
     assert point["loadgen_procs"] == 2 and point["loadgen_cpu_cores"] > 0
     assert point["loadgen_loop_lag_p99_ms"] is not None
+    # when the worst process's worst lag ended, in s after the arrivals began (the processes' wait for that start,
+    # START_MARGIN_S, comes before it: a lag there reads negative)
+    assert -5 <= point["loadgen_loop_lag_max_at_s"] <= 60
     arrivals = [json.loads(line)["arrival_s"] for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert arrivals == sorted(arrivals)
     check_pinned(tmp_path)
@@ -158,3 +163,18 @@ def test_stop_below_must_be_an_attainment(workload, tmp_path, value, capsys):
         main(["loadgen", "--engine-direct", "--workload", str(workload), "--sweep", "1,2", "--stop-below", value,
               "--out", str(tmp_path)])
     assert "--stop-below" in capsys.readouterr().err
+
+
+def test_a_websocket_target_imports_its_client_when_made_not_at_its_first_request():
+    """The point's first request must not pay the client's import (~90 ms of a load generator process's loop at
+    the arrivals' start, counted in the first requests' TTFA)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = ("import sys\n"
+            "from voxrt.loadgen.runner import WebSocketTarget\n"
+            "assert 'voxrt.client' not in sys.modules, 'imported before the target'\n"
+            "WebSocketTarget('ws://127.0.0.1:9/v1/realtime')\n"
+            "assert 'voxrt.client' in sys.modules and 'websockets' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -95,6 +95,7 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
         # Rows are a seeded shuffle of the whole workload (`point_rows`), so every point's load is a uniform sample.
         point_seed = config.seed * 1_000_003 + round(rate * 1000)
         rows = [workload[i] for i in point_rows(len(workload), point_seed)]
+        window_began = time.monotonic()
         monitor.window()
         replicas_url = None if config.engine_direct else metrics_url(config.url)
         replicas_before = await scrape(replicas_url) if replicas_url else None
@@ -116,11 +117,15 @@ async def run_loadgen(config: LoadgenConfig, engine_config=None) -> dict:
             lines.write(json.dumps(record.to_json()) + "\n")
         lines.flush()
         own = monitor.window()
+        # when the worst lag ended, in s after the point began (its arrivals' start with --procs, else the
+        # measurement's): a lag at the point's edges (start-up, the records) is not one under load
+        max_at = None if own["max_at_s"] is None else round(own["max_at_s"] - window_began, 3)
         if config.procs > 1:  # the worst process's lag; the CPU of all of them (this one only waits)
             own = {"loop_lag": spread["loop_lag"], "cpu_cores": spread["cpu_cores"] + own["cpu_cores"]}
+            max_at = spread.get("max_lag_at_s")
         point = {**summarize(records, rate, config.duration_s), "loadgen_loop_lag_p99_ms": own["loop_lag"]["p99_ms"],
-                 "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_cpu_cores": own["cpu_cores"],
-                 "loadgen_procs": config.procs}
+                 "loadgen_loop_lag_max_ms": own["loop_lag"]["max_ms"], "loadgen_loop_lag_max_at_s": max_at,
+                 "loadgen_cpu_cores": own["cpu_cores"], "loadgen_procs": config.procs}
         replicas_after = await scrape(replicas_url) if replicas_url else None
         if replicas_after is not None:  # the server's per-replica load (replica_load.py), when it exposes it
             point["replicas"] = point_replicas(replicas_before or {}, replicas_after)

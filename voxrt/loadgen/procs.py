@@ -65,7 +65,9 @@ async def _child(spec: TargetSpec, rows: list[WorkItem], rate: float, duration_s
         records = await run_point(target, rows, rate, duration_s, seed=seed, tokens_per_s=tokens_per_s,
                                   max_requests=max_requests, share=share, start_at=start_at)
         own = monitor.window()
-        conn.send({"records": records, "loop_lag": own["loop_lag"], "cpu_cores": own["cpu_cores"]})
+        at = own["max_at_s"]
+        conn.send({"records": records, "loop_lag": own["loop_lag"], "cpu_cores": own["cpu_cores"],
+                   "max_lag_at_s": None if at is None else round(at - start_at, 3)})
     finally:
         await monitor.stop()
         if client is not None:
@@ -123,8 +125,11 @@ async def run_point_procs(spec: TargetSpec, num_procs: int, rows: list[WorkItem]
         raise RuntimeError(f"a load generator process failed: {failed[0]}")
     records = sorted((rec for r in results for rec in r["records"]), key=lambda rec: rec.arrival_s)
     lags = [r["loop_lag"] for r in results]
+    worst = max(results, key=lambda r: r["loop_lag"]["max_ms"] or 0.0)
     own = {"loop_lag": {"p99_ms": max((lag["p99_ms"] or 0.0) for lag in lags),
                         "max_ms": max((lag["max_ms"] or 0.0) for lag in lags)},
+           # when the worst process's worst lag ended, in s after the point's arrivals began
+           "max_lag_at_s": worst.get("max_lag_at_s"),
            "cpu_cores": round(sum(r["cpu_cores"] for r in results), 4), "procs": num_procs}
     return records, own
 

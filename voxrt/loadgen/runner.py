@@ -74,6 +74,11 @@ class WebSocketTarget:
     voice: str | None = None
     pin_frames: bool = True
 
+    def __post_init__(self) -> None:
+        # the client (and the websockets library under it) imported now, when the target is made, not by the
+        # point's first request: that import held a load generator process's loop ~90 ms at its arrivals' start
+        import voxrt.client  # noqa: F401, PLC0415
+
     async def run_one(self, item: WorkItem, rate: float, arrival_s: float, tokens_per_s: float | None) \
             -> RequestRecord:
         from voxrt.client import OutputFormat, connect  # noqa: PLC0415
