@@ -283,9 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "refused, running contexts get this long to finish before their sessions are closed "
                        "(default 30; a second SIGTERM or Ctrl-C stops at once)")
     serve.add_argument("--stats-file", default=None, help="each gateway process writes its frame-lateness and "
-                       "loop-lag histograms and CPU time to PREFIX.<pid>.json every second (benchmarks)")
+                       "loop-lag histograms, garbage collections and CPU time to PREFIX.<pid>.json every second "
+                       "(benchmarks; docs/serving.md)")
     serve.add_argument("--trace-file", default=None, help="each gateway process appends every finished "
-                       "context's chunk timestamps to PREFIX.<pid>.jsonl (see voxrt.loadgen.path)")
+                       "context's chunk timestamps to PREFIX.<pid>.jsonl (read by bench/product_path.py windows)")
     serve.add_argument("--voice-alias", action="append", default=[], metavar="NAME=VOICE", help="another API's "
                        "voice name or id means this served voice (repeatable; also VOXRT_VOICE_ALIASES=a=b,c=d); "
                        "OpenAI's voice names map onto the model's voices by default (docs/compat.md)")

@@ -372,7 +372,7 @@ class ContextRunner:
     def _write_trace(self, reason: str) -> None:
         """--trace-file: this context's chunks with their path timestamps (monotonic ns: engine done, received
         by this process, handled on its loop, when the listener needs it by our clock, first and last frame
-        sent), for voxrt.loadgen.path to join with the client's arrival times."""
+        sent), for bench/product_path.py windows to set beside the client's arrival times."""
         if self._trace is not None and self._chunk_trace:
             self._trace.write({"context_id": self.context_id, "request_id": self.request_id, "reason": reason,
                                "opened_ns": round(self.opened_ms * 1e6), "frame_ms": self.config.output.frame_ms,

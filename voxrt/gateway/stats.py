@@ -3,13 +3,14 @@
 - Stats: every `STATS_EVERY_S` the process replaces `<prefix>.<pid>.json` with its cumulative figures: the
   frame send-lateness histograms (all frames, and split into paced and arrival-bound frames, audio_out.py)
   and the event-loop-lag histogram (voxrt/timing.py), frames sent and the writes that carried them (one
-  transport write, one system call, each), pacer wake-ups, open sessions, and its
+  transport write, one system call, each), pacer wake-ups, open sessions, its garbage collections (all,
+  per generation, and the unreachable objects each generation freed: voxrt/gcpause.py) and its
   CPU seconds (all its threads, and its event loop's thread alone). A benchmark reads the files of every gateway process before and after a window and subtracts
   (voxrt/loadgen/gateway_bench.py), which also works with several processes behind one port, where a
   /metrics scrape reaches one of them at random.
 - Trace: one JSON line per finished context with each chunk's timestamps along the path (engine done,
   received by this process, handled on its loop, first and last frame sent, and when the listener needs
-  the chunk by this process's playback clock), for `voxrt.loadgen.path` to join with the load generator's
+  the chunk by this process's playback clock), for `bench/product_path.py windows` to set beside the load generator's
   arrival times.
 """
 
