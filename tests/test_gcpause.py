@@ -2,7 +2,7 @@
 
 import gc
 
-from voxrt.gcpause import GcPauses, settle_heap
+from voxrt.gcpause import YOUNG_THRESHOLD, GcPauses, raise_young_threshold, settle_heap
 
 
 def test_pauses_count_collections_and_reset_on_take():
@@ -68,3 +68,15 @@ def test_settle_heap_freezes_survivors():
         gc.unfreeze()
     assert gc.get_freeze_count() == 0
     assert any(o is probe for o in gc.get_objects())
+
+
+def test_raise_young_threshold_raises_only_the_young_generations_and_never_lowers_it():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert raise_young_threshold() == (YOUNG_THRESHOLD, 10, 10)
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+        gc.set_threshold(50_000, 7, 3)
+        assert raise_young_threshold(20_000) == (50_000, 7, 3)  # a higher one is kept
+    finally:
+        gc.set_threshold(*before)

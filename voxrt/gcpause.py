@@ -4,7 +4,8 @@ the GPU wait; issue 21: a gateway worker's event loop must not hold every sessio
 A collection stops the process's running thread: a full (generation 2) one walks every tracked object, and
 after start-up that is mostly modules, the model, its graphs and caches, which never become garbage.
 `settle_heap()` runs once after start-up: one collection, then `gc.freeze()`, which moves every surviving object
-to a permanent generation that later collections do not walk. The engine process calls it after warm-up, each
+to a permanent generation that later collections do not walk. `raise_young_threshold()` makes the young collections
+rarer where a loop times audio frames (below). The engine process calls it after warm-up, each
 gateway worker once its engine client is connected (gateway/app.py; a full collection of a gateway's start-up
 heap took 12 ms on the dev VM, 53 ms while `voxrt serve` still loaded torch there, though none ran while serving
 in 60 s of the gateway benchmark: bench/results/2026-12-05-gateway-gc/), and each load generator process
@@ -25,6 +26,23 @@ def settle_heap() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+# A young collection every this many net new container objects instead of Python's 700 (gateway workers and the
+# load generator's point processes: loops that time every audio frame). Objects that die before the next
+# collection are never walked, so a larger young generation walks fewer objects in all and interrupts the loop
+# ~20x less often; its own walk stays ~10,000 objects (ms). On the dev VM, one gateway process at 19 sessions a
+# second: 5 collections in a run instead of 98-99, the longest 5.1-5.8 ms instead of 6.2-8.4, the loop's
+# worst lag 4 ms instead of 9-10 (bench/results/2026-12-05-gc-threshold/).
+YOUNG_THRESHOLD = 10_000
+
+
+def raise_young_threshold(threshold: int = YOUNG_THRESHOLD) -> tuple[int, int, int]:
+    """Sets the young generation's threshold to `threshold` (never lowers it; the older generations' stay as they
+    are) and returns the collector's thresholds."""
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, threshold), middle, old)
+    return gc.get_threshold()
 
 
 class GcPauses:

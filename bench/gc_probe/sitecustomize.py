@@ -92,6 +92,8 @@ def _dump_forever():
 
 
 gc.callbacks.append(_callback)
+if os.environ.get("GC_PROBE_THRESHOLD"):  # e.g. "10000,10,10": the collector's thresholds, for an A/B of them
+    gc.set_threshold(*(int(x) for x in os.environ["GC_PROBE_THRESHOLD"].split(",")))
 if _SAVEALL:
     gc.set_debug(gc.DEBUG_SAVEALL)
 threading.Thread(target=_dump_forever, name="gc-probe", daemon=True).start()

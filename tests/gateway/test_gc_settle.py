@@ -15,12 +15,14 @@ from voxrt_live import live_server
 
 
 def test_serve_settles_the_heap_and_the_stats_file_counts_collections(tmp_path, monkeypatch):
-    settled = []
-    # the test process hosts many apps: a real freeze here would keep their garbage for good (config.py)
+    settled, raised = [], []
+    # the test process hosts many apps: a real freeze here would keep their garbage for good (config.py), and a
+    # real threshold would change every later test's collections
     monkeypatch.setattr(gateway_app, "settle_heap", lambda: settled.append(True) or 0)
+    monkeypatch.setattr(gateway_app, "raise_young_threshold", lambda: raised.append(True) or (10_000, 10, 10))
     with live_server({"model": "standin"}, settle_heap=True, stats_path=str(tmp_path / "stats")) as live:
         pauses = live.state.gc_pauses
-        assert settled == [True]
+        assert settled == [True] and raised == [True]
         assert pauses is not None and pauses._callback in gc.callbacks
         before = pauses.histogram.count
         gc.collect()
@@ -36,6 +38,7 @@ def test_serve_settles_the_heap_and_the_stats_file_counts_collections(tmp_path, 
 def test_an_app_built_without_the_flag_does_not_freeze(monkeypatch):
     settled = []
     monkeypatch.setattr(gateway_app, "settle_heap", lambda: settled.append(True) or 0)
+    monkeypatch.setattr(gateway_app, "raise_young_threshold", lambda: settled.append(True) or (10_000, 10, 10))
     with live_server({"model": "standin"}) as live:
         assert live.state.gc_pauses is not None  # measured either way
     assert settled == []

@@ -29,7 +29,7 @@ from voxrt.gateway.realtime import realtime_endpoint
 from voxrt.gateway.replica_metrics import ReplicaCollector
 from voxrt.gateway.stats import StatsWriter, TraceWriter
 from voxrt.gateway.wire import RawSendMiddleware
-from voxrt.gcpause import GcPauses, settle_heap
+from voxrt.gcpause import GcPauses, raise_young_threshold, settle_heap
 
 log = logging.getLogger("voxrt.gateway")
 
@@ -92,8 +92,9 @@ def build_app(config: GatewayConfig, engine_config: EngineConfig | None,
             log.info("starting the engine: model %s", engine_config.model)
             state.engine = await EngineClient.start(engine_config, supervisor=supervisor)
         state.engine_ready = True
-        if config.settle_heap:  # start-up's objects out of later collections (voxrt/gcpause.py)
-            log.info("start-up heap settled: %d objects frozen out of later garbage collections", settle_heap())
+        if config.settle_heap:  # start-up's objects out of later collections, and rarer young ones (voxrt/gcpause.py)
+            log.info("start-up heap settled: %d objects frozen out of later garbage collections; collector "
+                     "thresholds %s", settle_heap(), raise_young_threshold())
         state.gc_pauses = GcPauses().install()
         state.metrics.loop_lag.start()
         stats = StatsWriter(config.stats_path, state) if config.stats_path else None

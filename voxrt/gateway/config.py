@@ -51,7 +51,8 @@ class GatewayConfig:
     opus_rate: str = "auto"
     # Once its engine client is connected, the process collects once and freezes what survived (voxrt/gcpause.py):
     # a later full collection, which holds the event loop and every session's frames, then walks only what
-    # sessions allocate, not start-up's modules. `voxrt serve` sets it; off for an app built in a process that
+    # sessions allocate, not start-up's modules; and it raises the young generation's threshold, so young
+    # collections (each holds the loop too) come ~20x less often. `voxrt serve` sets it; off for an app built in a process that
     # hosts other work (tests build many apps in one process: a freeze there would keep their garbage for good).
     settle_heap: bool = False
     # Model and voice names of other APIs (OpenAI, ElevenLabs, Cartesia) -> the served ones (compat/aliases.py)

@@ -15,7 +15,7 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 
-from voxrt.gcpause import settle_heap
+from voxrt.gcpause import raise_young_threshold, settle_heap
 from voxrt.loadgen.metrics import RequestRecord
 from voxrt.loadgen.workload import WorkItem
 from voxrt.timing import LoopLagMonitor
@@ -56,6 +56,7 @@ async def _child(spec: TargetSpec, rows: list[WorkItem], rate: float, duration_s
     # timestamps every frame (voxrt/gcpause.py); a child process serves one point, so what it freezes is only
     # kept until it exits
     settle_heap()
+    raise_young_threshold()  # rarer young collections in the loop that timestamps every frame
     monitor = LoopLagMonitor()
     monitor.start()
     try:
