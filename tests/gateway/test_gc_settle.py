@@ -62,17 +62,14 @@ def test_serve_keeps_torch_out_of_the_gateway_process():
     """`voxrt serve` (one process: the gateway, which spawns the engine) imports no torch of its own: it was
     loaded to pick the default batch size: ~130,000 more tracked objects (194,000 against 61,000 on the dev VM)
     and ~1 s of start-up (the engine process picks it now: EngineConfig.max_batch_size None)."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    from fresh_python import run_fresh  # noqa: PLC0415
 
-    code = ("import sys\n"
-            "import voxrt.gateway.server as server\n"
-            "class S:\n"
-            "    def run(self): pass\n"
-            "server.make_server = lambda *a, **k: S()\n"
-            "from voxrt.cli import main\n"
-            "assert main(['serve', '--model', 'tiny', '--port', '0']) == 0\n"
-            "print('torch' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    out = run_fresh("import sys\n"
+                    "import voxrt.gateway.server as server\n"
+                    "class S:\n"
+                    "    def run(self): pass\n"
+                    "server.make_server = lambda *a, **k: S()\n"
+                    "from voxrt.cli import main\n"
+                    "assert main(['serve', '--model', 'tiny', '--port', '0']) == 0\n"
+                    "print('torch' in sys.modules)\n")
+    assert out.strip().splitlines()[-1] == "False"

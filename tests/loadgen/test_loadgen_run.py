@@ -168,13 +168,10 @@ def test_stop_below_must_be_an_attainment(workload, tmp_path, value, capsys):
 def test_a_websocket_target_imports_its_client_when_made_not_at_its_first_request():
     """The point's first request must not pay the client's import (~90 ms of a load generator process's loop at
     the arrivals' start, counted in the first requests' TTFA)."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    from fresh_python import run_fresh  # noqa: PLC0415
 
-    code = ("import sys\n"
-            "from voxrt.loadgen.runner import WebSocketTarget\n"
-            "assert 'voxrt.client' not in sys.modules, 'imported before the target'\n"
-            "WebSocketTarget('ws://127.0.0.1:9/v1/realtime')\n"
-            "assert 'voxrt.client' in sys.modules and 'websockets' in sys.modules\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_fresh("import sys\n"
+              "from voxrt.loadgen.runner import WebSocketTarget\n"
+              "assert 'voxrt.client' not in sys.modules, 'imported before the target'\n"
+              "WebSocketTarget('ws://127.0.0.1:9/v1/realtime')\n"
+              "assert 'voxrt.client' in sys.modules and 'websockets' in sys.modules\n")
