@@ -31,7 +31,9 @@
 # ENGINE_EXTRA (more `voxrt serve` engine flags), ENGINE_TRACE (1: the engine's --trace-dir, summarised per
 # request in the table (bench/product_path.py engine) and per step (bench/trace_summary.py); `requests`: the
 # per-request records only, --trace-requests-only, which leave the engine's step loop as it is), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
-# (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline). Everything is in
+# (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline), GW_GC_YOUNG (the
+# server's young-collection threshold, VOXRT_GC_YOUNG_THRESHOLD: unset 10,000; 700 is Python's own; the load
+# generator keeps its default). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
 set -uo pipefail
@@ -107,7 +109,7 @@ lscpu | grep -E "Model name|^CPU\(s\)" > "$R/cpu.txt"
 export VOXRT_ENGINE_AUTHKEY=${VOXRT_ENGINE_AUTHKEY:-$(python -c "import secrets; print(secrets.token_hex(32))")}
 SOCK=$(mktemp -u /tmp/voxrt-engine-XXXX.sock)
 log "starting the server: ${MODEL_ARGS[*]} ${ENGINE_ARGS[*]}, $GW_WORKERS gateway process(es)"
-python -m voxrt.cli serve "${MODEL_ARGS[@]}" "${ENGINE_ARGS[@]}" --port $PORT --allow-pinned-lengths \
+env ${GW_GC_YOUNG:+VOXRT_GC_YOUNG_THRESHOLD=$GW_GC_YOUNG} python -m voxrt.cli serve "${MODEL_ARGS[@]}" "${ENGINE_ARGS[@]}" --port $PORT --allow-pinned-lengths \
   --max-sessions 2048 --workers "$GW_WORKERS" --engine-socket "$SOCK" --stats-file "$R/gw-stats" \
   --trace-file "$R/gw-trace" > "$R/serve.log" 2>&1 &
 SERVER=$!

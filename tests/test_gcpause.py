@@ -2,6 +2,8 @@
 
 import gc
 
+import pytest
+
 from voxrt.gcpause import YOUNG_THRESHOLD, GcPauses, raise_young_threshold, settle_heap
 
 
@@ -80,3 +82,27 @@ def test_raise_young_threshold_raises_only_the_young_generations_and_never_lower
         assert raise_young_threshold(20_000) == (50_000, 7, 3)  # a higher one is kept
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_young_threshold_can_be_set_by_the_environment(monkeypatch):
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        monkeypatch.setenv("VOXRT_GC_YOUNG_THRESHOLD", "2500")
+        assert raise_young_threshold() == (2500, 10, 10)
+        gc.set_threshold(700, 10, 10)
+        monkeypatch.setenv("VOXRT_GC_YOUNG_THRESHOLD", "700")  # Python's own: the collector as Python sets it
+        assert raise_young_threshold() == (700, 10, 10)
+        monkeypatch.setenv("VOXRT_GC_YOUNG_THRESHOLD", " ")
+        assert raise_young_threshold() == (YOUNG_THRESHOLD, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "many", "1e4"])
+def test_a_bad_young_threshold_in_the_environment_is_a_clear_error(monkeypatch, bad):
+    before = gc.get_threshold()
+    monkeypatch.setenv("VOXRT_GC_YOUNG_THRESHOLD", bad)
+    with pytest.raises(ValueError, match="VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"):
+        raise_young_threshold()
+    assert gc.get_threshold() == before

@@ -16,6 +16,7 @@ idle gaps to them (`gc_ms` on each `lm` record), the gateway's stats file keeps 
 from __future__ import annotations
 
 import gc
+import os
 import time
 
 from voxrt.timing import MsHistogram
@@ -35,11 +36,31 @@ def settle_heap() -> int:
 # second: 5 collections in a run instead of 98-99, the longest 5.1-5.8 ms instead of 6.2-8.4, the loop's
 # worst lag 4 ms instead of 9-10 (bench/results/2026-12-05-gc-threshold/).
 YOUNG_THRESHOLD = 10_000
+# Sets the threshold `raise_young_threshold()` uses instead (an A/B on a GPU host: bench/gpu_product_path.sh's
+# GW_GC_YOUNG); 700, Python's own, leaves the collector as Python sets it.
+YOUNG_THRESHOLD_ENV = "VOXRT_GC_YOUNG_THRESHOLD"
 
 
-def raise_young_threshold(threshold: int = YOUNG_THRESHOLD) -> tuple[int, int, int]:
-    """Sets the young generation's threshold to `threshold` (never lowers it; the older generations' stay as they
-    are) and returns the collector's thresholds."""
+def young_threshold() -> int:
+    """`VOXRT_GC_YOUNG_THRESHOLD` when set (a positive integer, else ValueError naming it), else YOUNG_THRESHOLD."""
+    raw = os.environ.get(YOUNG_THRESHOLD_ENV, "").strip()
+    if not raw:
+        return YOUNG_THRESHOLD
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{YOUNG_THRESHOLD_ENV} must be a positive integer (objects between young collections), "
+                         f"got {raw!r}")
+    return value
+
+
+def raise_young_threshold(threshold: int | None = None) -> tuple[int, int, int]:
+    """Sets the young generation's threshold to `threshold` (default `young_threshold()`; never lowers it; the older
+    generations' stay as they are) and returns the collector's thresholds."""
+    if threshold is None:
+        threshold = young_threshold()
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, threshold), middle, old)
     return gc.get_threshold()
