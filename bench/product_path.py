@@ -308,7 +308,7 @@ def engine(trace_dir: str, window_s: float = 5.0) -> None:
     first text -> admitted (the prefill step), admitted -> first chunk launched, launched -> done, and the
     first chunk's slack (deadline minus done: negative is late), and the playback reports a request. From the
     `request` records of `--trace-dir` (ENGINE_TRACE=1 in bench/gpu_product_path.sh), or of the
-    engine-requests.jsonl.gz the script keeps of them."""
+    engine-requests.jsonl.gz the script keeps of them. Then one line per load point (`engine_points`)."""
     records = []
     root = Path(trace_dir)  # the trace directory, or the script's engine-requests.jsonl.gz
     files = sorted(root.glob("*.jsonl")) if root.is_dir() else [root] if root.exists() else []
@@ -344,6 +344,33 @@ def engine(trace_dir: str, window_s: float = 5.0) -> None:
             cells.append(f"{_ms(_quantile(values, 0.5)):>5s}/{_ms(_quantile(values, 0.99)):<5s}")
         reports = sum(r.get("reports", 0) for r in group) / len(group)
         print(f"  {w * window_s:6.0f} s {len(group):18d}  " + "  ".join(cells) + f"  {reports:6.1f}")
+    engine_points(records)
+
+
+def engine_points(records: list[dict], slo_ms: float = 200.0, pause_s: float = 3.0) -> list[dict]:
+    """Per load point inside the engine (arrivals `pause_s` apart start the next point): its requests, their
+    arrival rate, and the share whose first chunk was decoded within `slo_ms` of arrival. That share bounds the
+    point's attainment from above (the client's receipt and any stall come after), so it tells a point the load
+    generator did not get to write (cut by its run limit) from one that held. Printed, and returned."""
+    points: list[list[dict]] = []
+    for r in sorted(records, key=lambda r: r["arrival_ms"]):
+        if not points or r["arrival_ms"] - points[-1][-1]["arrival_ms"] > pause_s * 1000:
+            points.append([])
+        points[-1].append(r)
+    t0 = points[0][0]["arrival_ms"] if points else 0.0
+    out = []
+    print(f"engine, per point (arrivals {pause_s:g} s apart start the next; warm-up requests join the point after "
+          f"them)\n     from    reqs   req/s  first chunk done <= {slo_ms:g} ms after arrival (bounds attainment)")
+    for group in points:
+        span_s = (group[-1]["arrival_ms"] - group[0]["arrival_ms"]) / 1000
+        on_time = sum(1 for r in group if r.get("first_done_ms") is not None
+                      and r["first_done_ms"] - r["arrival_ms"] <= slo_ms)
+        row = {"from_s": (group[0]["arrival_ms"] - t0) / 1000, "requests": len(group),
+               "rate": len(group) / span_s if span_s > 0 else None, "first_chunk_on_time": on_time / len(group)}
+        out.append(row)
+        rate = "-" if row["rate"] is None else f"{row['rate']:.1f}"
+        print(f"  {row['from_s']:7.1f} s {len(group):6d}  {rate:>6s}  {100 * row['first_chunk_on_time']:5.1f}%")
+    return out
 
 
 if __name__ == "__main__":

@@ -96,3 +96,21 @@ def test_machine_figures_and_the_reports_worst_second_per_run(tmp_path, capsys):
     assert ("ws-whole: machine, worst second: sampler gap 1.60 s (1 s asked), steal 20.0%, iowait 5.0%, "
             "2 blocked on I/O") in out
     assert "direct: machine, worst second: sampler gap 1.00 s" in out and "idle: machine" not in out
+
+
+def test_engine_points_split_at_pauses_in_arrivals_and_bound_attainment_by_the_first_chunk(capsys):
+    def rec(arrival, done):
+        return {"kind": "request", "arrival_ms": arrival, "first_done_ms": done}
+    # point 1: 3 requests over 2 s, one first chunk later than 200 ms; a 10 s pause; point 2: one never decoded
+    records = [rec(0.0, 50.0), rec(1000.0, 1250.0), rec(2000.0, 2200.0),
+               rec(12000.0, 12100.0), rec(12500.0, None)]
+    points = product_path.engine_points(records, slo_ms=200.0, pause_s=3.0)
+    assert [p["requests"] for p in points] == [3, 2]
+    assert points[0]["from_s"] == 0.0 and points[1]["from_s"] == 12.0
+    assert points[0]["rate"] == 1.5 and points[1]["rate"] == 4.0
+    assert points[0]["first_chunk_on_time"] == 2 / 3 and points[1]["first_chunk_on_time"] == 0.5
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["0.0", "s", "3", "1.5", "66.7%"]
+    assert lines[3].split() == ["12.0", "s", "2", "4.0", "50.0%"]
+    # one request alone has no span: no rate
+    assert product_path.engine_points([rec(0.0, 10.0)])[0]["rate"] is None
