@@ -164,3 +164,23 @@ def test_codec_gpu_is_refused_with_the_reason(capsys):
         assert "needs 2 GPUs" in err and f"this machine has {torch.cuda.device_count()}" in err
     else:
         assert "not built yet" in err
+
+
+@pytest.mark.parametrize("command, name, value, message", [
+    (["serve", "--model", "tiny"], "VOXRT_GC_YOUNG_THRESHOLD", "lots",
+     "VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"),
+    (["serve", "--model", "tiny"], "VOXRT_PORT", "http", "VOXRT_PORT must be a port number"),
+    (["loadgen", "--url", "ws://127.0.0.1:9/v1/realtime", "--workload", "w.jsonl", "--out", "out"],
+     "VOXRT_GC_YOUNG_THRESHOLD", "0", "VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"),
+])
+def test_bad_environment_knobs_are_clear_errors_before_anything_starts(capsys, monkeypatch, tmp_path, command, name,
+                                                                         value, message):
+    from voxrt.cli import main  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as info:
+        main(command)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before it made anything

@@ -7,6 +7,7 @@ import asyncio
 import sys
 
 from voxrt.engine.errors import EngineError
+from voxrt.gcpause import young_threshold
 from voxrt.models.registry import available_archs, make_checkpoint
 
 
@@ -394,6 +395,10 @@ def _loadgen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.engine_direct == bool(args.url):
         parser.error("loadgen: give exactly one of --url and --engine-direct")
+    try:
+        young_threshold()  # each load generator process raises its collector's young threshold to it
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.engine_socket and not args.engine_direct:
         parser.error("loadgen: --engine-socket drives the engine directly: add --engine-direct")
     if args.engine_direct and not args.engine_socket:
@@ -461,7 +466,11 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from voxrt.settings import read_env  # noqa: PLC0415
 
     _check_model(args.model)
-    env = read_env()
+    try:
+        env = read_env()
+        young_threshold()  # each gateway worker raises its collector's young threshold to it (voxrt/gcpause.py)
+    except ValueError as exc:
+        parser.error(str(exc))
     keys = tuple(args.api_key) + env.api_keys
     host = args.host or env.host or ("0.0.0.0" if keys else "127.0.0.1")
     if not keys and host not in ("127.0.0.1", "localhost", "::1") and not args.insecure_no_auth:
