@@ -15,6 +15,9 @@
 #              whole GPU) with the committed defaults against the fastest of each (VOXRT_PAGED_DECODE_CONFIG,
 #              VOXRT_SAMPLER_SEARCH; with them also fused-tritonattn: the tuned paged kernel at 1-8 rows too,
 #              where `auto` takes FA3), and the fused check with them (teacher-forced logits against the reference)
+#   inflight   the loop's bytes in flight at one row: the chains per bench/gpu_gemv_pdl.py "inflight" variant (grid,
+#              plain first tile, the pipelined loop, warps), the frame with the defaults against VOXRT_GEMV set to
+#              the fastest (bench/pick_tuned.py --gemv), and the fused check with it
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -110,6 +113,28 @@ EOF
         (cd bench && env $TUNED timeout "${CHECK_TIMEOUT:-280}" python -u gpu_fused_check.py --checkpoint $CKPT \
           --out "$R/tune-check" --requests 16 --pdl off --decode-attention auto,triton) > "$R/tune-check.log" 2>&1
         echo "== fused check, $TUNED (rc $?)"; grep -v " INFO \|^ *warn" "$R/tune-check.log" | tail -8
+      fi ;;
+    inflight)
+      # the loop's bytes in flight at one row (issue 12): bench/gpu_gemv_pdl.py's "inflight" variants on the
+      # chains, then the frame with the defaults against VOXRT_GEMV set to the fastest, then the fused check
+      (cd bench && timeout "${CHAINS_TIMEOUT:-240}" python -u gpu_gemv_pdl.py --out "$R/inflight" --only chains \
+        --rows 1 --variants "${INFLIGHT_VARIANTS:-inflight}") > "$R/inflight.log" 2>&1
+      echo "== inflight chains (rc $?)"; sed -n '/^== /,$p' "$R/inflight.log"; grep -i "Traceback" -A3 "$R/inflight.log" | head -8
+      GEMV_BEST=$(python bench/pick_tuned.py --gemv "$R/inflight/gemv_pdl.json")
+      echo "fastest at one row: VOXRT_GEMV=${GEMV_BEST:-(the defaults)}"; echo "$GEMV_BEST" > "$R/gemv-best.txt"
+      (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
+        --batches "${BATCHES:-1,8,64,128}" --paths fused --kernels-only --out "$R/inflight-base") > "$R/inflight-base.log" 2>&1
+      echo "== frame, defaults (rc $?)"; sed -n '/^== /,$p' "$R/inflight-base.log"; grep -i "Traceback\|Error" "$R/inflight-base.log" | head -5
+      if [ -n "$GEMV_BEST" ]; then
+        (cd bench && VOXRT_GEMV=$GEMV_BEST timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT \
+          --lanes off --batches "${BEST_BATCHES:-1,4}" --paths fused --kernels-only --out "$R/inflight-best") \
+          > "$R/inflight-best.log" 2>&1
+        echo "== frame, VOXRT_GEMV=$GEMV_BEST (rc $?)"; sed -n '/^== /,$p' "$R/inflight-best.log"; grep -i "Traceback\|Error" "$R/inflight-best.log" | head -5
+        if [ "$SECONDS" -lt "${CHECK_BEFORE_S:-420}" ]; then
+          (cd bench && VOXRT_GEMV=$GEMV_BEST timeout "${CHECK_TIMEOUT:-150}" python -u gpu_fused_check.py --checkpoint $CKPT \
+            --out "$R/inflight-check" --requests 4 --pdl off) > "$R/inflight-check.log" 2>&1
+          echo "== fused check, VOXRT_GEMV=$GEMV_BEST (rc $?)"; grep -v " INFO \|^ *warn" "$R/inflight-check.log" | tail -8
+        fi
       fi ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1

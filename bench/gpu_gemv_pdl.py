@@ -39,9 +39,9 @@ DEV = torch.device("cuda")
 DT = torch.bfloat16
 # name: products' grid (TARGET_PROGRAMS), first tile with PDL (PREFETCH_ELEMENTS) and without (PLAIN_FIRST_ELEMENTS,
 # 0: an ordinary tile), PDL, the tensor-core product at 5..128 rows, its config (None: skinny_plan's)
-def _v(programs=256, first=8192, plain_first=0, pdl=False, skinny=False, skinny_config=None):
+def _v(programs=256, first=8192, plain_first=0, pdl=False, skinny=False, skinny_config=None, pipe=False, warps=4):
     return dict(programs=programs, first=first, plain_first=plain_first, pdl=pdl, skinny=skinny,
-                skinny_config=skinny_config)
+                skinny_config=skinny_config, pipe=pipe, warps=warps)
 
 
 GEMV_VARIANTS = {
@@ -56,7 +56,19 @@ GEMV_VARIANTS = {
     "pdl-first32k": _v(first=32768, pdl=True),
     "pdl-first16k-p512": _v(programs=512, first=16384, pdl=True),
     "pdl-p128": _v(programs=128, pdl=True),
+    # the loop's bytes in flight (without PDL): the loop's next tile loaded before this tile's products (pipe),
+    # the whole slice of the predictor's products in one load (one16k / one32k: up to 32 / 64 KB a program),
+    # 8 warps a program
+    "pipe": _v(pipe=True),
+    "pipe-p512": _v(programs=512, pipe=True),
+    "one32k": _v(plain_first=32768),
+    "one16k-pipe": _v(plain_first=16384, pipe=True),
+    "w8": _v(warps=8),
+    "pipe-w8": _v(pipe=True, warps=8),
+    "one16k-w8": _v(plain_first=16384, warps=8),
 }
+BYTES_IN_FLIGHT_VARIANTS = ("base", "p512", "one16k", "one16k-p512", "pipe", "pipe-p512", "one32k", "one16k-pipe",
+                            "w8", "pipe-w8", "one16k-w8")
 MANY_ROWS_VARIANTS = {
     "base": _v(),                # cuBLAS beyond 4 rows
     "pdl": _v(pdl=True),         # our kernels between cuBLAS ones with PDL (no product of ours at > 4 rows)
@@ -77,6 +89,8 @@ def _set(v: dict) -> None:
     gemv.PREFETCH_ELEMENTS = v["first"]
     gemv.PLAIN_FIRST_ELEMENTS = v["plain_first"]
     gemv.SKINNY_CONFIG = v["skinny_config"]
+    gemv.PIPELINE = v.get("pipe", False)
+    gemv.WARPS = v.get("warps", 4)
     kernels.set_pdl(v["pdl"])
     kernels.set_skinny(v["skinny"])
 
@@ -171,11 +185,20 @@ def main() -> int:
     ap.add_argument("--rows", default="1,8,64")
     ap.add_argument("--lm-sms", type=int, default=60, help="the partition's SM count (the engine's LM lane: 60)")
     ap.add_argument("--only", default="chains,partition,skinny")
+    ap.add_argument("--variants", default="", help="only these variants at <= 4 rows (comma-separated; "
+                    "'inflight': the bytes-in-flight set)")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
+    picked = BYTES_IN_FLIGHT_VARIANTS if args.variants == "inflight" else \
+        tuple(v for v in args.variants.split(",") if v)
+    unknown = [v for v in picked if v not in GEMV_VARIANTS]
+    if unknown:
+        ap.error(f"unknown variants {unknown}; known: {', '.join(GEMV_VARIANTS)}")
 
     def variants_for(r):
-        return GEMV_VARIANTS if r <= gemv.MAX_ROWS else MANY_ROWS_VARIANTS
+        if r > gemv.MAX_ROWS:
+            return MANY_ROWS_VARIANTS
+        return {k: GEMV_VARIANTS[k] for k in picked} if picked else GEMV_VARIANTS
 
     result = dict(gpu=torch.cuda.get_device_name(), sms=torch.cuda.get_device_properties(0).multi_processor_count,
                   variants=GEMV_VARIANTS)

@@ -3,6 +3,8 @@ the frame benchmark (bench/gpu_frame_pdl.sh's `tune` step); nothing printed wher
 
     python bench/pick_tuned.py out/r/tune/kernels.json
     -> VOXRT_PAGED_DECODE_CONFIG=128,8,2 VOXRT_SAMPLER_SEARCH=radix
+    python bench/pick_tuned.py --gemv out/r/inflight/gemv_pdl.json   (bench/gpu_gemv_pdl.py's chains)
+    -> programs=256,first=16384,pipe=1,warps=4     (a VOXRT_GEMV value; nothing where the base won)
 
 - The paged decode attention: the (tokens a round, warps, stages) with the least us summed over the rows where
   the engine runs it (`auto`: more than 8 rows), KV context 128, among the configs with no mismatch on any row,
@@ -56,6 +58,32 @@ def search_choice(rows: list[dict]) -> str | None:
     return None if best == COMMITTED_SEARCH else best
 
 
+GEMV_MAX_REL_ERR = 0.02  # a chain this far from the base variant's output (75 bf16 layers) is a wrong kernel
+
+
+def gemv_choice(data: dict) -> str:
+    """The matrix-vector kernel's variant (bench/gpu_gemv_pdl.py --variants) with the least ms summed over both
+    chains at one row, among those that ran both within GEMV_MAX_REL_ERR of the base, as a VOXRT_GEMV value;
+    "" where the base (the committed defaults) won or nothing ran."""
+    rows = [r for r in data.get("chains", []) if r.get("rows") == 1]
+    chains = {r["chain"] for r in rows}
+    ok: dict[str, dict[str, float]] = {}
+    bad = set()
+    for r in rows:
+        if "ms" not in r or r.get("rel_err_vs_base", 0.0) > GEMV_MAX_REL_ERR:
+            bad.add(r["variant"])
+        else:
+            ok.setdefault(r["variant"], {})[r["chain"]] = r["ms"]
+    totals = {v: sum(ms.values()) for v, ms in ok.items() if v not in bad and set(ms) == chains}
+    if not totals or "base" not in totals:
+        return ""
+    best = min(totals, key=totals.get)
+    v = data.get("variants", {}).get(best)
+    if best == "base" or not v or totals[best] >= totals["base"]:
+        return ""
+    return f"programs={v['programs']},first={v['plain_first']},pipe={int(v.get('pipe', False))},warps={v.get('warps', 4)}"
+
+
 def main(path: str) -> str:
     try:
         with open(path) as f:
@@ -73,4 +101,11 @@ def main(path: str) -> str:
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1]))
+    if sys.argv[1] == "--gemv":  # bench/gpu_gemv_pdl.py's gemv_pdl.json -> a VOXRT_GEMV value (or nothing)
+        try:
+            with open(sys.argv[2]) as f:
+                print(gemv_choice(json.load(f)))
+        except (OSError, ValueError):
+            print("")
+    else:
+        print(main(sys.argv[1]))

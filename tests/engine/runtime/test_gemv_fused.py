@@ -75,6 +75,39 @@ def test_the_wide_first_tile_equals_the_plain_tiles():
     torch.testing.assert_close(res_b, res_a, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("first_k", [256, 512])
+def test_the_pipelined_loop_equals_the_plain_one(first_k):
+    """PIPE: the loop loads the next tile before this tile's products (its last round's load is all masked). Same
+    sums in the same order, so the same results, in every form (plain, residual, rstd, silu) and with a wide
+    first tile before it."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 1100, generator=g)
+    w = torch.randn(12, 1100, generator=g) / 30
+    gate_up = torch.randn(1, 2 * 1100, generator=g)
+    for form in ({}, {"rstd_eps": 1e-6}):
+        plain, piped = torch.empty(2, 12), torch.empty(2, 12)
+        _launch(x, w, plain, residual=False, block_k=256, first_k=first_k, pipe=False, **form)
+        _launch(x, w, piped, residual=False, block_k=256, first_k=first_k, pipe=True, **form)
+        torch.testing.assert_close(piped, plain, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(piped, F.linear(x, w) * rstd_torch(x, 1e-6), atol=1e-5, rtol=1e-5)
+    res_a, res_b = torch.ones(1, 12), torch.ones(1, 12)
+    _launch(gate_up, w, res_a, residual=True, silu=True, block_k=256, first_k=first_k, pipe=False)
+    _launch(gate_up, w, res_b, residual=True, silu=True, block_k=256, first_k=first_k, pipe=True)
+    torch.testing.assert_close(res_b, res_a, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(res_b, 1 + F.linear(silu_mul(gate_up, "torch"), w), atol=1e-5, rtol=1e-5)
+
+
+def test_the_pipeline_and_warps_switches_reach_the_launch(monkeypatch):
+    """gemv.PIPELINE / gemv.WARPS (the benchmarks' knobs) change how the product runs, not what it returns."""
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(1, 700, generator=g), torch.randn(20, 700, generator=g) / 30
+    expected = linear(x, w, impl="triton", force=True)
+    monkeypatch.setattr(gemv_module, "PIPELINE", True)
+    monkeypatch.setattr(gemv_module, "WARPS", 8)
+    torch.testing.assert_close(linear(x, w, impl="triton", force=True), expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(expected, F.linear(x, w), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("impl", ["torch", "triton"])
 def test_the_gated_mlp_equals_the_unfused_layer(impl):
     """x += down(silu(gate) * up) over rms_norm(x) with the norm folded into gate_up: two kernels on the
@@ -185,3 +218,24 @@ def test_the_l2_prefetch_never_runs_on_the_cpu_and_leaves_results_alone():
                                    atol=1e-4, rtol=1e-4)
     finally:
         kernels.set_l2_prefetch(None)
+
+
+def test_voxrt_gemv_sets_the_launch_and_refuses_bad_values(monkeypatch):
+    """VOXRT_GEMV (benchmarks' A/B knob) parses into the kernel's settings, changes nothing in the result, and a bad
+    value is a ValueError that names what is allowed (not a Triton error at the first launch)."""
+    assert gemv_module.env_settings("programs=512, first=16384,pipe=1,warps=8") == dict(
+        programs=512, first=16384, pipe=1, warps=8)
+    assert gemv_module.env_settings("") == {}
+    for bad, words in (("programs", "key=value"), ("blocks=4", "keys programs"), ("warps=3", "out of range"),
+                       ("pipe=yes", "not an integer"), ("programs=0", "out of range")):
+        with pytest.raises(ValueError, match=words):
+            gemv_module.env_settings(bad)
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(1, 700, generator=g), torch.randn(20, 700, generator=g) / 30
+    expected = linear(x, w, impl="triton", force=True)
+    monkeypatch.setenv("VOXRT_GEMV", "programs=8,first=512,pipe=1,warps=2")
+    assert gemv_module._settings() == (8, 512, True, 2)
+    torch.testing.assert_close(linear(x, w, impl="triton", force=True), expected, atol=1e-5, rtol=1e-5)
+    monkeypatch.setenv("VOXRT_GEMV", "warps=5")
+    with pytest.raises(ValueError, match="VOXRT_GEMV"):
+        linear(x, w, impl="triton", force=True)

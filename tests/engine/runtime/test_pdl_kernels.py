@@ -60,6 +60,7 @@ def _kernels():
         "gemv-silu": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "SILU": True}, True),
         "gemv-rstd": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "RESIDUAL": False, "RSTD": True}, True),
         "gemv-prefetch": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "PREFETCH": True}, True),
+        "gemv-pipe": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "PIPE": True}, True),
         "skinny": (gemv._skinny_kernel, gemv_ptrs, skinny_consts, False),
         "skinny-silu-prefetch": (gemv._skinny_kernel, gemv_ptrs, {**skinny_consts, "SILU": True, "PREFETCH": True}, False),
         "add_rms_norm": (norm._add_rms_norm_kernel, dict(x_ptr=BF16, res_ptr=BF16, w_ptr=BF16, out_ptr=BF16,

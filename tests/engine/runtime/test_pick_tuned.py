@@ -53,3 +53,22 @@ def test_committed_search_is_the_kernels_default():
     from voxrt.engine.runtime.kernels.sampling import DEFAULT_SEARCH
 
     assert pick_tuned.COMMITTED_SEARCH == DEFAULT_SEARCH
+
+
+def test_gemv_variant_is_the_least_total_over_both_chains_at_one_row():
+    variants = {"base": dict(programs=256, plain_first=0, pipe=False, warps=4),
+                "pipe": dict(programs=256, plain_first=0, pipe=True, warps=4),
+                "one16k": dict(programs=256, plain_first=16384, pipe=False, warps=4)}
+
+    def row(chain, variant, ms, rows=1, err=0.0):
+        return dict(chain=chain, rows=rows, variant=variant, ms=ms, rel_err_vs_base=err)
+
+    chains = [row("pred", "base", 1.8), row("talk", "base", 1.1), row("pred", "pipe", 1.5), row("talk", "pipe", 1.2),
+              row("pred", "one16k", 1.2), row("talk", "one16k", 1.3), row("pred", "pipe", 0.1, rows=8)]
+    data = dict(variants=variants, chains=chains)
+    assert pick_tuned.gemv_choice(data) == "programs=256,first=16384,pipe=0,warps=4"  # 2.5 < 2.7 < 2.9
+    chains[5]["rel_err_vs_base"] = 0.5  # wrong output on one chain: out
+    assert pick_tuned.gemv_choice(data) == "programs=256,first=0,pipe=1,warps=4"
+    chains[3] = dict(chain="talk", rows=1, variant="pipe", error="boom")  # failed on one chain: out
+    assert pick_tuned.gemv_choice(data) == ""  # only the base is left
+    assert pick_tuned.gemv_choice(dict(variants=variants, chains=[row("pred", "pipe", 1.0)])) == ""  # no base ran

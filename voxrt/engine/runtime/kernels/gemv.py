@@ -27,6 +27,8 @@ product of 2 MB took 3.05 us plainly and 1.60 us so (bench/gpu_pdl.py).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -79,7 +81,7 @@ if triton_available():
                      ROWS: tl.constexpr, RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr,
                      PREFETCH: tl.constexpr = False, ELEMS_PER_LINE: tl.constexpr = 64,
-                     BLOCK_P: tl.constexpr = 256):
+                     BLOCK_P: tl.constexpr = 256, PIPE: tl.constexpr = False):
         """The first FIRST_K columns of the weight slice are loaded before `gdc_wait()` (no kernel of the frame
         writes weights: with PDL they stream while the previous kernel finishes, kernels/__init__.py), the rest
         in BLOCK_K tiles after it. RSTD: y scaled by the row's rstd(x) (the sum of squares gathered on the
@@ -106,14 +108,33 @@ if triton_available():
                 y_first = tl.sum(part, axis=1)  # [BLOCK_N]
                 acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
             ss = tl.sum(x0 * x0, axis=0)
-            for k0 in range(FIRST_K, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
+            if PIPE:  # the next tile's loads are issued before this tile's products: two tiles in flight
+                rk = FIRST_K + tl.arange(0, BLOCK_K)
                 k_ok = rk < K
-                w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-                x = _x_tile(x_row, rk, k_ok, K, SILU)
-                acc += w.to(tl.float32) * x[None, :]
-                if RSTD:
-                    ss += tl.sum(x * x, axis=0)
+                w_next = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                                 other=0.0)
+                x_next = _x_tile(x_row, rk, k_ok, K, SILU)
+                for k0 in range(FIRST_K, K, BLOCK_K):
+                    w = w_next
+                    x = x_next
+                    rk = k0 + BLOCK_K + tl.arange(0, BLOCK_K)
+                    k_ok = rk < K  # past the end on the last round: masked, no memory traffic
+                    w_next = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                                     other=0.0)
+                    x_next = _x_tile(x_row, rk, k_ok, K, SILU)
+                    acc += w.to(tl.float32) * x[None, :]
+                    if RSTD:
+                        ss += tl.sum(x * x, axis=0)
+            else:
+                for k0 in range(FIRST_K, K, BLOCK_K):
+                    rk = k0 + tl.arange(0, BLOCK_K)
+                    k_ok = rk < K
+                    w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                                other=0.0)
+                    x = _x_tile(x_row, rk, k_ok, K, SILU)
+                    acc += w.to(tl.float32) * x[None, :]
+                    if RSTD:
+                        ss += tl.sum(x * x, axis=0)
             y = tl.sum(acc, axis=1)
             if FIRST_K != BLOCK_K:
                 y = y + y_first
@@ -173,21 +194,59 @@ if triton_available():
         tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=om)
 
 
-def plan(n: int) -> int:
-    """BLOCK_N: the widest power of two (4..32) that still gives TARGET_PROGRAMS programs."""
+def plan(n: int, programs: int | None = None) -> int:
+    """BLOCK_N: the widest power of two (4..32) that still gives `programs` (TARGET_PROGRAMS) programs."""
+    programs = programs or TARGET_PROGRAMS
     block_n = 32
-    while block_n > 4 and -(-n // block_n) < TARGET_PROGRAMS:
+    while block_n > 4 and -(-n // block_n) < programs:
         block_n //= 2
     return block_n
 
 
 PREFETCH_ELEMENTS = 8192  # weight elements a program loads before the PDL wait: 16 KB in bf16, gpu_pdl.py's tile
 PLAIN_FIRST_ELEMENTS = 0  # without PDL: 0 = the first tile is an ordinary BLOCK_K one; else as wide as this allows
+PIPELINE = False  # the loop issues the next tile's loads before this tile's products (two tiles in flight)
+WARPS = 4  # warps a program
 SKINNY_MAX_ROWS = 128  # the tensor-core product takes 5..128 rows when it is on (kernels.set_skinny)
 SKINNY_TARGET_PROGRAMS = 128
 SKINNY_MAX_MIN_DIM: int | None = None  # the tensor-core product only where min(N, K) <= this (None: every shape)
 SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) for every
 # shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
+
+
+GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS"}
+
+
+def env_settings(value: str | None = None) -> dict[str, int]:
+    """`VOXRT_GEMV` (e.g. `programs=512,first=16384,pipe=1,warps=8`): the matrix-vector kernel's grid, plain first
+    tile, pipelined loop and warps for this process, over the module's defaults (benchmarks and A/B runs;
+    bench/gpu_gemv_pdl.py measures them). Read at each launch, so a graph captured afterwards takes the value of
+    its capture. A bad value is a ValueError naming what is allowed."""
+    value = os.environ.get("VOXRT_GEMV", "") if value is None else value
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in GEMV_KEYS:
+            raise ValueError(f"VOXRT_GEMV: {item!r}; expected key=value pairs with keys {', '.join(GEMV_KEYS)}")
+        try:
+            number = int(raw)
+        except ValueError:
+            raise ValueError(f"VOXRT_GEMV: {key}={raw!r} is not an integer") from None
+        ok = {"programs": number >= 1, "first": number >= 0, "pipe": number in (0, 1),
+              "warps": number in (1, 2, 4, 8, 16)}[key]
+        if not ok:
+            raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first >= 0, pipe 0 or 1, "
+                             "warps a power of two up to 16)")
+        out[key] = number
+    return out
+
+
+def _settings() -> tuple[int, int, bool, int]:
+    """(TARGET_PROGRAMS, PLAIN_FIRST_ELEMENTS, PIPELINE, WARPS): the module's values under VOXRT_GEMV's."""
+    env = env_settings()
+    return (env.get("programs", TARGET_PROGRAMS), env.get("first", PLAIN_FIRST_ELEMENTS),
+            bool(env.get("pipe", PIPELINE)), env.get("warps", WARPS))
 
 
 def _prefetch_args(nxt: torch.Tensor | None, device: torch.device) -> dict:
@@ -212,8 +271,9 @@ def skinny_plan(m: int, n: int, k: int) -> tuple[int, int, int]:
 
 def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None = None,
             silu: bool = False, block_k: int | None = None, first_k: int | None = None,
-            prefetch: torch.Tensor | None = None) -> None:
+            prefetch: torch.Tensor | None = None, pipe: bool | None = None) -> None:
     """`first_k` (tests: the PDL path's wide first tile, which the interpreter cannot run with PDL on).
+    `pipe`: the loop's two-tiles-in-flight form (None: PIPELINE).
     `prefetch`: the next projection's weight, asked of the L2 while this product runs (where that is on)."""
     m, k = x.shape
     n = w.shape[0]
@@ -227,20 +287,21 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     if m > MAX_ROWS:
         _launch_skinny(x, w, out, residual, rstd_eps, silu, pre)
         return
-    block_n = plan(n)
+    programs, plain_first, pipeline, warps = _settings()
+    block_n = plan(n, programs)
     if block_k is None:  # long rows in narrow tiles stream best in 512-wide steps (measured); wide tiles spill
         block_k = 512 if k >= 2048 and block_n <= 16 else 256
     pdl = pdl_args(x.device)
     # with PDL the first tile is as wide as PREFETCH_ELEMENTS allows (the more weight streams before the wait,
     # the more of the previous kernel's tail it hides); without, the first tile is an ordinary one
     if first_k is None:
-        first = PREFETCH_ELEMENTS if pdl["PDL"] else PLAIN_FIRST_ELEMENTS
+        first = PREFETCH_ELEMENTS if pdl["PDL"] else plain_first
         first_k = max(block_k, min(next_pow2(k), first // block_n)) if first else block_k
     assert first_k % block_k == 0, (first_k, block_k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, w, out, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, ROWS=m, RESIDUAL=residual,
-        RSTD=rstd_eps is not None, SILU=silu, BLOCK_N=block_n, BLOCK_K=block_k, FIRST_K=first_k, num_warps=4,
-        **pre, **pdl)
+        RSTD=rstd_eps is not None, SILU=silu, BLOCK_N=block_n, BLOCK_K=block_k, FIRST_K=first_k,
+        PIPE=pipeline if pipe is None else pipe, num_warps=warps, **pre, **pdl)
 
 
 def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None,
