@@ -121,19 +121,19 @@ EOF
         --rows 1 --variants "${INFLIGHT_VARIANTS:-inflight}") > "$R/inflight.log" 2>&1
       echo "== inflight chains (rc $?)"; sed -n '/^== /,$p' "$R/inflight.log"; grep -i "Traceback" -A3 "$R/inflight.log" | head -8
       GEMV_BEST=$(python bench/pick_tuned.py --gemv "$R/inflight/gemv_pdl.json")
-      echo "fastest at one row: VOXRT_GEMV=${GEMV_BEST:-(the defaults)}"; echo "$GEMV_BEST" > "$R/gemv-best.txt"
+      echo "fastest at one row: ${GEMV_BEST:-(the defaults)}"; echo "$GEMV_BEST" > "$R/gemv-best.txt"
       (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
         --batches "${BATCHES:-1,8,64,128}" --paths fused --kernels-only --out "$R/inflight-base") > "$R/inflight-base.log" 2>&1
       echo "== frame, defaults (rc $?)"; sed -n '/^== /,$p' "$R/inflight-base.log"; grep -i "Traceback\|Error" "$R/inflight-base.log" | head -5
       if [ -n "$GEMV_BEST" ]; then
-        (cd bench && VOXRT_GEMV=$GEMV_BEST timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT \
+        (cd bench && env $GEMV_BEST timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT \
           --lanes off --batches "${BEST_BATCHES:-1,4}" --paths fused --kernels-only --out "$R/inflight-best") \
           > "$R/inflight-best.log" 2>&1
-        echo "== frame, VOXRT_GEMV=$GEMV_BEST (rc $?)"; sed -n '/^== /,$p' "$R/inflight-best.log"; grep -i "Traceback\|Error" "$R/inflight-best.log" | head -5
+        echo "== frame, $GEMV_BEST (rc $?)"; sed -n '/^== /,$p' "$R/inflight-best.log"; grep -i "Traceback\|Error" "$R/inflight-best.log" | head -5
         if [ "$SECONDS" -lt "${CHECK_BEFORE_S:-420}" ]; then
-          (cd bench && VOXRT_GEMV=$GEMV_BEST timeout "${CHECK_TIMEOUT:-150}" python -u gpu_fused_check.py --checkpoint $CKPT \
-            --out "$R/inflight-check" --requests 4 --pdl off) > "$R/inflight-check.log" 2>&1
-          echo "== fused check, VOXRT_GEMV=$GEMV_BEST (rc $?)"; grep -v " INFO \|^ *warn" "$R/inflight-check.log" | tail -8
+          (cd bench && env $GEMV_BEST timeout "${CHECK_TIMEOUT:-150}" python -u gpu_fused_check.py --checkpoint $CKPT \
+            --out "$R/inflight-check" --requests 4 --pdl on) > "$R/inflight-check.log" 2>&1
+          echo "== fused check, $GEMV_BEST (rc $?)"; grep -v " INFO \|^ *warn" "$R/inflight-check.log" | tail -8
         fi
       fi ;;
     sampler)

@@ -67,6 +67,14 @@ GEMV_VARIANTS = {
     "pipe-w8": _v(pipe=True, warps=8),
     "one16k-w8": _v(plain_first=16384, warps=8),
 }
+GEMV_VARIANTS.update({  # PDL on top of the pipelined loop (its first tile before the wait)
+    "pdl-pipe": _v(first=0, pdl=True, pipe=True),
+    "pdl-pipe-w8": _v(first=0, pdl=True, pipe=True, warps=8),
+    "pdl-pipe-p512": _v(programs=512, first=0, pdl=True, pipe=True),
+    "pdl-first16k-pipe": _v(first=16384, pdl=True, pipe=True),
+})
+PDL_VARIANTS = ("base", "pipe-w8", "pipe-p512", "pdl", "pdl-ordinary", "pdl-ordinary-p512", "pdl-first16k",
+                "pdl-first16k-p512", "pdl-p128", "pdl-pipe", "pdl-pipe-w8", "pdl-pipe-p512", "pdl-first16k-pipe")
 BYTES_IN_FLIGHT_VARIANTS = ("base", "p512", "one16k", "one16k-p512", "pipe", "pipe-p512", "one32k", "one16k-pipe",
                             "w8", "pipe-w8", "one16k-w8")
 MANY_ROWS_VARIANTS = {
@@ -186,10 +194,10 @@ def main() -> int:
     ap.add_argument("--lm-sms", type=int, default=60, help="the partition's SM count (the engine's LM lane: 60)")
     ap.add_argument("--only", default="chains,partition,skinny")
     ap.add_argument("--variants", default="", help="only these variants at <= 4 rows (comma-separated; "
-                    "'inflight': the bytes-in-flight set)")
+                    "'inflight': the bytes-in-flight set, 'pdl': PDL's)")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
-    picked = BYTES_IN_FLIGHT_VARIANTS if args.variants == "inflight" else \
+    picked = {"inflight": BYTES_IN_FLIGHT_VARIANTS, "pdl": PDL_VARIANTS}.get(args.variants) or \
         tuple(v for v in args.variants.split(",") if v)
     unknown = [v for v in picked if v not in GEMV_VARIANTS]
     if unknown:

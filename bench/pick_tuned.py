@@ -4,7 +4,7 @@ the frame benchmark (bench/gpu_frame_pdl.sh's `tune` step); nothing printed wher
     python bench/pick_tuned.py out/r/tune/kernels.json
     -> VOXRT_PAGED_DECODE_CONFIG=128,8,2 VOXRT_SAMPLER_SEARCH=radix
     python bench/pick_tuned.py --gemv out/r/inflight/gemv_pdl.json   (bench/gpu_gemv_pdl.py's chains)
-    -> programs=256,first=16384,pipe=1,warps=4     (a VOXRT_GEMV value; nothing where the base won)
+    -> VOXRT_GEMV=programs=256,first=0,pipe=1,warps=8,pdlfirst=8192 [VOXRT_PDL=1]   (nothing where the base won)
 
 - The paged decode attention: the (tokens a round, warps, stages) with the least us summed over the rows where
   the engine runs it (`auto`: more than 8 rows), KV context 128, among the configs with no mismatch on any row,
@@ -63,8 +63,8 @@ GEMV_MAX_REL_ERR = 0.02  # a chain this far from the base variant's output (75 b
 
 def gemv_choice(data: dict) -> str:
     """The matrix-vector kernel's variant (bench/gpu_gemv_pdl.py --variants) with the least ms summed over both
-    chains at one row, among those that ran both within GEMV_MAX_REL_ERR of the base, as a VOXRT_GEMV value;
-    "" where the base (the committed defaults) won or nothing ran."""
+    chains at one row, among those that ran both within GEMV_MAX_REL_ERR of the base, as environment assignments
+    (VOXRT_GEMV, and VOXRT_PDL=1 for a PDL variant); "" where the base (the committed defaults) won or nothing ran."""
     rows = [r for r in data.get("chains", []) if r.get("rows") == 1]
     chains = {r["chain"] for r in rows}
     ok: dict[str, dict[str, float]] = {}
@@ -81,7 +81,9 @@ def gemv_choice(data: dict) -> str:
     v = data.get("variants", {}).get(best)
     if best == "base" or not v or totals[best] >= totals["base"]:
         return ""
-    return f"programs={v['programs']},first={v['plain_first']},pipe={int(v.get('pipe', False))},warps={v.get('warps', 4)}"
+    value = (f"VOXRT_GEMV=programs={v['programs']},first={v['plain_first']},pipe={int(v.get('pipe', False))},"
+             f"warps={v.get('warps', 4)},pdlfirst={v.get('first', 8192)}")
+    return value + (" VOXRT_PDL=1" if v.get("pdl") else "")
 
 
 def main(path: str) -> str:

@@ -226,6 +226,7 @@ def test_voxrt_gemv_sets_the_launch_and_refuses_bad_values(monkeypatch):
     assert gemv_module.env_settings("programs=512, first=16384,pipe=1,warps=8") == dict(
         programs=512, first=16384, pipe=1, warps=8)
     assert gemv_module.env_settings("") == {}
+    assert gemv_module.env_settings("pdlfirst=0") == dict(pdlfirst=0)
     for bad, words in (("programs", "key=value"), ("blocks=4", "keys programs"), ("warps=3", "out of range"),
                        ("pipe=yes", "not an integer"), ("programs=0", "out of range")):
         with pytest.raises(ValueError, match=words):
@@ -234,7 +235,7 @@ def test_voxrt_gemv_sets_the_launch_and_refuses_bad_values(monkeypatch):
     x, w = torch.randn(1, 700, generator=g), torch.randn(20, 700, generator=g) / 30
     expected = linear(x, w, impl="triton", force=True)
     monkeypatch.setenv("VOXRT_GEMV", "programs=8,first=512,pipe=1,warps=2")
-    assert gemv_module._settings() == (8, 512, True, 2)
+    assert gemv_module._settings() == (8, 512, True, 2, gemv_module.PREFETCH_ELEMENTS)
     torch.testing.assert_close(linear(x, w, impl="triton", force=True), expected, atol=1e-5, rtol=1e-5)
     monkeypatch.setenv("VOXRT_GEMV", "warps=5")
     with pytest.raises(ValueError, match="VOXRT_GEMV"):

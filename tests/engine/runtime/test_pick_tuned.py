@@ -66,9 +66,12 @@ def test_gemv_variant_is_the_least_total_over_both_chains_at_one_row():
     chains = [row("pred", "base", 1.8), row("talk", "base", 1.1), row("pred", "pipe", 1.5), row("talk", "pipe", 1.2),
               row("pred", "one16k", 1.2), row("talk", "one16k", 1.3), row("pred", "pipe", 0.1, rows=8)]
     data = dict(variants=variants, chains=chains)
-    assert pick_tuned.gemv_choice(data) == "programs=256,first=16384,pipe=0,warps=4"  # 2.5 < 2.7 < 2.9
+    assert pick_tuned.gemv_choice(data) == "VOXRT_GEMV=programs=256,first=16384,pipe=0,warps=4,pdlfirst=8192"
     chains[5]["rel_err_vs_base"] = 0.5  # wrong output on one chain: out
-    assert pick_tuned.gemv_choice(data) == "programs=256,first=0,pipe=1,warps=4"
+    assert pick_tuned.gemv_choice(data) == "VOXRT_GEMV=programs=256,first=0,pipe=1,warps=4,pdlfirst=8192"
     chains[3] = dict(chain="talk", rows=1, variant="pipe", error="boom")  # failed on one chain: out
     assert pick_tuned.gemv_choice(data) == ""  # only the base is left
     assert pick_tuned.gemv_choice(dict(variants=variants, chains=[row("pred", "pipe", 1.0)])) == ""  # no base ran
+    variants["pdl"] = dict(programs=256, first=0, plain_first=0, pipe=True, warps=8, pdl=True)
+    chains += [row("pred", "pdl", 1.0), row("talk", "pdl", 1.0)]
+    assert pick_tuned.gemv_choice(data) == "VOXRT_GEMV=programs=256,first=0,pipe=1,warps=8,pdlfirst=0 VOXRT_PDL=1"

@@ -214,12 +214,13 @@ SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N
 # shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
 
 
-GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS"}
+GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS",
+             "pdlfirst": "PREFETCH_ELEMENTS"}
 
 
 def env_settings(value: str | None = None) -> dict[str, int]:
     """`VOXRT_GEMV` (e.g. `programs=512,first=16384,pipe=1,warps=8`): the matrix-vector kernel's grid, plain first
-    tile, pipelined loop and warps for this process, over the module's defaults (benchmarks and A/B runs;
+    tile, pipelined loop, warps and (`pdlfirst`) first tile with PDL for this process, over the module's defaults (benchmarks and A/B runs;
     bench/gpu_gemv_pdl.py measures them). Read at each launch, so a graph captured afterwards takes the value of
     its capture. A bad value is a ValueError naming what is allowed."""
     value = os.environ.get("VOXRT_GEMV", "") if value is None else value
@@ -234,19 +235,20 @@ def env_settings(value: str | None = None) -> dict[str, int]:
         except ValueError:
             raise ValueError(f"VOXRT_GEMV: {key}={raw!r} is not an integer") from None
         ok = {"programs": number >= 1, "first": number >= 0, "pipe": number in (0, 1),
-              "warps": number in (1, 2, 4, 8, 16)}[key]
+              "warps": number in (1, 2, 4, 8, 16), "pdlfirst": number >= 0}[key]
         if not ok:
-            raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first >= 0, pipe 0 or 1, "
-                             "warps a power of two up to 16)")
+            raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first and pdlfirst >= 0, "
+                             "pipe 0 or 1, warps a power of two up to 16)")
         out[key] = number
     return out
 
 
-def _settings() -> tuple[int, int, bool, int]:
-    """(TARGET_PROGRAMS, PLAIN_FIRST_ELEMENTS, PIPELINE, WARPS): the module's values under VOXRT_GEMV's."""
+def _settings() -> tuple[int, int, bool, int, int]:
+    """(TARGET_PROGRAMS, PLAIN_FIRST_ELEMENTS, PIPELINE, WARPS, PREFETCH_ELEMENTS): the module's values under
+    VOXRT_GEMV's."""
     env = env_settings()
     return (env.get("programs", TARGET_PROGRAMS), env.get("first", PLAIN_FIRST_ELEMENTS),
-            bool(env.get("pipe", PIPELINE)), env.get("warps", WARPS))
+            bool(env.get("pipe", PIPELINE)), env.get("warps", WARPS), env.get("pdlfirst", PREFETCH_ELEMENTS))
 
 
 def _prefetch_args(nxt: torch.Tensor | None, device: torch.device) -> dict:
@@ -287,7 +289,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     if m > MAX_ROWS:
         _launch_skinny(x, w, out, residual, rstd_eps, silu, pre)
         return
-    programs, plain_first, pipeline, warps = _settings()
+    programs, plain_first, pipeline, warps, pdl_first = _settings()
     block_n = plan(n, programs)
     if block_k is None:  # long rows in narrow tiles stream best in 512-wide steps (measured); wide tiles spill
         block_k = 512 if k >= 2048 and block_n <= 16 else 256
@@ -295,7 +297,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     # with PDL the first tile is as wide as PREFETCH_ELEMENTS allows (the more weight streams before the wait,
     # the more of the previous kernel's tail it hides); without, the first tile is an ordinary one
     if first_k is None:
-        first = PREFETCH_ELEMENTS if pdl["PDL"] else plain_first
+        first = pdl_first if pdl["PDL"] else plain_first
         first_k = max(block_k, min(next_pow2(k), first // block_n)) if first else block_k
     assert first_k % block_k == 0, (first_k, block_k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
