@@ -18,6 +18,8 @@
 #   inflight   the loop's bytes in flight at one row: the chains per bench/gpu_gemv_pdl.py "inflight" variant (grid,
 #              plain first tile, the pipelined loop, warps), the frame with the defaults against VOXRT_GEMV set to
 #              the fastest (bench/pick_tuned.py --gemv), and the fused check with it
+#   pdlauto    the frame with VOXRT_PDL=auto (the default) against off, on the whole GPU and on the LM's partition;
+#              with other PDL first tiles (FIRSTS); the fused check with the defaults
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -135,6 +137,31 @@ EOF
             --out "$R/inflight-check" --requests 4 --pdl on) > "$R/inflight-check.log" 2>&1
           echo "== fused check, $GEMV_BEST (rc $?)"; grep -v " INFO \|^ *warn" "$R/inflight-check.log" | tail -8
         fi
+      fi ;;
+    pdlauto)
+      # VOXRT_PDL=auto (PDL for launches of <= 4 rows) against off, whole GPU and on the LM's partition, each in
+      # its own process; then the fused check with the defaults (PDL on against off, both against the reference)
+      for mode in off auto; do
+        (cd bench && VOXRT_PDL=$mode timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
+          --batches "${BATCHES:-1,2,4,8,64}" --paths fused --kernels-only --out "$R/pdl-$mode") > "$R/pdl-$mode.log" 2>&1
+        echo "== frame, whole GPU, VOXRT_PDL=$mode (rc $?)"; sed -n '/^== /,$p' "$R/pdl-$mode.log" | grep -v "^\[trans"
+        grep -i "Traceback\|Error" "$R/pdl-$mode.log" | head -5
+      done
+      for mode in off auto; do
+        (cd bench && VOXRT_PDL=$mode timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes auto \
+          --batches "${PART_BATCHES:-1,4}" --paths fused --kernels-only --out "$R/pdl-part-$mode") > "$R/pdl-part-$mode.log" 2>&1
+        echo "== frame, LM partition, VOXRT_PDL=$mode (rc $?)"; sed -n '/^== /,$p' "$R/pdl-part-$mode.log" | grep -v "^\[trans"
+        grep -i "Traceback\|Error" "$R/pdl-part-$mode.log" | head -5
+      done
+      for first in ${FIRSTS:-8192}; do
+        (cd bench && VOXRT_GEMV=pdlfirst=$first timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT \
+          --lanes off --batches 1 --paths fused --kernels-only --out "$R/pdl-first$first") > "$R/pdl-first$first.log" 2>&1
+        echo "== frame, whole GPU, VOXRT_GEMV=pdlfirst=$first (rc $?)"; sed -n '/^== /,$p' "$R/pdl-first$first.log" | grep -v "^\[trans"
+      done
+      if [ "$SECONDS" -lt "${CHECK_BEFORE_S:-440}" ]; then
+        (cd bench && timeout "${CHECK_TIMEOUT:-150}" python -u gpu_fused_check.py --checkpoint $CKPT \
+          --out "$R/pdl-check" --requests 4 --pdl on) > "$R/pdl-check.log" 2>&1
+        echo "== fused check, defaults (rc $?)"; grep -v " INFO \|^ *warn\|^\[trans" "$R/pdl-check.log" | tail -6
       fi ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1

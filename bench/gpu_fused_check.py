@@ -135,7 +135,7 @@ def main() -> int:
                     help="comma-separated decode kernels (runtime/attention.py DECODE_KERNELS): the fused "
                          "path's greedy run once with each, against the reference's on the default kernel")
     args = ap.parse_args()
-    set_pdl(None if args.pdl == "on" else False)  # on: VOXRT_PDL's rule (default on for sm90+)
+    set_pdl(None if args.pdl == "on" else False)  # on: VOXRT_PDL's rule (default auto: <= 4 rows, sm90+)
     set_l2_prefetch(True if args.l2_prefetch == "on" else None)
     set_skinny(True if args.skinny == "on" else None)
     program = build_program("qwen3-tts", args.checkpoint).to(device=DEV, dtype=torch.bfloat16).eval()
@@ -143,7 +143,7 @@ def main() -> int:
     ref = teacher_forced(program, args.frames)
     program.use_frame_path("fused", DEV)
     fused = teacher_forced(program, args.frames)
-    pdl = pdl_enabled(DEV)
+    pdl = pdl_enabled(DEV, len(TEXTS))  # the teacher-forced frames' rows (VOXRT_PDL=auto decides by them)
     result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
                   pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV),
                   code0_logits=compare(ref["code0"], fused["code0"]),

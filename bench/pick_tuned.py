@@ -58,19 +58,18 @@ def search_choice(rows: list[dict]) -> str | None:
     return None if best == COMMITTED_SEARCH else best
 
 
-GEMV_MAX_REL_ERR = 0.02  # a chain this far from the base variant's output (75 bf16 layers) is a wrong kernel
-
-
 def gemv_choice(data: dict) -> str:
     """The matrix-vector kernel's variant (bench/gpu_gemv_pdl.py --variants) with the least ms summed over both
-    chains at one row, among those that ran both within GEMV_MAX_REL_ERR of the base, as environment assignments
-    (VOXRT_GEMV, and VOXRT_PDL=1 for a PDL variant); "" where the base (the committed defaults) won or nothing ran."""
+    chains at one row, among those that ran both, as environment assignments (VOXRT_GEMV, and VOXRT_PDL=1 for a
+    PDL variant); "" where the base (the committed defaults) won or nothing ran. The chains' error against the
+    base is no criterion: 75 random bf16 layers turn any change of summation order into a different output (a
+    variant that sums in another order differs by ~1 relative); the fused check after the pick is the test."""
     rows = [r for r in data.get("chains", []) if r.get("rows") == 1]
     chains = {r["chain"] for r in rows}
     ok: dict[str, dict[str, float]] = {}
     bad = set()
     for r in rows:
-        if "ms" not in r or r.get("rel_err_vs_base", 0.0) > GEMV_MAX_REL_ERR:
+        if "ms" not in r:
             bad.add(r["variant"])
         else:
             ok.setdefault(r["variant"], {})[r["chain"]] = r["ms"]

@@ -138,29 +138,54 @@ def test_pdl_is_off_on_the_cpu_and_in_the_interpreter(monkeypatch):
 
 
 def test_the_pdl_switch_on_a_pdl_capable_device(monkeypatch):
-    """The rule off the interpreter, with the device's capability faked: off by default (it measured slower
-    in the frame), VOXRT_PDL=1 and set_pdl(True) turn it on, set_pdl(None) returns to the environment."""
+    """The rule off the interpreter, with the device's capability faked: `auto` by default (PDL for launches of
+    at most PDL_AUTO_MAX_ROWS rows, where it measured faster; off for larger ones and for a launch that does not
+    say its rows), VOXRT_PDL=1 / on and set_pdl(True) turn it on everywhere, 0 / off and set_pdl(False) off,
+    set_pdl(None) returns to the environment, and a bad value is a clear error."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(kernels, "_device_has_pdl", lambda index: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     cuda = torch.device("cuda")
+    limit = kernels.PDL_AUTO_MAX_ROWS
     monkeypatch.delenv("VOXRT_PDL", raising=False)
-    assert not pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": False}
-    monkeypatch.setenv("VOXRT_PDL", "1")
-    assert pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": True, "launch_pdl": True}
+    assert kernels.pdl_mode() == "auto"
+    assert pdl_enabled(cuda, 1) and pdl_enabled(cuda, limit) and pdl_args(cuda, 1) == {"PDL": True, "launch_pdl": True}
+    assert not pdl_enabled(cuda, limit + 1) and pdl_args(cuda, 64) == {"PDL": False}
+    assert not pdl_enabled(cuda)  # rows not given
+    for value in ("1", "on", "ON", "true"):
+        monkeypatch.setenv("VOXRT_PDL", value)
+        assert pdl_enabled(cuda) and pdl_enabled(cuda, 128) and pdl_args(cuda) == {"PDL": True, "launch_pdl": True}
+    for value in ("0", "off", "no"):
+        monkeypatch.setenv("VOXRT_PDL", value)
+        assert not pdl_enabled(cuda, 1)
+    monkeypatch.setenv("VOXRT_PDL", "sometimes")
+    with pytest.raises(ValueError, match="VOXRT_PDL='sometimes'; expected auto, on"):
+        pdl_enabled(cuda, 1)
     monkeypatch.setenv("VOXRT_PDL", "0")
-    assert not pdl_enabled(cuda)
     set_pdl(True)
     try:
-        assert pdl_enabled(cuda)
+        assert pdl_enabled(cuda) and pdl_enabled(cuda, 128)
         monkeypatch.setenv("VOXRT_PDL", "1")
         set_pdl(False)
-        assert not pdl_enabled(cuda) and pdl_args(cuda) == {"PDL": False}
+        assert not pdl_enabled(cuda, 1) and pdl_args(cuda, 1) == {"PDL": False}
     finally:
         set_pdl(None)
     assert pdl_enabled(cuda)
     monkeypatch.setattr(kernels, "_device_has_pdl", lambda index: False)  # before sm90
-    assert not pdl_enabled(cuda)
+    assert not pdl_enabled(cuda, 1)
+
+
+def test_every_frame_kernel_launch_says_its_rows():
+    """`auto` decides by the launch's rows, so every launcher in the frame's kernels passes them (a launch
+    without would silently never take PDL)."""
+    import pathlib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    root = pathlib.Path(kernels.__file__).parent
+    calls = [(f.name, m.group(0)) for f in root.glob("*.py") if f.name != "__init__.py"
+             for m in re.finditer(r"pdl_args\([^()]*\)", f.read_text())]
+    assert len(calls) >= 7, calls
+    assert all("," in call for _, call in calls), [c for c in calls if "," not in c[1]]
 
 
 @pytest.fixture

@@ -59,13 +59,26 @@ def interpreting() -> bool:
 
 
 _pdl_override: bool | None = None
+PDL_MODES = ("auto", "on", "off")
+PDL_AUTO_MAX_ROWS = 4  # `auto`: PDL for launches of at most this many rows (kernels/gemv.py's MAX_ROWS: where the
+# frame is a chain of our kernels; above it cuBLAS's products sit between them and PDL measured slower)
 
 
 def set_pdl(enabled: bool | None) -> None:
     """Turn PDL on or off for launches from now on (graphs captured afterwards), over `VOXRT_PDL`; None: back
-    to `VOXRT_PDL` (default off). Benchmarks compare both in one process (bench/gpu_frame.py)."""
+    to `VOXRT_PDL` (default `auto`). Benchmarks compare both in one process (bench/gpu_frame.py)."""
     global _pdl_override
     _pdl_override = enabled
+
+
+def pdl_mode() -> str:
+    """`VOXRT_PDL`: `auto` (the default: PDL for launches of at most PDL_AUTO_MAX_ROWS rows), `on` / `1` (every
+    launch), `off` / `0`. Anything else is a ValueError naming the choices."""
+    raw = os.environ.get("VOXRT_PDL", "auto").strip().lower() or "auto"
+    mode = {"1": "on", "true": "on", "yes": "on", "0": "off", "false": "off", "no": "off"}.get(raw, raw)
+    if mode not in PDL_MODES:
+        raise ValueError(f"VOXRT_PDL={raw!r}; expected auto, on (1) or off (0)")
+    return mode
 
 
 @functools.cache
@@ -77,16 +90,19 @@ def _device_has_pdl(index: int) -> bool:
     return has_ops and torch.cuda.get_device_capability(index)[0] >= 9
 
 
-def pdl_enabled(device: torch.device) -> bool:
-    """Whether kernels on `device` launch with PDL: on CUDA with compute capability >= 9 (griddepcontrol is
-    sm90+), compiled Triton (never the interpreter: the CI path runs the kernels with PDL off), and only when
-    asked (`VOXRT_PDL=1` or `set_pdl(True)`): measured on the H200 it made the batch-1 frame 2.4-5x slower (whole
-    GPU 3.86 -> 9.2 ms, the LM's 60-SM partition 4.45 -> 22.7; bench/results/2026-12-05-frame-pdl), so it stays
-    off until a GPU shows it faster (the module docstring says what is suspected)."""
+def pdl_enabled(device: torch.device, rows: int | None = None) -> bool:
+    """Whether a launch of `rows` rows on `device` uses PDL: on CUDA with compute capability >= 9 (griddepcontrol
+    is sm90+), compiled Triton (never the interpreter: the CI path runs the kernels with PDL off), and as asked:
+    `set_pdl(True/False)` for every launch, else `VOXRT_PDL` (pdl_mode): `auto` turns it on for launches of at
+    most PDL_AUTO_MAX_ROWS rows (a launch that does not say its rows: off). Measured with the pipelined products
+    (bench/results/2026-12-05-frame-inflight): the batch-1 frame 8% shorter with PDL, batch 64 3% longer."""
     if device.type != "cuda" or interpreting() or not triton_available():
         return False
-    wanted = _pdl_override if _pdl_override is not None else \
-        os.environ.get("VOXRT_PDL", "0").strip().lower() not in ("0", "", "off", "false", "no")
+    if _pdl_override is not None:
+        wanted = _pdl_override
+    else:
+        mode = pdl_mode()
+        wanted = mode == "on" or (mode == "auto" and rows is not None and rows <= PDL_AUTO_MAX_ROWS)
     return wanted and _device_has_pdl(device.index if device.index is not None else torch.cuda.current_device())
 
 
@@ -138,10 +154,11 @@ def skinny_enabled(device: torch.device) -> bool:
     return _skinny_override if _skinny_override is not None else _env_on("VOXRT_SKINNY")
 
 
-def pdl_args(device: torch.device) -> dict:
-    """Keyword arguments for a kernel launch: the kernel's `PDL` constexpr, and `launch_pdl=True` with it (the
-    two always together: a kernel launched with PDL must wait before it reads its inputs)."""
-    return dict(PDL=True, launch_pdl=True) if pdl_enabled(device) else dict(PDL=False)
+def pdl_args(device: torch.device, rows: int | None = None) -> dict:
+    """Keyword arguments for a launch of `rows` rows (pdl_enabled): the kernel's `PDL` constexpr, and
+    `launch_pdl=True` with it (the two always together: a kernel launched with PDL must wait before it reads its
+    inputs)."""
+    return dict(PDL=True, launch_pdl=True) if pdl_enabled(device, rows) else dict(PDL=False)
 
 
 def default_impl(device: torch.device) -> str:

@@ -141,5 +141,5 @@ def depth_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head
         qkv, qkv.stride(0), out, out.stride(0), k_cache, v_cache, q_norm, k_norm, inv_freq, start, eps,
         1.0 / math.sqrt(d), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), x2, x2.stride(0), x2.shape[-1],
         x_eps, T=t, HQ=hq, HKV=hkv, D=d, L=next_pow2(length), HAS_X=x_rows is not None,
-        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=num_warps, **pdl_args(qkv.device))
+        BLOCK_X=next_pow2(x2.shape[-1]), NH=nh, num_warps=num_warps, **pdl_args(qkv.device, bsz * t))
     return out

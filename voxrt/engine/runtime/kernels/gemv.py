@@ -203,7 +203,8 @@ def plan(n: int, programs: int | None = None) -> int:
     return block_n
 
 
-PREFETCH_ELEMENTS = 8192  # weight elements a program loads before the PDL wait: 16 KB in bf16, gpu_pdl.py's tile
+PREFETCH_ELEMENTS = 16384  # weight elements a program loads before the PDL wait (32 KB in bf16): the chains' fastest
+# at one row on the H100 (bench/results/2026-12-05-frame-inflight: 8192 and an ordinary tile were slower)
 PLAIN_FIRST_ELEMENTS = 0  # without PDL: 0 = the first tile is an ordinary BLOCK_K one; else as wide as this allows
 PIPELINE = False  # the loop issues the next tile's loads before this tile's products (two tiles in flight)
 WARPS = 4  # warps a program
@@ -293,7 +294,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     block_n = plan(n, programs)
     if block_k is None:  # long rows in narrow tiles stream best in 512-wide steps (measured); wide tiles spill
         block_k = 512 if k >= 2048 and block_n <= 16 else 256
-    pdl = pdl_args(x.device)
+    pdl = pdl_args(x.device, m)
     # with PDL the first tile is as wide as PREFETCH_ELEMENTS allows (the more weight streams before the wait,
     # the more of the previous kernel's tail it hides); without, the first tile is an ordinary one
     if first_k is None:
@@ -317,7 +318,7 @@ def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual
         x, w, out, m, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, RESIDUAL=residual,
         RSTD=rstd_eps is not None, SILU=silu, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         DOT_F32=x.dtype == torch.float32 or interpreting(),
-        num_warps=warps, num_stages=stages, BLOCK_P=256, **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device))
+        num_warps=warps, num_stages=stages, BLOCK_P=256, **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device, m))
 
 
 def _takes(rows: int, n: int, k: int, device: torch.device, force: bool) -> bool:

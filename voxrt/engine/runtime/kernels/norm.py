@@ -99,7 +99,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
         res_out = r
     _add_rms_norm_kernel[(n,)](x2, res_in, weight, out, res_out, x2.stride(0), res_in.stride(0), out.stride(0),
                                res_out.stride(0), h, eps, HAS_RESIDUAL=residual is not None, BLOCK=next_pow2(h),
-                               num_warps=4 if h <= 2048 else 8, **pdl_args(x.device))
+                               num_warps=4 if h <= 2048 else 8, **pdl_args(x.device, n))
     return out.view(x.shape), r.view(x.shape)
 
 
@@ -122,5 +122,5 @@ def silu_mul(gate_up: torch.Tensor, impl: str = "torch", x: torch.Tensor | None 
     block = min(1024, next_pow2(inter))
     _silu_mul_kernel[(n, triton.cdiv(inter, block))](
         gu, out, x2, gu.stride(0), out.stride(0), x2.stride(0), inter, x2.shape[-1], eps, HAS_X=x is not None,
-        BLOCK=block, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=4, **pdl_args(gate_up.device))
+        BLOCK=block, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=4, **pdl_args(gate_up.device, n))
     return out.view(*gate_up.shape[:-1], inter)

@@ -130,5 +130,5 @@ def qk_norm_rope_paged(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, h
         qkv, qkv.stride(0), q, cache, positions, page_idx, page_off, q_norm, k_norm, inv_freq, eps,
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3), x2, x2.stride(0), x2.shape[-1], x_eps,
         HQ=hq, HKV=hkv, D=d, HAS_X=x is not None, BLOCK_X=next_pow2(x2.shape[-1]), num_warps=1 if x is None else 4,
-        **pdl_args(qkv.device))
+        **pdl_args(qkv.device, n))
     return q

@@ -280,4 +280,4 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
         BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or (8 if vocab > 2048 else 4),
         KEY16=search in ("rounds16", "radix") and logits.dtype == torch.bfloat16, RADIX=search == "radix",
-        **pdl_args(logits.device))
+        **pdl_args(logits.device, bsz))
