@@ -20,8 +20,9 @@
 #              the fastest (bench/pick_tuned.py --gemv), and the fused check with it
 #   pdlauto    the frame with VOXRT_PDL=auto (the default) against off, on the whole GPU and on the LM's partition;
 #              with other PDL first tiles (FIRSTS); the fused check with the defaults
-#   table      issue 12's frame table with the defaults (1.7B with TTFA alone and throughput, 0.6B), and batches
-#              above 4 rows with no cuBLAS workspace (no split-K)
+#   table      issue 12's frame table with the defaults (1.7B with TTFA alone and throughput, 0.6B), batches above
+#              4 rows with PyTorch's cuBLAS workspace (TABLE_WS; the engine runs with none), and with PDL on at the
+#              batches in TABLE_PDL_ON
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -167,7 +168,7 @@ EOF
       fi ;;
     table)
       # issue 12's table with the defaults, whole GPU, KV context 128: 1.7B (with TTFA alone and throughput) and
-      # 0.6B; then batches above 4 rows with no cuBLAS workspace (no split-K: CUBLAS_WORKSPACE_CONFIG=:0:0)
+      # 0.6B
       (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
         --batches "${BATCHES:-1,8,32,64,128}" --paths fused --out "$R/table-17") > "$R/table-17.log" 2>&1
       echo "== frame, 1.7B, defaults (rc $?)"; sed -n '/^== /,$p' "$R/table-17.log" | grep -v "^\[trans"
@@ -176,9 +177,15 @@ EOF
       (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint /tmp/q06 --lanes off \
         --batches "${BATCHES:-1,8,32,64,128}" --paths fused --kernels-only --out "$R/table-06") > "$R/table-06.log" 2>&1
       echo "== frame, 0.6B, defaults (rc $?)"; sed -n '/^== /,$p' "$R/table-06.log" | grep -v "^\[trans"
-      (cd bench && CUBLAS_WORKSPACE_CONFIG=:0:0 timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT \
-        --lanes off --batches 8,64,128 --paths fused --kernels-only --out "$R/table-ws0") > "$R/table-ws0.log" 2>&1
-      echo "== frame, 1.7B, CUBLAS_WORKSPACE_CONFIG=:0:0 (rc $?)"; sed -n '/^== /,$p' "$R/table-ws0.log" | grep -v "^\[trans" ;;
+      # the engine's cuBLAS runs without a workspace (runtime/cublas.py); PyTorch's own size on Hopper for contrast
+      (cd bench && CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8} timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py \
+        --checkpoint $CKPT --lanes off --batches 8,64,128 --paths fused --kernels-only --out "$R/table-ws") > "$R/table-ws.log" 2>&1
+      echo "== frame, 1.7B, CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8} (rc $?)"; sed -n '/^== /,$p' "$R/table-ws.log" | grep -v "^\[trans"
+      if [ -n "${TABLE_PDL_ON:-}" ]; then  # PDL above 4 rows too (VOXRT_PDL=on), now with no split-K between
+        (cd bench && VOXRT_PDL=on timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
+          --batches "$TABLE_PDL_ON" --paths fused --kernels-only --out "$R/table-pdlon") > "$R/table-pdlon.log" 2>&1
+        echo "== frame, 1.7B, VOXRT_PDL=on (rc $?)"; sed -n '/^== /,$p' "$R/table-pdlon.log" | grep -v "^\[trans"
+      fi ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
       echo "== sampler (rc $?)"; tail -6 "$R/sampler.log" | cut -c1-1500 ;;

@@ -40,6 +40,7 @@ from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
 from voxrt.engine.sched.sm_modes import AdaptiveSmMode, SmModeSignals
 from voxrt.gcpause import GcPauses
+from voxrt.engine.runtime import cublas
 from voxrt.models.registry import build_program
 
 log = logging.getLogger("voxrt.engine")
@@ -153,6 +154,8 @@ class EngineCore:
             raise InvalidParamsError(f"unknown cost names {unknown}; known: {sorted(CostModel.__dataclass_fields__)}")
         self.lanes, self.sm_chooser = _lanes_and_modes(config, device, program.codec_sm_share)
         log.info("%s", self.lanes.describe())
+        if device.type == "cuda":
+            log.info("%s", cublas.describe())
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
