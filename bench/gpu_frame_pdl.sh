@@ -21,8 +21,8 @@
 #   pdlauto    the frame with VOXRT_PDL=auto (the default) against off, on the whole GPU and on the LM's partition;
 #              with other PDL first tiles (FIRSTS); the fused check with the defaults
 #   table      issue 12's frame table with the defaults (1.7B with TTFA alone and throughput, 0.6B), batches above
-#              4 rows with PyTorch's cuBLAS workspace (TABLE_WS; the engine runs with none), and with PDL on at the
-#              batches in TABLE_PDL_ON
+#              4 rows with PyTorch's cuBLAS workspace (TABLE_WS, empty: skipped; the engine runs with none), and
+#              with PDL on at the batches in TABLE_PDL_ON; TABLE_TTFA=0: the 1.7B's frame table without TTFA
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -169,8 +169,9 @@ EOF
     table)
       # issue 12's table with the defaults, whole GPU, KV context 128: 1.7B (with TTFA alone and throughput) and
       # 0.6B
+      ttfa=(); [ "${TABLE_TTFA:-1}" = 1 ] || ttfa=(--kernels-only)  # TABLE_TTFA=0: the frame table alone
       (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
-        --batches "${BATCHES:-1,8,32,64,128}" --paths fused --out "$R/table-17") > "$R/table-17.log" 2>&1
+        --batches "${BATCHES:-1,8,32,64,128}" --paths fused "${ttfa[@]}" --out "$R/table-17") > "$R/table-17.log" 2>&1
       echo "== frame, 1.7B, defaults (rc $?)"; sed -n '/^== /,$p' "$R/table-17.log" | grep -v "^\[trans"
       [ -f /tmp/q06/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-0.6b /tmp/q06 \
         --tokenizer-dir .gpu/qwen-tokenizer >> "$R/mk.log" 2>&1
@@ -178,9 +179,10 @@ EOF
         --batches "${BATCHES:-1,8,32,64,128}" --paths fused --kernels-only --out "$R/table-06") > "$R/table-06.log" 2>&1
       echo "== frame, 0.6B, defaults (rc $?)"; sed -n '/^== /,$p' "$R/table-06.log" | grep -v "^\[trans"
       # the engine's cuBLAS runs without a workspace (runtime/cublas.py); PyTorch's own size on Hopper for contrast
-      (cd bench && CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8} timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py \
+      [ "${TABLE_WS-:4096:8}" = "" ] || (cd bench && CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8} timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py \
         --checkpoint $CKPT --lanes off --batches 8,64,128 --paths fused --kernels-only --out "$R/table-ws") > "$R/table-ws.log" 2>&1
-      echo "== frame, 1.7B, CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8} (rc $?)"; sed -n '/^== /,$p' "$R/table-ws.log" | grep -v "^\[trans"
+      [ "${TABLE_WS-:4096:8}" = "" ] || { echo "== frame, 1.7B, CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8}"
+        sed -n '/^== /,$p' "$R/table-ws.log" | grep -v "^\[trans"; }
       if [ -n "${TABLE_PDL_ON:-}" ]; then  # PDL above 4 rows too (VOXRT_PDL=on), now with no split-K between
         (cd bench && VOXRT_PDL=on timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
           --batches "$TABLE_PDL_ON" --paths fused --kernels-only --out "$R/table-pdlon") > "$R/table-pdlon.log" 2>&1

@@ -170,6 +170,9 @@ def test_codec_gpu_is_refused_with_the_reason(capsys):
     (["serve", "--model", "tiny"], "VOXRT_GC_YOUNG_THRESHOLD", "lots",
      "VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"),
     (["serve", "--model", "tiny"], "VOXRT_PORT", "http", "VOXRT_PORT must be a port number"),
+    (["serve", "--model", "tiny"], "VOXRT_PDL", "sometimes", "VOXRT_PDL='sometimes'; expected auto, on (1) or off (0)"),
+    (["serve", "--model", "tiny"], "VOXRT_GEMV", "warps=3", "VOXRT_GEMV: warps=3 out of range"),
+    (["serve", "--model", "tiny"], "VOXRT_SAMPLER_SEARCH", "bogo", "VOXRT_SAMPLER_SEARCH='bogo'"),
     (["loadgen", "--url", "ws://127.0.0.1:9/v1/realtime", "--workload", "w.jsonl", "--out", "out"],
      "VOXRT_GC_YOUNG_THRESHOLD", "0", "VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"),
 ])

@@ -469,6 +469,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         env = read_env()
         young_threshold()  # each gateway worker raises its collector's young threshold to it (voxrt/gcpause.py)
+        from voxrt.engine.runtime.kernels import check_env  # noqa: PLC0415
+
+        check_env()  # VOXRT_PDL, VOXRT_GEMV, ...: the engine reads them when it captures its graphs
     except ValueError as exc:
         parser.error(str(exc))
     keys = tuple(args.api_key) + env.api_keys

@@ -15,14 +15,13 @@ on, the kernel reads only what no kernel of the frame writes (weights, norm weig
 right after the wait: so the next kernel streams its weights while this one computes, and at most one kernel
 runs ahead. (Triggering at the kernel's start instead let whole chains of kernels launch early and sit on the
 SMs: the batch-1 frame took 13.1 ms against 4.5 without PDL on the H200, bench/results/2026-12-02-frame.)
-With the trigger after the wait it still took 12.3 ms, and on the whole GPU 9.2 ms against 3.86
-(bench/results/2026-12-05-frame-pdl): not the partition, then. What that run points at instead is the products'
-wide first tile, which PDL turned on (PREFETCH_ELEMENTS): the same wide tile without PDL ran the predictor's
-product chain 5x slower, and PDL with ordinary tiles only (the talker's chain at 128 programs: 1.19 ms against
-1.13 plainly at 256) cost little, where the predictor's chain at 128 programs, two of whose products still had
-a wide tile, took 6.2 ms against 1.8. The tile
-was folded into the loop's by a reshape; it is reduced on its own now (kernels/gemv.py), not yet timed. PDL
-stays OFF by default (`VOXRT_PDL=1` turns it on) until a GPU shows it faster.
+With the trigger after the wait the frame was still 2.4-5x slower (bench/results/2026-12-05-frame-pdl), which
+turned out to be the products' wide first tile folded into the loop's by a reshape (5x slower without PDL
+too). With that tile reduced on its own, PDL and a 16K-element first tile ran the code predictor's product
+chain 18% faster and the batch-1 frame 4.13 -> 3.49 ms on the H100's whole GPU, while batch 64 (cuBLAS's
+products between our kernels) was no faster and on the LM's 60-SM partition it changed nothing
+(bench/results/2026-12-05-frame-inflight). Hence `VOXRT_PDL=auto`, the default: PDL for launches of at most
+PDL_AUTO_MAX_ROWS rows (every launcher passes its rows to `pdl_args`); `on` / `off` force it.
 `gdc_wait()` returns once every earlier kernel has COMPLETED and its writes are visible (PTX
 `griddepcontrol.wait`), so after it the kernel sees memory as a plainly launched kernel would; before it, it
 writes nothing (no write-after-read race with a kernel still reading) and reads nothing written in the
@@ -152,6 +151,18 @@ def skinny_enabled(device: torch.device) -> bool:
     if device.type != "cuda":  # the CPU runs it only in Triton's interpreter, when a test turns it on
         return bool(_skinny_override) and interpreting()
     return _skinny_override if _skinny_override is not None else _env_on("VOXRT_SKINNY")
+
+
+def check_env() -> None:
+    """Validate the kernels' environment knobs (VOXRT_PDL, VOXRT_GEMV, VOXRT_SAMPLER_SEARCH,
+    VOXRT_PAGED_DECODE_CONFIG) without a GPU: `voxrt serve` calls it so that a bad value is a usage error before
+    anything starts, not an engine that dies while it captures its graphs. Raises ValueError."""
+    from voxrt.engine.runtime.kernels import gemv, paged_decode, sampling  # noqa: PLC0415
+
+    pdl_mode()
+    gemv.env_settings()
+    sampling.sampler_search()
+    paged_decode.kernel_config()
 
 
 def pdl_args(device: torch.device, rows: int | None = None) -> dict:

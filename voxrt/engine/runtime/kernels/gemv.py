@@ -22,7 +22,14 @@ rstd(x) (the RMSNorm folded into the weight, kernels/norm.py; the kernel reads a
 packed [gate | up] and the product's input is silu(gate) * up, computed tile by tile (the MLP's down
 projection without the SiLU-gate kernel: `add_gated_mlp_`). With PDL (kernels/__init__.py) each program loads
 its first weight tile, up to PREFETCH_ELEMENTS wide, before `gdc_wait()`: measured in a graph, a dependent
-product of 2 MB took 3.05 us plainly and 1.60 us so (bench/gpu_pdl.py).
+product of 2 MB took 3.05 us plainly and 1.60 us so (bench/gpu_pdl.py); in the frame's chains at one row a
+16K-element first tile was the fastest (bench/results/2026-12-05-frame-inflight).
+
+Triton does not software-pipeline a loop without `tl.dot`, so each program keeps one tile in flight; `PIPE`
+loads the next tile before it multiplies this one (two in flight, the same sums in the same order). Measured
+without PDL on the H200 it took 0.1 ms off the batch-1 frame (8 warps): not the default, one of the knobs of
+`VOXRT_GEMV` (env_settings: the grid, the plain first tile, the pipeline, warps, the PDL first tile), which
+bench/gpu_gemv_pdl.py and bench/gpu_frame_pdl.sh sweep.
 """
 
 from __future__ import annotations
