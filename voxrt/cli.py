@@ -469,7 +469,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         env = read_env()
         young_threshold()  # each gateway worker raises its collector's young threshold to it (voxrt/gcpause.py)
-        from voxrt.engine.runtime.kernels import check_env  # noqa: PLC0415
+        from voxrt.engine.runtime.knobs import check_env  # noqa: PLC0415 (no torch in the gateway's process)
 
         check_env()  # VOXRT_PDL, VOXRT_GEMV, ...: the engine reads them when it captures its graphs
     except ValueError as exc:

@@ -39,6 +39,8 @@ import os
 
 import torch
 
+from voxrt.engine.runtime.knobs import PDL_MODES, check_env, pdl_mode  # noqa: F401 (this package's API too)
+
 IMPLS = ("torch", "triton")
 
 
@@ -58,7 +60,6 @@ def interpreting() -> bool:
 
 
 _pdl_override: bool | None = None
-PDL_MODES = ("auto", "on", "off")
 PDL_AUTO_MAX_ROWS = 4  # `auto`: PDL for launches of at most this many rows (kernels/gemv.py's MAX_ROWS: where the
 # frame is a chain of our kernels; above it cuBLAS's products sit between them and PDL measured slower)
 
@@ -68,16 +69,6 @@ def set_pdl(enabled: bool | None) -> None:
     to `VOXRT_PDL` (default `auto`). Benchmarks compare both in one process (bench/gpu_frame.py)."""
     global _pdl_override
     _pdl_override = enabled
-
-
-def pdl_mode() -> str:
-    """`VOXRT_PDL`: `auto` (the default: PDL for launches of at most PDL_AUTO_MAX_ROWS rows), `on` / `1` (every
-    launch), `off` / `0`. Anything else is a ValueError naming the choices."""
-    raw = os.environ.get("VOXRT_PDL", "auto").strip().lower() or "auto"
-    mode = {"1": "on", "true": "on", "yes": "on", "0": "off", "false": "off", "no": "off"}.get(raw, raw)
-    if mode not in PDL_MODES:
-        raise ValueError(f"VOXRT_PDL={raw!r}; expected auto, on (1) or off (0)")
-    return mode
 
 
 @functools.cache
@@ -151,18 +142,6 @@ def skinny_enabled(device: torch.device) -> bool:
     if device.type != "cuda":  # the CPU runs it only in Triton's interpreter, when a test turns it on
         return bool(_skinny_override) and interpreting()
     return _skinny_override if _skinny_override is not None else _env_on("VOXRT_SKINNY")
-
-
-def check_env() -> None:
-    """Validate the kernels' environment knobs (VOXRT_PDL, VOXRT_GEMV, VOXRT_SAMPLER_SEARCH,
-    VOXRT_PAGED_DECODE_CONFIG) without a GPU: `voxrt serve` calls it so that a bad value is a usage error before
-    anything starts, not an engine that dies while it captures its graphs. Raises ValueError."""
-    from voxrt.engine.runtime.kernels import gemv, paged_decode, sampling  # noqa: PLC0415
-
-    pdl_mode()
-    gemv.env_settings()
-    sampling.sampler_search()
-    paged_decode.kernel_config()
 
 
 def pdl_args(device: torch.device, rows: int | None = None) -> dict:

@@ -34,10 +34,10 @@ bench/gpu_gemv_pdl.py and bench/gpu_frame_pdl.sh sweep.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
+
+from voxrt.engine.runtime import knobs
 
 from voxrt.engine.runtime.kernels import (check_impl, interpreting, l2_prefetch_cap_bytes, l2_prefetch_enabled,
                                           next_pow2, pdl_args, skinny_enabled, triton_available)
@@ -222,33 +222,15 @@ SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N
 # shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
 
 
-GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS",
-             "pdlfirst": "PREFETCH_ELEMENTS"}
+GEMV_KEYS = knobs.GEMV_KEYS
 
 
 def env_settings(value: str | None = None) -> dict[str, int]:
     """`VOXRT_GEMV` (e.g. `programs=512,first=16384,pipe=1,warps=8`): the matrix-vector kernel's grid, plain first
-    tile, pipelined loop, warps and (`pdlfirst`) first tile with PDL for this process, over the module's defaults (benchmarks and A/B runs;
-    bench/gpu_gemv_pdl.py measures them). Read at each launch, so a graph captured afterwards takes the value of
-    its capture. A bad value is a ValueError naming what is allowed."""
-    value = os.environ.get("VOXRT_GEMV", "") if value is None else value
-    out: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        key, sep, raw = item.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in GEMV_KEYS:
-            raise ValueError(f"VOXRT_GEMV: {item!r}; expected key=value pairs with keys {', '.join(GEMV_KEYS)}")
-        try:
-            number = int(raw)
-        except ValueError:
-            raise ValueError(f"VOXRT_GEMV: {key}={raw!r} is not an integer") from None
-        ok = {"programs": number >= 1, "first": number >= 0, "pipe": number in (0, 1),
-              "warps": number in (1, 2, 4, 8, 16), "pdlfirst": number >= 0}[key]
-        if not ok:
-            raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first and pdlfirst >= 0, "
-                             "pipe 0 or 1, warps a power of two up to 16)")
-        out[key] = number
-    return out
+    tile, pipelined loop, warps and (`pdlfirst`) first tile with PDL for this process, over the module's defaults
+    (benchmarks and A/B runs; bench/gpu_gemv_pdl.py measures them). Read at each launch, so a graph captured
+    afterwards takes the value of its capture. A bad value is a ValueError naming what is allowed (runtime/knobs.py)."""
+    return knobs.gemv_settings(value)
 
 
 def _settings() -> tuple[int, int, bool, int, int]:

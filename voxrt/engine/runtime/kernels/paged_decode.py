@@ -22,10 +22,10 @@ form), so the attention context uploads the same arrays it would plan FlashInfer
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
+from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels import check_impl, interpreting, triton_available
 
 BLOCK_T = 64  # tokens a round: 4 pages of 16
@@ -36,17 +36,9 @@ def kernel_config(block_t: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None) -> tuple[int, int, int | None]:
     """(tokens a round, warps, pipeline stages or None for Triton's default): the arguments, else
     `VOXRT_PAGED_DECODE_CONFIG` (module docstring), else 64, 4, None."""
-    env = os.environ.get("VOXRT_PAGED_DECODE_CONFIG", "").strip()
+    values = knobs.paged_decode_config()  # a bad value: ValueError naming the form
     defaults: list[int | None] = [BLOCK_T, 4, None]
-    if env:
-        try:
-            values = [int(v) for v in env.split(",")]
-        except ValueError:
-            values = []
-        if not 1 <= len(values) <= 3 or any(v <= 0 for v in values) or values[0] & (values[0] - 1) or values[0] < 16:
-            raise ValueError(f"VOXRT_PAGED_DECODE_CONFIG={env!r}: expected BLOCK_T[,WARPS[,STAGES]] (BLOCK_T a power "
-                             "of two >= 16, the others positive integers)")
-        defaults[: len(values)] = values
+    defaults[: len(values)] = values
     bt = block_t or defaults[0]
     warps = num_warps or defaults[1]
     stages = num_stages or defaults[2]

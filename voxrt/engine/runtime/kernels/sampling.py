@@ -49,24 +49,21 @@ kernels/norm.py), the logits are first scaled by each row's rstd(x).
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
 
-SEARCHES = ("rounds", "sort", "rounds16", "radix")  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
-DEFAULT_SEARCH = "radix"  # fastest measured (module docstring); bench/pick_tuned.py's COMMITTED_SEARCH must match
+SEARCHES = knobs.SAMPLER_SEARCHES  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
+DEFAULT_SEARCH = knobs.DEFAULT_SAMPLER_SEARCH  # fastest measured (module docstring); bench/pick_tuned.py's
+# COMMITTED_SEARCH must match
 
 
 def sampler_search() -> str:
     """`VOXRT_SAMPLER_SEARCH` (`radix`, the default, `rounds`, `sort` or `rounds16`), read at each launch, so a
-    graph captured afterwards takes the value of its capture."""
-    search = os.environ.get("VOXRT_SAMPLER_SEARCH", DEFAULT_SEARCH).strip().lower() or DEFAULT_SEARCH
-    if search not in SEARCHES:
-        raise ValueError(f"VOXRT_SAMPLER_SEARCH={search!r}; expected one of {', '.join(SEARCHES)}")
-    return search
+    graph captured afterwards takes the value of its capture (parsed in runtime/knobs.py)."""
+    return knobs.sampler_search()
 
 if triton_available():
     import triton

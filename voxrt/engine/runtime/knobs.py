@@ -1,0 +1,84 @@
+"""The GPU kernels' environment knobs, parsed without torch: the kernels (runtime/kernels/) read them at each
+launch, and `voxrt serve` checks them all before anything starts (`check_env`), in a process that must not import
+torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueError naming what is allowed.
+
+- `VOXRT_PDL`: programmatic dependent launch of the frame's Triton kernels: `auto` (default), `on`, `off`
+  (kernels/__init__.py says what each does and what was measured).
+- `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps (kernels/gemv.py).
+- `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
+- `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+PDL_MODES = ("auto", "on", "off")
+GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS",
+             "pdlfirst": "PREFETCH_ELEMENTS"}
+SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
+DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
+
+
+def pdl_mode() -> str:
+    """`VOXRT_PDL`: `auto` (the default: PDL for launches of at most kernels.PDL_AUTO_MAX_ROWS rows), `on` / `1`
+    (every launch), `off` / `0`."""
+    raw = os.environ.get("VOXRT_PDL", "auto").strip().lower() or "auto"
+    mode = {"1": "on", "true": "on", "yes": "on", "0": "off", "false": "off", "no": "off"}.get(raw, raw)
+    if mode not in PDL_MODES:
+        raise ValueError(f"VOXRT_PDL={raw!r}; expected auto, on (1) or off (0)")
+    return mode
+
+
+def gemv_settings(value: str | None = None) -> dict[str, int]:
+    """`VOXRT_GEMV` (e.g. `programs=512,first=16384,pipe=1,warps=8`) as {key: int}, over nothing: kernels/gemv.py
+    puts its module defaults under it."""
+    value = os.environ.get("VOXRT_GEMV", "") if value is None else value
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in GEMV_KEYS:
+            raise ValueError(f"VOXRT_GEMV: {item!r}; expected key=value pairs with keys {', '.join(GEMV_KEYS)}")
+        try:
+            number = int(raw)
+        except ValueError:
+            raise ValueError(f"VOXRT_GEMV: {key}={raw!r} is not an integer") from None
+        ok = {"programs": number >= 1, "first": number >= 0, "pipe": number in (0, 1),
+              "warps": number in (1, 2, 4, 8, 16), "pdlfirst": number >= 0}[key]
+        if not ok:
+            raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first and pdlfirst >= 0, "
+                             "pipe 0 or 1, warps a power of two up to 16)")
+        out[key] = number
+    return out
+
+
+def sampler_search() -> str:
+    """`VOXRT_SAMPLER_SEARCH` (`radix`, the default, `rounds`, `sort` or `rounds16`)."""
+    search = os.environ.get("VOXRT_SAMPLER_SEARCH", DEFAULT_SAMPLER_SEARCH).strip().lower() or DEFAULT_SAMPLER_SEARCH
+    if search not in SAMPLER_SEARCHES:
+        raise ValueError(f"VOXRT_SAMPLER_SEARCH={search!r}; expected one of {', '.join(SAMPLER_SEARCHES)}")
+    return search
+
+
+def paged_decode_config() -> list[int]:
+    """`VOXRT_PAGED_DECODE_CONFIG` (`BLOCK_T[,WARPS[,STAGES]]`) as the values given ([] when unset)."""
+    env = os.environ.get("VOXRT_PAGED_DECODE_CONFIG", "").strip()
+    if not env:
+        return []
+    try:
+        values = [int(v) for v in env.split(",")]
+    except ValueError:
+        values = []
+    if not 1 <= len(values) <= 3 or any(v <= 0 for v in values) or values[0] & (values[0] - 1) or values[0] < 16:
+        raise ValueError(f"VOXRT_PAGED_DECODE_CONFIG={env!r}: expected BLOCK_T[,WARPS[,STAGES]] (BLOCK_T a power "
+                         "of two >= 16, the others positive integers)")
+    return values
+
+
+def check_env() -> None:
+    """Every knob above, parsed: a bad one raises ValueError (`voxrt serve` turns it into a usage error)."""
+    pdl_mode()
+    gemv_settings()
+    sampler_search()
+    paged_decode_config()
