@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import math
-import os
 from dataclasses import dataclass
 from itertools import chain
 from typing import NamedTuple, Sequence
@@ -36,10 +35,11 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
+from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention
 from voxrt.engine.runtime.transfer import upload, upload_into
 
-DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
+DECODE_KERNELS = knobs.DECODE_KERNELS
 AUTO_FA3_MAX_ROWS = 8
 _decode_kernel_override: str | None = None
 
@@ -56,10 +56,7 @@ def set_decode_kernel(kernel: str | None) -> None:
 def decode_kernel() -> str:
     if _decode_kernel_override is not None:
         return _decode_kernel_override
-    kernel = os.environ.get("VOXRT_DECODE_ATTENTION", "") or "auto"
-    if kernel not in DECODE_KERNELS:
-        raise ValueError(f"VOXRT_DECODE_ATTENTION={kernel!r}: choose one of {', '.join(DECODE_KERNELS)}")
-    return kernel
+    return knobs.decode_attention()
 
 
 def resolve_decode_kernel(kernel: str, rows: int, hopper: bool) -> str:

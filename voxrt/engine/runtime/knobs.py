@@ -7,6 +7,7 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps (kernels/gemv.py).
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
+- `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ PDL_MODES = ("auto", "on", "off")
 GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS",
              "pdlfirst": "PREFETCH_ELEMENTS"}
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
+DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -76,8 +78,17 @@ def paged_decode_config() -> list[int]:
     return values
 
 
+def decode_attention() -> str:
+    """`VOXRT_DECODE_ATTENTION` (`auto`, the default, or one of DECODE_KERNELS)."""
+    kernel = os.environ.get("VOXRT_DECODE_ATTENTION", "") or "auto"
+    if kernel not in DECODE_KERNELS:
+        raise ValueError(f"VOXRT_DECODE_ATTENTION={kernel!r}: choose one of {', '.join(DECODE_KERNELS)}")
+    return kernel
+
+
 def check_env() -> None:
     """Every knob above, parsed: a bad one raises ValueError (`voxrt serve` turns it into a usage error)."""
+    decode_attention()
     pdl_mode()
     gemv_settings()
     sampler_search()
