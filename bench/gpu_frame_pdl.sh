@@ -36,6 +36,14 @@ STEPS=${STEPS:-frame chains skinny best sampler partition}
 . bench/gpu_setup.sh
 BEST_ARGS=""
 BUDGET_S=${BUDGET_S:-540}  # a step that starts after this many seconds of the script is skipped
+frame_run() {  # frame_run NAME LABEL LANES BATCHES [VAR=value ...]: the fused frame table (bench/gpu_frame.py,
+  # kernels only) of checkpoint ${CK:-$CKPT} in its own process with that environment, printed under LABEL
+  local name=$1 label=$2 lanes=$3 batches=$4; shift 4
+  (cd bench && env "$@" timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint "${CK:-$CKPT}" \
+    --lanes "$lanes" --batches "$batches" --paths fused --kernels-only --out "$R/$name") > "$R/$name.log" 2>&1
+  echo "== frame, $label (rc $?)"; sed -n '/^== /,$p' "$R/$name.log" | grep -v "^\[trans"
+  grep -i "Traceback\|Error" "$R/$name.log" | head -5
+}
 for step in $STEPS; do
   if [ "$SECONDS" -gt "$BUDGET_S" ]; then echo "== $step skipped (budget: ${SECONDS} s of ${BUDGET_S})"; continue; fi
   case $step in
@@ -145,21 +153,13 @@ EOF
       # VOXRT_PDL=auto (PDL for launches of <= 4 rows) against off, whole GPU and on the LM's partition, each in
       # its own process; then the fused check with the defaults (PDL on against off, both against the reference)
       for mode in off auto; do
-        (cd bench && VOXRT_PDL=$mode timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
-          --batches "${BATCHES:-1,2,4,8,64}" --paths fused --kernels-only --out "$R/pdl-$mode") > "$R/pdl-$mode.log" 2>&1
-        echo "== frame, whole GPU, VOXRT_PDL=$mode (rc $?)"; sed -n '/^== /,$p' "$R/pdl-$mode.log" | grep -v "^\[trans"
-        grep -i "Traceback\|Error" "$R/pdl-$mode.log" | head -5
+        frame_run pdl-$mode "whole GPU, VOXRT_PDL=$mode" off "${BATCHES:-1,2,4,8,64}" VOXRT_PDL=$mode
       done
       for mode in off auto; do
-        (cd bench && VOXRT_PDL=$mode timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes auto \
-          --batches "${PART_BATCHES:-1,4}" --paths fused --kernels-only --out "$R/pdl-part-$mode") > "$R/pdl-part-$mode.log" 2>&1
-        echo "== frame, LM partition, VOXRT_PDL=$mode (rc $?)"; sed -n '/^== /,$p' "$R/pdl-part-$mode.log" | grep -v "^\[trans"
-        grep -i "Traceback\|Error" "$R/pdl-part-$mode.log" | head -5
+        frame_run pdl-part-$mode "LM partition, VOXRT_PDL=$mode" auto "${PART_BATCHES:-1,4}" VOXRT_PDL=$mode
       done
       for first in ${FIRSTS:-8192}; do
-        (cd bench && VOXRT_GEMV=pdlfirst=$first timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT \
-          --lanes off --batches 1 --paths fused --kernels-only --out "$R/pdl-first$first") > "$R/pdl-first$first.log" 2>&1
-        echo "== frame, whole GPU, VOXRT_GEMV=pdlfirst=$first (rc $?)"; sed -n '/^== /,$p' "$R/pdl-first$first.log" | grep -v "^\[trans"
+        frame_run pdl-first$first "whole GPU, VOXRT_GEMV=pdlfirst=$first" off 1 VOXRT_GEMV=pdlfirst=$first
       done
       if [ "$SECONDS" -lt "${CHECK_BEFORE_S:-440}" ]; then
         (cd bench && timeout "${CHECK_TIMEOUT:-150}" python -u gpu_fused_check.py --checkpoint $CKPT \
@@ -175,18 +175,14 @@ EOF
       echo "== frame, 1.7B, defaults (rc $?)"; sed -n '/^== /,$p' "$R/table-17.log" | grep -v "^\[trans"
       [ -f /tmp/q06/config.json ] || python -m voxrt.cli make-checkpoint --arch qwen3-tts-0.6b /tmp/q06 \
         --tokenizer-dir .gpu/qwen-tokenizer >> "$R/mk.log" 2>&1
-      (cd bench && timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint /tmp/q06 --lanes off \
-        --batches "${BATCHES:-1,8,32,64,128}" --paths fused --kernels-only --out "$R/table-06") > "$R/table-06.log" 2>&1
-      echo "== frame, 0.6B, defaults (rc $?)"; sed -n '/^== /,$p' "$R/table-06.log" | grep -v "^\[trans"
+      CK=/tmp/q06 frame_run table-06 "0.6B, defaults" off "${BATCHES:-1,8,32,64,128}"
       # the engine's cuBLAS runs without a workspace (runtime/cublas.py); PyTorch's own size on Hopper for contrast
-      [ "${TABLE_WS-:4096:8}" = "" ] || (cd bench && CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8} timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py \
-        --checkpoint $CKPT --lanes off --batches 8,64,128 --paths fused --kernels-only --out "$R/table-ws") > "$R/table-ws.log" 2>&1
-      [ "${TABLE_WS-:4096:8}" = "" ] || { echo "== frame, 1.7B, CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8}"
-        sed -n '/^== /,$p' "$R/table-ws.log" | grep -v "^\[trans"; }
+      if [ -n "${TABLE_WS-:4096:8}" ]; then
+        frame_run table-ws "1.7B, CUBLAS_WORKSPACE_CONFIG=${TABLE_WS:-:4096:8}" off 8,64,128 \
+          CUBLAS_WORKSPACE_CONFIG="${TABLE_WS:-:4096:8}"
+      fi
       if [ -n "${TABLE_PDL_ON:-}" ]; then  # PDL above 4 rows too (VOXRT_PDL=on), now with no split-K between
-        (cd bench && VOXRT_PDL=on timeout "${FRAME_TIMEOUT:-200}" python -u gpu_frame.py --checkpoint $CKPT --lanes off \
-          --batches "$TABLE_PDL_ON" --paths fused --kernels-only --out "$R/table-pdlon") > "$R/table-pdlon.log" 2>&1
-        echo "== frame, 1.7B, VOXRT_PDL=on (rc $?)"; sed -n '/^== /,$p' "$R/table-pdlon.log" | grep -v "^\[trans"
+        frame_run table-pdlon "1.7B, VOXRT_PDL=on" off "$TABLE_PDL_ON" VOXRT_PDL=on
       fi ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
