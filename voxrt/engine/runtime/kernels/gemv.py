@@ -72,6 +72,15 @@ if triton_available():
         return x
 
     @triton.jit
+    def _wx_tiles(w_ptr, x_row_ptr, rn, n_ok, k0, K, BLOCK_K: tl.constexpr, SILU: tl.constexpr):
+        """The weight tile [BLOCK_N, BLOCK_K] at columns k0.. of rows rn, and x's matching columns (`_x_tile`);
+        columns past K masked (no memory traffic)."""
+        rk = k0 + tl.arange(0, BLOCK_K)
+        k_ok = rk < K
+        w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        return w, _x_tile(x_row_ptr, rk, k_ok, K, SILU)
+
+    @triton.jit
     def _l2_prefetch(base_ptr, n_lines, pid, num_programs, ELEMS_PER_LINE: tl.constexpr, BLOCK_P: tl.constexpr):
         """Program `pid` of `num_programs` asks the L2 for its share of the n_lines 128-byte lines from base_ptr
         (`prefetch.global.L2`: nothing is loaded into registers and nothing waits for it)."""
@@ -111,34 +120,23 @@ if triton_available():
                 acc = part
             else:  # the wide first tile reduced on its own. Its former fold into the loop's tile (a reshape to
                 # [BLOCK_N, FIRST_K // BLOCK_K, BLOCK_K], summed over the middle) made product chains 2.3-5x
-                # slower on the H200, with PDL or without (bench/results/2026-12-05-frame-pdl); not yet timed so
+                # slower on the H200, with PDL or without (bench/results/2026-12-05-frame-pdl); reduced on its own
+                # it costs nothing (2026-12-05-frame-inflight: 16K elements without PDL as fast as the base)
                 y_first = tl.sum(part, axis=1)  # [BLOCK_N]
                 acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
             ss = tl.sum(x0 * x0, axis=0)
             if PIPE:  # the next tile's loads are issued before this tile's products: two tiles in flight
-                rk = FIRST_K + tl.arange(0, BLOCK_K)
-                k_ok = rk < K
-                w_next = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                                 other=0.0)
-                x_next = _x_tile(x_row, rk, k_ok, K, SILU)
+                w_next, x_next = _wx_tiles(w_ptr, x_row, rn, n_ok, FIRST_K, K, BLOCK_K, SILU)
                 for k0 in range(FIRST_K, K, BLOCK_K):
-                    w = w_next
-                    x = x_next
-                    rk = k0 + BLOCK_K + tl.arange(0, BLOCK_K)
-                    k_ok = rk < K  # past the end on the last round: masked, no memory traffic
-                    w_next = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                                     other=0.0)
-                    x_next = _x_tile(x_row, rk, k_ok, K, SILU)
+                    w, x = w_next, x_next
+                    # past the end on the last round: masked, no memory traffic
+                    w_next, x_next = _wx_tiles(w_ptr, x_row, rn, n_ok, k0 + BLOCK_K, K, BLOCK_K, SILU)
                     acc += w.to(tl.float32) * x[None, :]
                     if RSTD:
                         ss += tl.sum(x * x, axis=0)
             else:
                 for k0 in range(FIRST_K, K, BLOCK_K):
-                    rk = k0 + tl.arange(0, BLOCK_K)
-                    k_ok = rk < K
-                    w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                                other=0.0)
-                    x = _x_tile(x_row, rk, k_ok, K, SILU)
+                    w, x = _wx_tiles(w_ptr, x_row, rn, n_ok, k0, K, BLOCK_K, SILU)
                     acc += w.to(tl.float32) * x[None, :]
                     if RSTD:
                         ss += tl.sum(x * x, axis=0)
