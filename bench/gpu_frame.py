@@ -205,9 +205,6 @@ def main() -> None:
                     "the weight elements a program loads before its wait) for every path of this run")
     ap.add_argument("--gemv-plain-first", type=int, default=None, help="kernels/gemv.py's PLAIN_FIRST_ELEMENTS "
                     "(without PDL, the width of a program's first weight tile; 0: an ordinary tile)")
-    ap.add_argument("--gemv-pipe", action="store_true", help="kernels/gemv.py's PIPELINE (the loop's next tile "
-                    "loaded before this tile's products)")
-    ap.add_argument("--gemv-warps", type=int, default=None, help="kernels/gemv.py's WARPS (4 by default)")
     ap.add_argument("--gemv-skinny-config", default=None, help="kernels/gemv.py's SKINNY_CONFIG as "
                     "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages (default: skinny_plan's per shape)")
     ap.add_argument("--gemv-skinny-max-dim", type=int, default=None, help="kernels/gemv.py's SKINNY_MAX_MIN_DIM: the "
@@ -227,21 +224,19 @@ def main() -> None:
         gemv.PREFETCH_ELEMENTS = args.gemv_first
     if args.gemv_plain_first is not None:
         gemv.PLAIN_FIRST_ELEMENTS = args.gemv_plain_first
-    if args.gemv_pipe:
-        gemv.PIPELINE = True
-    if args.gemv_warps:
-        gemv.WARPS = args.gemv_warps
     if args.gemv_skinny_config:
         gemv.SKINNY_CONFIG = tuple(int(v) for v in args.gemv_skinny_config.split(","))
     if args.gemv_skinny_max_dim:
         gemv.SKINNY_MAX_MIN_DIM = args.gemv_skinny_max_dim
-    print(f"gemv: TARGET_PROGRAMS {gemv.TARGET_PROGRAMS}, PREFETCH_ELEMENTS {gemv.PREFETCH_ELEMENTS}, "
-          f"PLAIN_FIRST_ELEMENTS {gemv.PLAIN_FIRST_ELEMENTS}, SKINNY_CONFIG {gemv.SKINNY_CONFIG}, "
-          f"SKINNY_MAX_MIN_DIM {gemv.SKINNY_MAX_MIN_DIM}, PIPELINE {gemv.PIPELINE}, WARPS {gemv.WARPS}", flush=True)
+    # what the products run with: the module's values under VOXRT_GEMV's (the pipeline and warps are set there)
+    programs, plain_first, pipeline, warps, pdl_first = gemv.settings()
+    print(f"gemv: programs {programs}, PDL first tile {pdl_first}, plain first tile {plain_first}, pipeline "
+          f"{pipeline}, warps {warps}, SKINNY_CONFIG {gemv.SKINNY_CONFIG}, SKINNY_MAX_MIN_DIM "
+          f"{gemv.SKINNY_MAX_MIN_DIM}", flush=True)
     batches = [int(b) for b in args.batches.split(",")]
     all_results = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
-                       gemv_programs=gemv.TARGET_PROGRAMS, gemv_first=gemv.PREFETCH_ELEMENTS,
-                       gemv_plain_first=gemv.PLAIN_FIRST_ELEMENTS, gemv_pipe=gemv.PIPELINE, gemv_warps=gemv.WARPS)
+                       gemv_programs=programs, gemv_first=pdl_first, gemv_plain_first=plain_first,
+                       gemv_pipe=pipeline, gemv_warps=warps)
     for checkpoint in args.checkpoint:
         t0 = time.monotonic()
         program = build_program("qwen3-tts", checkpoint)

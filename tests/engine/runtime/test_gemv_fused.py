@@ -260,7 +260,7 @@ def test_voxrt_gemv_sets_the_launch_and_refuses_bad_values(monkeypatch):
     x, w = torch.randn(1, 700, generator=g), torch.randn(20, 700, generator=g) / 30
     expected = linear(x, w, impl="triton", force=True)
     monkeypatch.setenv("VOXRT_GEMV", "programs=8,first=512,pipe=1,warps=2")
-    assert gemv_module._settings() == (8, 512, True, 2, gemv_module.PREFETCH_ELEMENTS)
+    assert gemv_module.settings() == (8, 512, True, 2, gemv_module.PREFETCH_ELEMENTS)
     torch.testing.assert_close(linear(x, w, impl="triton", force=True), expected, atol=1e-5, rtol=1e-5)
     monkeypatch.setenv("VOXRT_GEMV", "warps=5")
     with pytest.raises(ValueError, match="VOXRT_GEMV"):

@@ -12,6 +12,7 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 
 from __future__ import annotations
 
+import functools
 import os
 
 PDL_MODES = ("auto", "on", "off")
@@ -34,8 +35,12 @@ def pdl_mode() -> str:
 
 def gemv_settings(value: str | None = None) -> dict[str, int]:
     """`VOXRT_GEMV` (e.g. `programs=512,first=16384,pipe=1,warps=8`) as {key: int}, over nothing: kernels/gemv.py
-    puts its module defaults under it."""
-    value = os.environ.get("VOXRT_GEMV", "") if value is None else value
+    puts its module defaults under it. Read at every product's launch: the parse is cached per value."""
+    return dict(_gemv_items(os.environ.get("VOXRT_GEMV", "") if value is None else value))
+
+
+@functools.lru_cache(maxsize=16)
+def _gemv_items(value: str) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in value.split(","))):
         key, sep, raw = item.partition("=")
@@ -52,7 +57,7 @@ def gemv_settings(value: str | None = None) -> dict[str, int]:
             raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first and pdlfirst >= 0, "
                              "pipe 0 or 1, warps a power of two up to 16)")
         out[key] = number
-    return out
+    return tuple(out.items())
 
 
 def sampler_search() -> str:

@@ -39,7 +39,7 @@ import os
 
 import torch
 
-from voxrt.engine.runtime.knobs import PDL_MODES, check_env, pdl_mode  # noqa: F401 (this package's API too)
+from voxrt.engine.runtime.knobs import pdl_mode
 
 IMPLS = ("torch", "triton")
 

@@ -231,7 +231,7 @@ def env_settings(value: str | None = None) -> dict[str, int]:
     return knobs.gemv_settings(value)
 
 
-def _settings() -> tuple[int, int, bool, int, int]:
+def settings() -> tuple[int, int, bool, int, int]:
     """(TARGET_PROGRAMS, PLAIN_FIRST_ELEMENTS, PIPELINE, WARPS, PREFETCH_ELEMENTS): the module's values under
     VOXRT_GEMV's."""
     env = env_settings()
@@ -277,7 +277,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
     if m > MAX_ROWS:
         _launch_skinny(x, w, out, residual, rstd_eps, silu, pre)
         return
-    programs, plain_first, pipeline, warps, pdl_first = _settings()
+    programs, plain_first, pipeline, warps, pdl_first = settings()
     block_n = plan(n, programs)
     if block_k is None:  # long rows in narrow tiles stream best in 512-wide steps (measured); wide tiles spill
         block_k = 512 if k >= 2048 and block_n <= 16 else 256
