@@ -9,7 +9,7 @@ from voxrt.loadgen.compare import main, ratios
 
 def summary(capacities, points):
     return {"capacity_rps": capacities,
-            "points": [{"rate": r, "attainment": a, "ttfa_p99_ms": p99} for r, a, p99 in points]}
+            "points": [{"rate": r, "attainment": a, "ttfa_p99_ms": p99, "goodput_rps": r * a} for r, a, p99 in points]}
 
 
 def write(tmp_path, name, s):
@@ -32,7 +32,7 @@ def test_table_ratios_and_plots(tmp_path, capsys):
     # attainment per rate on the union of rates; a rate a run did not measure is "-"
     assert rows[0].rstrip(" |").split(" | ")[-4:] == ["100.0", "92.0", "50.0", "-"]
     assert rows[1].rstrip(" |").split(" | ")[-4:] == ["-", "98.0", "-", "95.0"]
-    for name in ("compare_attainment.png", "compare_p99_ttfa.png"):
+    for name in ("compare_attainment.png", "compare_p99_ttfa.png", "compare_goodput.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

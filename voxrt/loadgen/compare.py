@@ -1,6 +1,7 @@
 """Several `voxrt loadgen` runs side by side: one table (capacity at 90% / 99% and attainment per rate), the
 ratio of each run's capacity to the first run's, and overlaid plots (`compare_attainment.png`,
-`compare_p99_ttfa.png`).
+`compare_p99_ttfa.png`, `compare_goodput.png`: requests a second within the SLO against the offered rate, with the
+ideal y = x for reference).
 
     python -m voxrt.loadgen.compare --out DIR "(a) base, time-shared=DIR_A" "(c) deadline, lanes=DIR_C" ...
 
@@ -79,7 +80,9 @@ def plot(runs: list[tuple[str, dict]], out_dir: str | Path) -> list[Path]:
     charts = [("compare_attainment.png", "SLO attainment (TTFA <= 200 ms, no stall)", "attainment (%)",
                lambda p: 100 * p["attainment"], [(90, "90%"), (99, "99%")]),
               ("compare_p99_ttfa.png", "p99 time to first audio", "p99 TTFA (ms)",
-               lambda p: float("nan") if p["ttfa_p99_ms"] is None else p["ttfa_p99_ms"], [(200, "SLO")])]
+               lambda p: float("nan") if p["ttfa_p99_ms"] is None else p["ttfa_p99_ms"], [(200, "SLO")]),
+              ("compare_goodput.png", "goodput (requests a second within the SLO)", "goodput (req/s)",
+               lambda p: float("nan") if p.get("goodput_rps") is None else p["goodput_rps"], [])]
     paths = []
     for name, title, ylabel, value, hlines in charts:
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
@@ -91,6 +94,11 @@ def plot(runs: list[tuple[str, dict]], out_dir: str | Path) -> list[Path]:
             ax.annotate(text, (ax.get_xlim()[0], y), fontsize=8, color="grey")
         if name == "compare_p99_ttfa.png":
             ax.set_yscale("log")
+        if name == "compare_goodput.png":  # every request within the SLO: goodput = offered rate
+            rates = sorted({p["rate"] for _, s in runs for p in s["points"]})
+            if rates:
+                ax.plot([0, rates[-1]], [0, rates[-1]], color="grey", linestyle=":", linewidth=0.8,
+                        label="offered rate")
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
