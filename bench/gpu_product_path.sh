@@ -2,7 +2,7 @@
 # Issue 21, "the product path", in one GPU call: where the WebSocket path loses against engine-direct.
 # Qwen3-TTS-1.7B (full-size random checkpoint, fused frame path), deadline scheduler with lanes (codec lane
 # SPLIT SMs when set, e.g. SPLIT=32 as the 2026-11-29 / 2026-12-01 runs; unset: the engine's default split),
-# LibriTTS test-clean, Poisson arrivals, lengths pinned, the same seed and
+# WORKLOAD (LibriTTS test-clean by default), Poisson arrivals, lengths pinned, the same seed and
 # rows per rate on every path. ONE engine process serves every path: `voxrt serve --engine-socket` runs the
 # gateway (GW_WORKERS processes) in front of it, and the engine-direct load generator joins the same engine
 # through that socket, so the engine starts (and captures its graphs) once. Paths (PATHS):
@@ -25,7 +25,8 @@
 # lasts its arrival window plus the audio of its last requests (paced in real time: up to ~30 s for
 # LibriTTS's longest rows).
 # Knobs: RATES (12,16; RATES_<path>, dashes as underscores, sets one path's grid: RATES_direct=104,112,120), DURATION_S (30), PATHS, TOKENS_PER_S (30), TTFA_DURATION_S (20), GW_WORKERS (1),
-# LOADGEN_PROCS (2: each load point spread over that many load generator processes), SPLIT (unset: the engine's
+# LOADGEN_PROCS (2: each load point spread over that many load generator processes), WORKLOAD (the texts:
+# bench/workloads/libritts_test_clean.jsonl; bench/workloads/seedtts_eval_en.jsonl is issue 15's second set), SPLIT (unset: the engine's
 # default lanes; a number: --sm-modes SPLIT, the codec lane's SMs), SEED (0),
 # WS_WARMUP (warm-up requests of the WebSocket runs: 8, QUICK 2), MAXREQ (600), RUN_TIMEOUT_S (seconds per load generator run: 400, QUICK 140), BUDGET_S, FRAME_PATH (fused),
 # ENGINE_EXTRA (more `voxrt serve` engine flags), ENGINE_TRACE (1: the engine's --trace-dir, summarised per
@@ -63,6 +64,8 @@ GW_QUICK_SESSIONS=${GW_QUICK_SESSIONS:-50,100,150}
 SPLIT=${SPLIT:-}
 SEED=${SEED:-0}
 MAXREQ=${MAXREQ:-600}
+WORKLOAD=${WORKLOAD:-bench/workloads/libritts_test_clean.jsonl}
+[ -f "$WORKLOAD" ] || { echo "no workload file $WORKLOAD" >&2; exit 2; }
 GW_SESSIONS=${GW_SESSIONS:-400}
 GW_THREADS=${GW_THREADS:-3}
 GW_BENCH_WORKERS=${GW_BENCH_WORKERS:-4}
@@ -96,6 +99,7 @@ if [ "$MODEL" = qwen3-tts ]; then
   # shellcheck disable=SC2206
   ENGINE_ARGS+=(${ENGINE_EXTRA:-})  # more engine flags, e.g. ENGINE_EXTRA=--async-lm
 else
+  python -c "import torch; print('torch', torch.__version__)" > "$R/gpu.txt" 2>&1  # no GPU: what ran instead
   ENGINE_ARGS+=(--lanes inline)
   # the stand-in's chunks at 2x real time leave no slack for its 2-frame first chunk: a dry run of the
   # script's plumbing wants requests that can meet the SLO
@@ -124,7 +128,7 @@ for _ in $(seq 1 300); do
 done
 log "server ready"
 
-COMMON=(--workload bench/workloads/libritts_test_clean.jsonl --seed "$SEED" --max-requests "$MAXREQ")
+COMMON=(--workload "$WORKLOAD" --seed "$SEED" --max-requests "$MAXREQ")
 limit() {  # SECONDS RESERVE: SECONDS, or less when BUDGET_S leaves less (RESERVE kept for what follows)
   local want=$1 reserve=$2
   if [ "$BUDGET_S" -gt 0 ] && [ $((BUDGET_S - SECONDS - reserve)) -lt "$want" ]; then want=$((BUDGET_S - SECONDS - reserve)); fi

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Issue 15's one run, in jobs that fit the device tool's 10-minute calls: SLO capacity of
+#   (a) `base`, the time-shared loop (--lanes off)          job a
+#   (b) `base` with the lanes                                job b
+#   (c) `deadline` with the lanes and the urgent lane        job c
+#   (c) over the WebSocket, tokens at 30/s (gateway + load generator on the GPU host)   job ws
+#   (c) traced at its knee (bench/trace_summary.py: LM busy %, codec busy %, prefill share)   job trace
+#   the SM-split levers against (c), 30 s points (issue 15's Build 1: codec SMs, priority streams, adaptive)  job split
+# on LibriTTS test-clean and the Seed-TTS eval set (DATASET libritts / seedtts), 60 s points, Poisson, seed 0:
+# the same arrivals and rows at a rate for every config and call. Each job runs bench/gpu_deadline.sh,
+# bench/gpu_product_path.sh or bench/gpu_knee_trace.sh with the grid of its dataset below, into $OUT/<dataset>-<job>/
+# (a tgz and a table each: the tool brings back 8 files). bench/capacity_report.py assembles the jobs of every
+# call into compare.md, the plots and the acceptance checks, and says when the calls ran on different GPU kinds.
+# From the repository root on the GPU machine:
+#
+#   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH
+#   JOBS="libritts:a libritts:b" OUT=$OUT bash bench/gpu_capacity.sh
+#
+# A job of 60 s points costs ~75 s a point (arrivals, then the drain) plus ~40 s for the engine's start; STOP
+# (0.8) ends a sweep after its first point below it. The calls of the whole run (~9 minutes each on one GPU):
+#   1. JOBS="libritts:a libritts:b"   2. JOBS="libritts:c libritts:trace"   3. JOBS="seedtts:a seedtts:b"
+#   4. JOBS="seedtts:c seedtts:trace"   5. JOBS="libritts:ws"   6. JOBS="seedtts:ws"
+# and, before them, to pick the split: JOBS="libritts:split" twice (the default lanes beside two levers a call,
+# SPLIT_VARIANTS below; the same arrivals, 30 s points at SPLIT_RATES, every rate run: no early stop).
+# Knobs: JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), GRID_<dataset>_<job>
+# (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate), SPLIT_RATES (120,128),
+# SPLIT_VARIANTS (the split job's levers: NAME=flags;...), MODEL=tiny (a CPU dry run: a, b, c and ws only).
+set -uo pipefail
+OUT=${OUT:-out/capacity}
+JOBS=${JOBS:-libritts:a}
+BUDGET_S=${BUDGET_S:-570}
+DURATION=${DURATION:-60}
+STOP=${STOP:-0.8}
+MODEL=${MODEL:-qwen3-tts}
+SPLIT_RATES=${SPLIT_RATES:-120,128}
+# two levers a call beside the default lanes (3 sweeps of 2 points of 30 s: ~390 s); the second call:
+# SPLIT_VARIANTS="streams=--lanes streams;adaptive=--sm-modes 48,72 --sm-mode adaptive"
+SPLIT_VARIANTS=${SPLIT_VARIANTS:-s48=--sm-modes 48;s56=--sm-modes 56}
+
+# Each dataset's grid per job, around the knees measured on the H200 (LibriTTS: (a) 64, (b) >= 80, (c) 112 at
+# 90%, 2026-12-04-capacity) and, for Seed-TTS (rows ~60% as long), the calibrated simulation's (c) knee near
+# 192-208 req/s (bench/results/2026-12-05-capacity-plan/). A sweep climbs its grid and stops after a point below STOP.
+GRID_libritts_a=${GRID_libritts_a:-56,64,72,80}
+GRID_libritts_b=${GRID_libritts_b:-72,80,88,96,104}
+GRID_libritts_c=${GRID_libritts_c:-104,112,120,128,136}
+GRID_libritts_ws=${GRID_libritts_ws:-96,104,112,120}
+KNEE_libritts=${KNEE_libritts:-112}
+GRID_seedtts_a=${GRID_seedtts_a:-88,104,120,136}
+GRID_seedtts_b=${GRID_seedtts_b:-120,136,152,168}
+GRID_seedtts_c=${GRID_seedtts_c:-168,184,200,216,232}
+GRID_seedtts_ws=${GRID_seedtts_ws:-152,168,184,200}
+KNEE_seedtts=${KNEE_seedtts:-192}
+if [ "$MODEL" != qwen3-tts ]; then  # the CPU dry run: rates a tiny model on two cores holds
+  for v in GRID_libritts_a GRID_libritts_b GRID_libritts_c GRID_libritts_ws GRID_seedtts_a GRID_seedtts_b \
+           GRID_seedtts_c GRID_seedtts_ws; do printf -v "$v" 1,2; done
+fi
+
+SECONDS=0
+mkdir -p "$OUT"
+left() { echo $((BUDGET_S - SECONDS)); }
+note() { echo "[$(printf '%4d' $SECONDS) s] $*" | tee -a "$OUT/jobs.txt"; }
+tree_hash() {  # the tree that ran (the device's .git is stale); `python bench/capacity_report.py --tree-hash` on the
+  # dev machine prints the same for its checkout: every .py and .sh under voxrt/ and bench/ but bench/results/
+  find voxrt bench -path bench/results -prune -o \( -name '*.py' -o -name '*.sh' \) -type f -print | LC_ALL=C sort \
+    | xargs sha1sum | sha1sum | cut -c1-12
+}
+note "tree $(tree_hash); jobs: $JOBS; budget ${BUDGET_S} s"
+for job in $JOBS; do
+  dataset=${job%%:*}; what=${job#*:}
+  case $dataset in
+    libritts) workload=bench/workloads/libritts_test_clean.jsonl ;;
+    seedtts) workload=bench/workloads/seedtts_eval_en.jsonl ;;
+    *) note "unknown dataset in $job (libritts or seedtts)"; continue ;;
+  esac
+  grid_var="GRID_${dataset}_${what}"; knee_var="KNEE_${dataset}"
+  grid=${!grid_var:-}
+  out="$OUT/$dataset-$what"
+  t=$(left)
+  if [ "$t" -lt 120 ]; then note "$job skipped: $t s of the budget left"; continue; fi
+  # the most requests a point can hold: its rate's arrivals with room for Poisson's spread
+  top=$(echo "${grid:-$SPLIT_RATES}" | tr ',' '\n' | sort -n | tail -1)
+  maxreq=$(( (top * DURATION * 12) / 10 + 200 ))
+  rates=$grid; [ "$what" = trace ] && rates=${!knee_var}; [ "$what" = split ] && rates=$SPLIT_RATES
+  note "$job: $workload, rates $rates, ${t} s left"
+  case $what in
+    a|b|c)
+      config=$(case $what in a) echo base-sync ;; b) echo base-lanes ;; c) echo deadline-lanes ;; esac)
+      var="RATES_${config//-/_}"; lim="LIMIT_${config//-/_}"
+      env "$var=$grid" "$lim=$((t - 15))" GROUP0="$config" GROUP1=" " WORKLOAD="$workload" DURATION="$DURATION" \
+        STOP="$STOP" MAX_REQUESTS="$maxreq" MODEL="$MODEL" OUT="$out" bash bench/gpu_deadline.sh > "$out.log" 2>&1
+      ;;
+    ws)
+      model=$MODEL; [ "$MODEL" = tiny ] && model=standin
+      # 6 gateway processes and 4 load generator processes, as the H200's 112 req/s runs (2026-12-05-h200-same-run)
+      RATES="$grid" DURATION_S="$DURATION" PATHS="ws-tokens" WORKLOAD="$workload" GW_WORKERS=6 LOADGEN_PROCS=4 \
+        MAXREQ="$maxreq" RUN_TIMEOUT_S=$((t - 60)) BUDGET_S=$((t - 10)) WS_WARMUP=4 ENGINE_TRACE=requests \
+        MODEL="$model" OUT="$out" bash bench/gpu_product_path.sh > "$out.log" 2>&1
+      ;;
+    trace)
+      RATES="${!knee_var}" DURATION=20 WORKLOAD="$workload" MAXREQ=$(( ${!knee_var} * 30 )) OUT="$out" \
+        bash bench/gpu_knee_trace.sh > "$out.log" 2>&1
+      ;;
+    split)
+      groups="deadline-lanes"; args=()
+      IFS=';' read -ra variants <<< "$SPLIT_VARIANTS"
+      for v in "${variants[@]}"; do
+        name=${v%%=*}; groups+=" deadline+$name"; args+=("ARGS_$name=${v#*=}" "RATES_deadline_$name=$SPLIT_RATES")
+      done
+      n=${#variants[@]}
+      env "${args[@]}" RATES="$SPLIT_RATES" PER_RUN_S=$(( (t - 20) / (n + 1) )) GROUP0="$groups" GROUP1=" " \
+        WORKLOAD="$workload" DURATION=30 STOP=0.001 MAX_REQUESTS="$maxreq" MODEL="$MODEL" OUT="$out" \
+        bash bench/gpu_deadline.sh > "$out.log" 2>&1
+      ;;
+    *) note "unknown job $what in $job (a, b, c, ws, trace, split)"; continue ;;
+  esac
+  note "$job done (rc $?)"
+  grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ |capacity at|^== " "$out.log" | tee -a "$OUT/jobs.txt"
+  gzip -f "$out.log"
+done
+note "done"

@@ -1,0 +1,122 @@
+"""bench/capacity_report.py (issue 15's report over the calls of bench/gpu_capacity.sh), on hand-made call folders:
+the capacities read on the grid, the acceptance checks, the knee's trace line, and a run whose calls came on
+different GPUs said so. A wrong report costs a GPU run to find out."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("capacity_report", ROOT / "bench" / "capacity_report.py")
+capacity_report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(capacity_report)
+
+H200 = "NVIDIA H200, 580.159.04"
+
+
+def _point(rate, attainment, p50=60.0, p99=120.0):
+    return {"rate": rate, "attainment": attainment, "ttfa_p50_ms": p50, "ttfa_p99_ms": p99,
+            "goodput_rps": rate * attainment}
+
+
+def _archive(job_dir: Path, name: str, files: dict[str, str]) -> None:
+    """job_dir/name, a tgz holding `files` (path inside -> text), as the GPU scripts pack their runs."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(job_dir / name, "w:gz") as tar:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _config(call: Path, job: str, run: str, points, gpu=H200, archive="deadline.tgz") -> None:
+    _archive(call / job, archive, {f"runs/{run}/summary.json": json.dumps({"points": points}),
+                                   "runs/gpu.txt": f"{gpu}\ntorch 2.11.0\n"})
+
+
+def test_report_reads_capacities_ratios_and_the_knee(tmp_path, capsys):
+    call1, call2 = tmp_path / "call1", tmp_path / "call2"
+    _config(call1, "libritts-a", "base-sync", [_point(56, 1.0), _point(64, 0.993), _point(72, 0.514)])
+    _config(call1, "libritts-c", "deadline-lanes", [_point(104, 1.0), _point(112, 0.953), _point(120, 0.275)])
+    (call1 / "jobs.txt").write_text("[   0 s] tree abc123def456; jobs: libritts:a libritts:c; budget 570 s\n")
+    _config(call2, "libritts-ws", "ws-tokens", [_point(96, 1.0), _point(104, 0.907), _point(112, 0.86)],
+            archive="product_path.tgz")
+    trace = {"/x/trace-112/engine.jsonl": {"lm": {"busy_pct": 99.1, "prefill_share_pct": 6.2, "decode_batch_p50": 101},
+                                           "codec": {"background": {"busy_pct": 41.0}, "urgent": {"busy_pct": 30.5}}}}
+    _archive(call2 / "libritts-trace", "knee.tgz", {"r/trace-112.json": json.dumps(trace), "r/gpu.txt": H200})
+    (call2 / "jobs.txt").write_text("[   0 s] tree abc123def456; jobs: libritts:ws libritts:trace; budget 570 s\n")
+    out = tmp_path / "report"
+    assert capacity_report.main([str(call1), str(call2), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert text == capsys.readouterr().out
+    assert "Not one run" not in text and "different trees" not in text
+    assert "| (a) base, time-shared loop | 64 | 64 | 60 / 120 |" in text
+    assert "| (c) deadline, lanes + urgent lane | 112 | 104 | 60 / 120 |" in text
+    assert "| (c) over the WebSocket, tokens at 30/s | 104 | 96 | 60 / 120 |" in text
+    assert "| LibriTTS test-clean: (c)/(a) at 90% >= 2 | 112 / 64 = 1.75 | **no** |" in text
+    assert "| LibriTTS test-clean: WebSocket tokens within 10% of engine-direct at 90% | 104 vs 112 req/s (93%) | yes |" in text
+    assert "| (c) engine-direct, LibriTTS, 90% >= v2's 48 req/s | 112 req/s | yes |" in text
+    assert "| (c) engine-direct, LibriTTS, 99% >= the goal's 72 req/s | 104 req/s | yes |" in text
+    assert ("The knee traced at 112 req/s (20 s, (c) engine-direct): LM lane busy 99.1%, prefill share 6.2%, "
+            "decode batch p50 101; codec lanes busy: background 41.0%, urgent 30.5%.") in text
+    for name in ("compare.md", "compare_attainment.png", "compare_p99_ttfa.png", "compare_goodput.png"):
+        assert (out / "libritts" / name).is_file()
+    assert not (out / "seedtts").exists()  # no Seed-TTS job ran
+
+
+def test_a_grid_that_never_missed_is_a_lower_bound_and_mixed_gpus_are_named(tmp_path, capsys):
+    call1, call2 = tmp_path / "c1", tmp_path / "c2"
+    _config(call1, "seedtts-a", "base-sync", [_point(88, 1.0), _point(104, 0.8)])
+    _config(call2, "seedtts-c", "deadline-lanes", [_point(168, 1.0), _point(184, 0.999)], gpu="NVIDIA H100 80GB HBM3, 580")
+    (call1 / "jobs.txt").write_text("tree aaa; jobs: seedtts:a\n")
+    (call2 / "jobs.txt").write_text("tree bbb; jobs: seedtts:c\n")
+    assert capacity_report.main([str(call1), str(call2), "--out", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert "**Not one run: the jobs ran on different GPUs (NVIDIA H100 80GB HBM3, 580; NVIDIA H200, 580.159.04).**" in text
+    assert "**The calls ran different trees (aaa, bbb).**" in text
+    assert "| (c) deadline, lanes + urgent lane [NVIDIA H100 80GB HBM3, 580] | >= 184 | >= 184 |" in text
+    assert "| Seed-TTS eval (English): (c)/(a) at 90% >= 2 | 184 (the grid ended: >=) / 88 = 2.09 | yes |" in text
+
+
+def test_a_first_point_that_missed_reads_below_the_grid(tmp_path):
+    call = tmp_path / "c"
+    _config(call, "libritts-c", "deadline-lanes", [_point(104, 0.85), _point(112, 0.5)])
+    jobs, calls = capacity_report.load_calls([call], tmp_path / "u")
+    text = capacity_report.report(jobs, calls, tmp_path / "r")
+    assert "| (c) deadline, lanes + urgent lane | < 104 | < 104 | - |" in text
+    assert calls[0]["tree"] == "unknown"
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    assert capacity_report.main([str(tmp_path / "missing"), "--out", str(tmp_path / "r")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    call = tmp_path / "c"
+    (call / "libritts-a").mkdir(parents=True)
+    (call / "libritts-a" / "deadline.tgz").write_bytes(b"not a tar")
+    assert capacity_report.main([str(call), "--out", str(tmp_path / "r")]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_tree_hash_matches_the_gpu_script(tmp_path):
+    """The dev machine's hash of a checkout equals what bench/gpu_capacity.sh records on the GPU host for it."""
+    import shutil
+    import subprocess
+
+    for rel in ("voxrt/a.py", "voxrt/sub/b.sh", "bench/c.py", "bench/results/skip.py", "voxrt/notes.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    script = (ROOT / "bench" / "gpu_capacity.sh").read_text()
+    body = script[script.index("tree_hash() {"):script.index('note "tree $(tree_hash)')]
+    if shutil.which("sha1sum") is None:
+        raise AssertionError("sha1sum (coreutils) is needed")
+    shell = subprocess.run(["bash", "-c", body + "tree_hash"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.strip() == capacity_report.tree_hash(tmp_path)
+    (tmp_path / "bench/results/skip.py").write_text("changed")  # results do not count
+    assert capacity_report.tree_hash(tmp_path) == shell.stdout.strip()
+    (tmp_path / "voxrt/a.py").write_text("changed")
+    assert capacity_report.tree_hash(tmp_path) != shell.stdout.strip()
