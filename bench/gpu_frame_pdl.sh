@@ -23,6 +23,10 @@
 #   table      issue 12's frame table with the defaults (1.7B with TTFA alone and throughput, 0.6B), batches above
 #              4 rows with PyTorch's cuBLAS workspace (TABLE_WS, empty: skipped; the engine runs with none), and
 #              with PDL on at the batches in TABLE_PDL_ON; TABLE_TTFA=0: the 1.7B's frame table without TTFA
+#   splitk     the tensor-core product split over K (kernels/gemv.py) at 5..128 rows: per shape against cuBLAS (each
+#              split output checked against F.linear, twice for the same bits), the chains at 64 / 128 rows
+#              (cuBLAS, split plan, unsplit), the frame at 8 / 64 / 128 with VOXRT_SKINNY=1 against the defaults
+#              (whole GPU, and batch 64 on the LM's partition), and the fused check with it (CHECK_ARGS --skinny on)
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -183,6 +187,21 @@ EOF
       fi
       if [ -n "${TABLE_PDL_ON:-}" ]; then  # PDL above 4 rows too (VOXRT_PDL=on), now with no split-K between
         frame_run table-pdlon "1.7B, VOXRT_PDL=on" off "$TABLE_PDL_ON" VOXRT_PDL=on
+      fi ;;
+    splitk)
+      (cd bench && timeout "${CHAINS_TIMEOUT:-200}" python -u gpu_gemv_pdl.py --out "$R/splitk" --only skinny,chains \
+        --rows "${SPLITK_ROWS:-64,128}") > "$R/splitk.log" 2>&1
+      echo "== split-K products and chains (rc $?)"; sed -n '/^== /,$p' "$R/splitk.log"
+      grep -i "Traceback" -A3 "$R/splitk.log" | head -8
+      frame_run splitk-base "whole GPU, defaults (cuBLAS above 4 rows)" off "${SPLITK_BATCHES:-8,64,128}"
+      frame_run splitk-on "whole GPU, VOXRT_SKINNY=1 (split-K tensor-core products above 4 rows)" off \
+        "${SPLITK_BATCHES:-8,64,128}" VOXRT_SKINNY=1
+      frame_run splitk-part-base "LM partition, defaults" auto 64
+      frame_run splitk-part-on "LM partition, VOXRT_SKINNY=1" auto 64 VOXRT_SKINNY=1
+      if [ "$SECONDS" -lt "${CHECK_BEFORE_S:-440}" ]; then
+        (cd bench && timeout "${CHECK_TIMEOUT:-150}" python -u gpu_fused_check.py --checkpoint $CKPT \
+          --out "$R/splitk-check" --requests 8 --tf-rows 16 --pdl off --skinny on) > "$R/splitk-check.log" 2>&1
+        echo "== fused check, VOXRT_SKINNY (rc $?)"; grep -v " INFO \|^ *warn\|^\[trans" "$R/splitk-check.log" | tail -6
       fi ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1

@@ -42,15 +42,18 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the CPU: a
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Speech in real time, one frame after another."]
 
 
-def teacher_forced(program, frames: int, seed: int = 0) -> dict:
-    """Code 0 logits and predictor logits per step, on the program's current path."""
+def teacher_forced(program, frames: int, seed: int = 0, rows: int = 2) -> dict:
+    """Code 0 logits and predictor logits per step, on the program's current path, for `rows` requests (TEXTS
+    in turn; more than kernels/gemv.py's MAX_ROWS run the products above it: cuBLAS, or the tensor-core one)."""
     geom = program.lm_geometry
     g = torch.Generator(device="cpu").manual_seed(seed)
-    kv = KVCache(geom.num_layers, 64, 16, geom.num_kv_heads, geom.head_dim, DEV, program.talker.codec_head.weight.dtype)
-    prompts = [program.tokenize(t)[0] for t in TEXTS]
-    pages = [[1, 5, 9, 13], [2, 6, 10, 14]]
+    kv = KVCache(geom.num_layers, max(64, 4 * rows + 12), 16, geom.num_kv_heads, geom.head_dim, DEV,
+                 program.talker.codec_head.weight.dtype)
+    prompts = [program.tokenize(TEXTS[i % len(TEXTS)])[0] for i in range(rows)]
+    # rows 0 and 1 keep the pages of the two-row check's first form (its figures stay comparable), 4 pages a row
+    pages = [[1, 5, 9, 13], [2, 6, 10, 14]][:rows] + [[20 + 4 * i + j for j in range(4)] for i in range(rows - 2)]
     lengths = [len(p) for p in prompts]
-    attn = TorchAttention(kv, 2, sum(lengths), None, DEV)
+    attn = TorchAttention(kv, rows, sum(lengths), None, DEV)
     attn.fill([SeqSlice(p, n, n) for p, n in zip(pages, lengths)])
     ids = torch.tensor([t for p in prompts for t in p], device=DEV)
     with torch.inference_mode():
@@ -58,25 +61,25 @@ def teacher_forced(program, frames: int, seed: int = 0) -> dict:
         hidden = program.lm_forward(x, attn.positions[: x.shape[0]], attn)[torch.tensor(lengths, device=DEV).cumsum(0) - 1]
         code0_logits, depth_logits, depth_codes = [], [], []
         vocab = program.cfg.talker.vocab_size - 1024
-        sampling = SamplingTensors.empty(2, DEV)  # greedy
+        sampling = SamplingTensors.empty(rows, DEV)  # greedy
         for step in range(frames):
             code0_logits.append(program.talker.codec_head(hidden).float())
-            code0 = torch.randint(0, vocab, (2,), generator=g).to(DEV)
+            code0 = torch.randint(0, vocab, (rows,), generator=g).to(DEV)
             logits: list[torch.Tensor] = []
             if program.fused is not None:
                 codes = program.fused.generate_depth(hidden, code0, sampling, logits)
             else:
                 emb = program.talker.model.codec_embedding(code0)
                 codes = program.talker.code_predictor.generate(hidden, emb, code0, sampling, logits)
-            depth_logits.append(torch.stack(logits, 1))  # [2, 15, V]
+            depth_logits.append(torch.stack(logits, 1))  # [rows, 15, V]
             depth_codes.append(codes)
             forced = torch.randint(0, program.cfg.talker.predictor_vocab_size, codes.shape, generator=g).to(DEV)
             forced[:, 0] = code0
             text = torch.tensor([p[min(step + 1, len(p) - 1)] for p in prompts], device=DEV)
-            attn = TorchAttention(kv, 2, 2, None, DEV)
+            attn = TorchAttention(kv, rows, rows, None, DEV)
             attn.fill([SeqSlice(p, 1, n + step + 1) for p, n in zip(pages, lengths)])
             x = program.embed_step(text, forced)
-            hidden = program.lm_forward(x, attn.positions[:2], attn)
+            hidden = program.lm_forward(x, attn.positions[:rows], attn)
     return dict(code0=torch.stack(code0_logits), depth=torch.stack(depth_logits), codes=torch.stack(depth_codes))
 
 
@@ -131,6 +134,8 @@ def main() -> int:
                     help="on: every product prefetches the next one's weight (kernels.set_l2_prefetch)")
     ap.add_argument("--skinny", choices=("on", "env"), default="env",
                     help="on: the tensor-core product at 5..128 rows (kernels.set_skinny; --requests >= 5 runs it)")
+    ap.add_argument("--tf-rows", type=int, default=2, help="rows of the teacher-forced frames (2; above 4 the "
+                    "products run cuBLAS or, with --skinny on, the split-K tensor-core product)")
     ap.add_argument("--decode-attention", default="",
                     help="comma-separated decode kernels (runtime/attention.py DECODE_KERNELS): the fused "
                          "path's greedy run once with each, against the reference's on the default kernel")
@@ -140,18 +145,20 @@ def main() -> int:
     set_skinny(True if args.skinny == "on" else None)
     program = build_program("qwen3-tts", args.checkpoint).to(device=DEV, dtype=torch.bfloat16).eval()
     program.use_frame_path("reference", DEV)
-    ref = teacher_forced(program, args.frames)
+    if not 1 <= args.tf_rows <= 30:
+        ap.error("--tf-rows takes 1..30")
+    ref = teacher_forced(program, args.frames, rows=args.tf_rows)
     program.use_frame_path("fused", DEV)
-    fused = teacher_forced(program, args.frames)
-    pdl = pdl_enabled(DEV, len(TEXTS))  # the teacher-forced frames' rows (VOXRT_PDL=auto decides by them)
+    fused = teacher_forced(program, args.frames, rows=args.tf_rows)
+    pdl = pdl_enabled(DEV, args.tf_rows)  # the teacher-forced frames' rows (VOXRT_PDL=auto decides by them)
     result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
-                  pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV),
+                  pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV), tf_rows=args.tf_rows,
                   code0_logits=compare(ref["code0"], fused["code0"]),
                   predictor_logits=compare(*same_input_steps(ref, fused)),
                   predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))
     if pdl:
         set_pdl(False)
-        plain = teacher_forced(program, args.frames)
+        plain = teacher_forced(program, args.frames, rows=args.tf_rows)
         set_pdl(None)
         result["pdl_on_vs_off"] = dict(code0_logits=compare(plain["code0"], fused["code0"]),
                                        predictor_logits=compare(*same_input_steps(plain, fused)))

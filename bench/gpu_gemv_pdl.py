@@ -10,7 +10,8 @@ graphs, median of 20 replays, per variant:
   programs   gemv.TARGET_PROGRAMS (the grid: programs per product; 256 is ~2 per SM of 132)
   first      gemv.PREFETCH_ELEMENTS (with PDL, the weight elements a program loads before its wait)
   pdl        launch with PDL (kernels.set_pdl)
-  skinny     the tensor-core product for 5..128 rows instead of cuBLAS (kernels.set_skinny)
+  skinny     the tensor-core product for 5..128 rows instead of cuBLAS (kernels.set_skinny), split over K by
+             its plan (skinny-nosplit: not; skinny-split4: at most 4 splits)
 
 on the whole GPU and on a green-context partition of LM_SMS SMs (the engine's LM lane). Each variant's output
 is compared with the base variant's on the same stream (PDL must not change a bit: same kernels, same order).
@@ -39,9 +40,10 @@ DEV = torch.device("cuda")
 DT = torch.bfloat16
 # name: products' grid (TARGET_PROGRAMS), first tile with PDL (PREFETCH_ELEMENTS) and without (PLAIN_FIRST_ELEMENTS,
 # 0: an ordinary tile), PDL, the tensor-core product at 5..128 rows, its config (None: skinny_plan's)
-def _v(programs=256, first=8192, plain_first=0, pdl=False, skinny=False, skinny_config=None, pipe=False, warps=4):
+def _v(programs=256, first=8192, plain_first=0, pdl=False, skinny=False, skinny_config=None, pipe=False, warps=4,
+       splitk=16):
     return dict(programs=programs, first=first, plain_first=plain_first, pdl=pdl, skinny=skinny,
-                skinny_config=skinny_config, pipe=pipe, warps=warps)
+                skinny_config=skinny_config, pipe=pipe, warps=warps, splitk=splitk)
 
 
 GEMV_VARIANTS = {
@@ -80,7 +82,9 @@ BYTES_IN_FLIGHT_VARIANTS = ("base", "p512", "one16k", "one16k-p512", "pipe", "pi
 MANY_ROWS_VARIANTS = {
     "base": _v(),                # cuBLAS beyond 4 rows
     "pdl": _v(pdl=True),         # our kernels between cuBLAS ones with PDL (no product of ours at > 4 rows)
-    "skinny": _v(skinny=True),
+    "skinny": _v(skinny=True),  # split over K by gemv.skinny_split_plan (plain and residual products)
+    "skinny-nosplit": _v(skinny=True, splitk=1),
+    "skinny-split4": _v(skinny=True, splitk=4),
     "skinny-s5": _v(skinny=True, skinny_config=(64, 32, 128, 4, 5)),
     "skinny-n16": _v(skinny=True, skinny_config=(64, 16, 128, 4, 4)),
     "skinny-pdl": _v(skinny=True, pdl=True),
@@ -99,6 +103,7 @@ def _set(v: dict) -> None:
     gemv.SKINNY_CONFIG = v["skinny_config"]
     gemv.PIPELINE = v.get("pipe", False)
     gemv.WARPS = v.get("warps", 4)
+    gemv.SKINNY_SPLIT_K = v.get("splitk", 16)
     kernels.set_pdl(v["pdl"])
     kernels.set_skinny(v["skinny"])
 
@@ -143,6 +148,37 @@ def run_chains(rows_list: list[int], variants_for, stream=None, where: str = "wh
     return out
 
 
+def split_k_rows(x, ws, nw, y, pre, reps) -> dict:
+    """The tensor-core product split over K (kernels/gemv.py: the last program of a tile sums the partials): the
+    plan's tiles and splits, then 64-column tiles at 2 / 4 / 8 / 16 splits; and the plan's output checked: against
+    F.linear (rel err), the same bits twice, the tile counters back at 0 (a race or a lost partial shows here)."""
+    m, k = x.shape
+    n = ws[0].shape[0]
+    bm, bn, bk, splits = gemv.skinny_split_plan(m, n, k)
+    row = {"split_plan": f"{bm}x{bn}x{bk}/{splits}"}
+    try:
+        row["split_plan_us"] = round(graph_ms(lambda: [gemv._launch_skinny(x, ws[i % nw], y, False, None, False, pre)
+                                                       for i in range(reps)]) * 1e3 / reps, 2)
+        for s in (2, 4, 8, 16):
+            cfg = (bm, 64, bk, 4, 3)
+            row[f"split{s}_us"] = round(graph_ms(lambda s=s, cfg=cfg: [
+                gemv._launch_skinny(x, ws[i % nw], y, False, None, False, pre, cfg, split_k=s)
+                for i in range(reps)]) * 1e3 / reps, 2)
+        ref = torch.nn.functional.linear(x, ws[0]).float()
+        outs = []
+        for _ in range(3):
+            out = torch.empty_like(y)
+            gemv._launch_skinny(x, ws[0], out, False, None, False, pre)
+            outs.append(out)
+        torch.cuda.synchronize()
+        row["split_rel_err"] = round(float((outs[0].float() - ref).norm() / ref.norm()), 5)
+        row["split_same_bits"] = all(torch.equal(outs[0], o) for o in outs[1:])
+        row["split_counters_zero"] = int(gemv.split_k_workspace(x.device)[1].abs().sum()) == 0
+    except Exception as exc:  # noqa: BLE001 (report it: one shape must not end the call)
+        row["split_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return row
+
+
 def skinny(rows_list: list[int]) -> list[dict]:
     """The tensor-core product alone per shape, 20 calls over 16 weights in one graph (more than the L2 holds, as
     in a frame; gpu_gemv_sweep.configs turned 4, which the L2 kept), against cuBLAS: per config (plain
@@ -150,7 +186,8 @@ def skinny(rows_list: list[int]) -> list[dict]:
     out = []
     reps = 20
     for name, (n, k) in {"pred.qkv": (4096, 1024), "pred.o": (1024, 2048), "pred.gate_up": (6144, 1024),
-                         "pred.down": (1024, 3072), "talk.gate_up": (12288, 2048)}.items():
+                         "pred.down": (1024, 3072), "talk.qkv": (4096, 2048), "talk.o": (2048, 2048),
+                         "talk.gate_up": (12288, 2048), "talk.down": (2048, 6144)}.items():
         nw = max(16, -(-(160 << 20) // (n * k * 2)))  # >= 160 MB of weights in turn
         ws = [_w(n, k) for _ in range(nw)]
         for m in rows_list:
@@ -164,14 +201,16 @@ def skinny(rows_list: list[int]) -> list[dict]:
             row["cublas_us"] = round(graph_ms(lambda: [torch.nn.functional.linear(x, ws[i % nw], out=y)
                                                        for i in range(reps)]) * 1e3 / reps, 2)
             pre = dict(next_ptr=ws[0], next_lines=0, PREFETCH=False)
-            for cfg in SKINNY_CONFIGS:
+            for cfg in SKINNY_CONFIGS:  # unsplit, as measured before split-K (2026-12-05-frame-pdl)
                 label = "plan" if cfg is None else "x".join(map(str, cfg))
                 try:
                     row[label + "_us"] = round(graph_ms(lambda cfg=cfg: [
-                        gemv._launch_skinny(x, ws[i % nw], y, False, None, False, pre, cfg) for i in range(reps)])
-                        * 1e3 / reps, 2)
+                        gemv._launch_skinny(x, ws[i % nw], y, False, None, False, pre,
+                                            cfg or (*gemv.skinny_plan(m, n, k), 4, 3), split_k=1)
+                        for i in range(reps)]) * 1e3 / reps, 2)
                 except Exception as exc:  # noqa: BLE001 (a config this Triton cannot compile: report it)
                     row[label + "_us"] = f"error {type(exc).__name__}"
+            row.update(split_k_rows(x, ws, nw, y, pre, reps))
             cases = {"residual": lambda i: gemv._launch(x, ws[i % nw], res, residual=True),
                      "rstd": lambda i: gemv._launch(x, ws[i % nw], y, residual=False, rstd_eps=1e-6),
                      "silu+residual": lambda i: gemv._launch(x2, ws[i % nw], res, residual=True, silu=True)}
@@ -209,7 +248,7 @@ def main() -> int:
         return {k: GEMV_VARIANTS[k] for k in picked} if picked else GEMV_VARIANTS
 
     result = dict(gpu=torch.cuda.get_device_name(), sms=torch.cuda.get_device_properties(0).multi_processor_count,
-                  variants=GEMV_VARIANTS)
+                  variants=GEMV_VARIANTS, cublas_workspace=os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
     if "chains" in args.only:
         result["chains"] = run_chains(rows, variants_for)
     if "partition" in args.only:

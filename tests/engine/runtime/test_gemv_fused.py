@@ -265,3 +265,96 @@ def test_voxrt_gemv_sets_the_launch_and_refuses_bad_values(monkeypatch):
     monkeypatch.setenv("VOXRT_GEMV", "warps=5")
     with pytest.raises(ValueError, match="VOXRT_GEMV"):
         linear(x, w, impl="triton", force=True)
+
+
+@pytest.mark.parametrize("m,n,k,splits", [(64, 48, 1024, 4), (80, 40, 700, 2), (5, 16, 512, 8), (24, 32, 384, 4)])
+def test_the_split_k_product_equals_f_linear_and_leaves_its_counters_at_zero(m, n, k, splits):
+    """The tensor-core product split over K (the last program of a tile sums the partials): plain and residual
+    forms against F.linear; k = 700 ends inside a split (the last split is short), m = 80 spans two row tiles,
+    m = 5 pads a 16-row tile. The counters are back at 0 after each launch (a graph replays the same launch),
+    and two launches give the same bits (the partials are summed in split order)."""
+    g = torch.Generator().manual_seed(m * n + k)
+    x = torch.randn(2 * m, k, generator=g)[::2]  # strided rows
+    w = torch.randn(n, k, generator=g) / math.sqrt(k)
+    res = torch.randn(m, n, generator=g)
+    bm, bn, bk = gemv_module.skinny_plan(m, n, k)
+    pre = dict(next_ptr=w, next_lines=0, PREFETCH=False)
+    out = torch.empty(m, n)
+    gemv_module._launch_skinny(x, w, out, False, None, False, pre, split_k=splits)
+    torch.testing.assert_close(out, F.linear(x, w), atol=1e-4, rtol=1e-4)
+    parts, counts = gemv_module.split_k_workspace(x.device)
+    assert int(counts.abs().sum()) == 0
+    again = torch.empty(m, n)
+    gemv_module._launch_skinny(x, w, again, False, None, False, pre, split_k=splits)
+    assert torch.equal(again, out)
+    summed = res.clone()
+    gemv_module._launch_skinny(x, w, summed, True, None, False, pre, split_k=splits)
+    torch.testing.assert_close(summed, res + F.linear(x, w), atol=1e-4, rtol=1e-4)
+    assert int(counts.abs().sum()) == 0
+
+
+def test_the_split_k_plan_splits_narrow_long_products_only():
+    """The code predictor's shapes at 64 rows: o_proj (1024 x 2048) and down (1024 x 3072) split 8 ways (16
+    column tiles), qkv and gate_up (4096 / 6144 x 1024) less, the talker's 12288-wide gate_up not at all;
+    VOXRT_GEMV's splitk caps it; a short K never splits below SPLIT_K_MIN_COLUMNS a split."""
+    def plan(m, n, k, cap=None):
+        return gemv_module.skinny_split_plan(m, n, k, cap=cap)
+    assert plan(64, 1024, 2048) == (64, 64, 128, 8) and plan(64, 1024, 3072) == (64, 64, 128, 8)
+    assert plan(64, 4096, 1024)[3] == 4 and plan(64, 6144, 1024)[3] == 2
+    assert plan(64, 12288, 2048) == (*gemv_module.skinny_plan(64, 12288, 2048), 1)  # wide: unsplit, as before
+    assert plan(64, 1024, 2048, cap=2)[3] == 2 and plan(64, 1024, 2048, cap=1)[3] == 1
+    assert plan(8, 1024, 256)[3] == 1  # one split's worth of K
+    assert gemv_module.split_k_plan(128, 1024, 3072, 64, 64, 128, cap=64) == 8  # 32 tiles x 8: 256 programs, no more
+    assert plan(24, 32, 384, cap=64) == (*gemv_module.skinny_plan(24, 32, 384), 1)  # 384 columns: no two splits of 256
+
+
+def test_split_k_reaches_the_engine_products_and_the_gated_mlp_takes_the_three_kernel_form(monkeypatch, skinny_on):
+    """With the tensor-core product on, linear / add_linear_ above MAX_ROWS rows split over K by the plan (VOXRT_GEMV
+    splitk=1 turns it off, the result the same), and the gated MLP there runs plain products around silu_mul (the
+    rstd and SiLU forms, slow on tensor cores, are not used), equal to the layer."""
+    g = torch.Generator().manual_seed(11)
+    m, h, inter = 16, 512, 256
+    launches = []
+    real = gemv_module._skinny_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                launches.append((grid, kw.get("SPLIT_K", 1), kw["RSTD"], kw["SILU"]))
+                return real[grid](*args, **kw)
+            return run
+    monkeypatch.setattr(gemv_module, "_skinny_kernel", Spy())
+    x = torch.randn(m, h, generator=g)
+    w = torch.randn(64, h, generator=g) / 20
+    y = linear(x, w, impl="triton")
+    torch.testing.assert_close(y, F.linear(x, w), atol=1e-4, rtol=1e-4)
+    assert launches[-1][1] == 2  # one 64-column tile, K 512: two splits of 256
+    monkeypatch.setenv("VOXRT_GEMV", "splitk=1")
+    torch.testing.assert_close(linear(x, w, impl="triton"), y, atol=1e-5, rtol=1e-5)
+    assert launches[-1][1] == 1
+    monkeypatch.delenv("VOXRT_GEMV")
+    launches.clear()
+    norm_w = torch.rand(h, generator=g) + 0.5
+    gate_up_w = torch.randn(2 * inter, h, generator=g) / 16
+    down_w = torch.randn(h, inter, generator=g) / 12
+    gate, up = F.linear(F.rms_norm(x, (h,), norm_w, 1e-6), gate_up_w).chunk(2, dim=-1)
+    expected = x + F.linear(F.silu(gate) * up, down_w)
+    out = x.clone()
+    add_gated_mlp_(out, gate_up_w * norm_w[None, :], down_w, 1e-6, impl="triton")
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert len(launches) == 2 and not any(rstd or silu for _, _, rstd, silu in launches)
+
+
+def test_the_split_k_workspace_is_never_made_inside_a_graph_capture(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(gemv_module, "_split_k_workspaces", {})
+    with pytest.raises(RuntimeError, match="before a CUDA graph capture"):
+        gemv_module.split_k_workspace(torch.device("cuda", 0))
+
+
+def test_voxrt_gemv_splitk_is_checked(monkeypatch):
+    monkeypatch.setenv("VOXRT_GEMV", "splitk=4")
+    assert gemv_module.settings_split_k() == 4
+    monkeypatch.setenv("VOXRT_GEMV", "splitk=3")
+    with pytest.raises(ValueError, match="splitk a power of two up to 64"):
+        gemv_module.settings_split_k()

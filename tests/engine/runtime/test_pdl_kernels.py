@@ -48,10 +48,11 @@ def _kernels():
     from voxrt.engine.runtime.kernels import depth_attention, gemv, norm, rope, sampling  # noqa: PLC0415
 
     gemv_ptrs = dict(x_ptr=BF16, w_ptr=BF16, out_ptr=BF16, next_ptr=BF16)
+    # every constexpr given (one left out would compile as a runtime integer, its branches both kept)
     gemv_consts = dict(ROWS=1, RESIDUAL=True, RSTD=False, SILU=False, BLOCK_N=8, BLOCK_K=512, FIRST_K=1024,
-                       PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256)
+                       PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, PIPE=False)
     skinny_consts = dict(RESIDUAL=True, RSTD=False, SILU=False, BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, DOT_F32=False,
-                         PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256)
+                         PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, SPLIT_K=1)
     sample_ptrs = dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
                        greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16)
     sample_consts = dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024)
@@ -63,6 +64,8 @@ def _kernels():
         "gemv-pipe": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "PIPE": True}, True),
         "skinny": (gemv._skinny_kernel, gemv_ptrs, skinny_consts, False),
         "skinny-silu-prefetch": (gemv._skinny_kernel, gemv_ptrs, {**skinny_consts, "SILU": True, "PREFETCH": True}, False),
+        "skinny-splitk": (gemv._skinny_kernel, {**gemv_ptrs, "part_ptr": "*fp32", "count_ptr": "*i32"},
+                          {**skinny_consts, "SPLIT_K": 8}, False),
         "add_rms_norm": (norm._add_rms_norm_kernel, dict(x_ptr=BF16, res_ptr=BF16, w_ptr=BF16, out_ptr=BF16,
                                                          res_out_ptr=BF16), dict(HAS_RESIDUAL=True, BLOCK=2048), True),
         "silu_mul": (norm._silu_mul_kernel, dict(gu_ptr=BF16, out_ptr=BF16, x_ptr=BF16),
@@ -90,6 +93,16 @@ def _kernels():
     }
 
 
+def _split_k_facts(ptx: str) -> dict:
+    """The split-K handshake as compiled: a barrier, then the counter's acquire-release atomic at GPU scope, then
+    the partials read through the L2 (`.cg`: another SM wrote them; its L1 would not know)."""
+    atom = next((i for i, line in enumerate(ptx.splitlines()) if "atom." in line and ".add" in line), -1)
+    lines = ptx.splitlines()
+    return dict(atom=lines[atom].strip() if atom >= 0 else None,
+                barrier_before=any("bar.sync" in ln or "barrier.sync" in ln for ln in lines[:atom]) if atom >= 0 else False,
+                cg_loads_after=any("ld.global.cg" in ln for ln in lines[atom:]) if atom >= 0 else False)
+
+
 def _facts() -> dict:
     """Per kernel, what its PTX shows (run with TRITON_INTERPRET=0)."""
     out = {}
@@ -102,7 +115,8 @@ def _facts() -> dict:
                          writes_before=any(op in before for op in ("st.global", "atom.", "red.")),
                          loads_before="ld.global" in before,
                          off_has_gdc=name == "gemv" and "griddepcontrol" in _ptx(fn, pointers, {**consts, "PDL": False}),
-                         prefetches=ptx.count("prefetch.global.L2"), tensor_cores="wgmma" in ptx or "mma.sync" in ptx)
+                         prefetches=ptx.count("prefetch.global.L2"), tensor_cores="wgmma" in ptx or "mma.sync" in ptx,
+                         split_k=_split_k_facts(ptx) if consts.get("SPLIT_K", 1) > 1 else None)
     return out
 
 
@@ -140,6 +154,16 @@ def test_the_products_prefetch_only_when_asked_and_the_tensor_core_one_uses_them
     assert (f["prefetches"] > 0) == name.endswith("prefetch"), (name, f)
     if name.startswith("skinny"):
         assert f["tensor_cores"], (name, f)
+
+
+def test_the_split_k_handshake_compiles_as_the_kernel_says(facts):
+    """kernels/gemv.py's split-K tile: every thread's partial stored, a CTA barrier, one acquire-release atomic
+    at GPU scope on the tile's counter, and the last program's reads of the partials through the L2. The
+    interpreter runs programs one by one and cannot show this; a GPU race would show as a wrong or varying sum
+    (bench/gpu_kernels.py's split-K rows check every launch against torch)."""
+    f = facts["skinny-splitk"]["split_k"]
+    assert f["atom"] is not None and ".acq_rel" in f["atom"] and ".gpu" in f["atom"], f
+    assert f["barrier_before"] and f["cg_loads_after"], f
 
 
 if __name__ == "__main__":

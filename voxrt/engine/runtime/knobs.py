@@ -4,7 +4,8 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 
 - `VOXRT_PDL`: programmatic dependent launch of the frame's Triton kernels: `auto` (default), `on`, `off`
   (kernels/__init__.py says what each does and what was measured).
-- `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps (kernels/gemv.py).
+- `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps, and the tensor-core
+  product's most K splits (`splitk`; kernels/gemv.py).
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
@@ -17,7 +18,7 @@ import os
 
 PDL_MODES = ("auto", "on", "off")
 GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS",
-             "pdlfirst": "PREFETCH_ELEMENTS"}
+             "pdlfirst": "PREFETCH_ELEMENTS", "splitk": "SKINNY_SPLIT_K"}
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
@@ -52,10 +53,11 @@ def _gemv_items(value: str) -> tuple[tuple[str, int], ...]:
         except ValueError:
             raise ValueError(f"VOXRT_GEMV: {key}={raw!r} is not an integer") from None
         ok = {"programs": number >= 1, "first": number >= 0, "pipe": number in (0, 1),
-              "warps": number in (1, 2, 4, 8, 16), "pdlfirst": number >= 0}[key]
+              "warps": number in (1, 2, 4, 8, 16), "pdlfirst": number >= 0,
+              "splitk": number in (1, 2, 4, 8, 16, 32, 64)}[key]
         if not ok:
             raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first and pdlfirst >= 0, "
-                             "pipe 0 or 1, warps a power of two up to 16)")
+                             "pipe 0 or 1, warps a power of two up to 16, splitk a power of two up to 64)")
         out[key] = number
     return tuple(out.items())
 

@@ -25,6 +25,16 @@ its first weight tile, up to PREFETCH_ELEMENTS wide, before `gdc_wait()`: measur
 product of 2 MB took 3.05 us plainly and 1.60 us so (bench/gpu_pdl.py); in the frame's chains at one row a
 16K-element first tile was the fastest (bench/results/2026-12-05-frame-inflight).
 
+Above MAX_ROWS rows, with `VOXRT_SKINNY=1` (off by default), the products take a tensor-core kernel
+(`_skinny_kernel`) instead of cuBLAS. Its first form (one program a BLOCK_M x BLOCK_N output tile over the whole K)
+measured no faster than cuBLAS and 3-5x slower with the SiLU or rstd computed in its loop (bench/results/
+2026-12-05-frame-pdl); since then it splits narrow outputs over K (`skinny_split_plan`: 64-column tiles, up to
+SKINNY_SPLIT_K splits while the programs stay near two an SM), the tile's last program summing the partials in the
+same kernel (no cuBLAS-style reduce kernel after it), and the gated MLP above MAX_ROWS runs plain products around
+the SiLU-gate kernel. Why: without split-K (the engine's cuBLAS setting) the code predictor's o_proj and down at
+64 rows ran at ~0.8 TB/s on an H100 (16 column tiles for 132 SMs). NOT yet timed on a GPU:
+`STEPS=splitk bash bench/gpu_frame_pdl.sh` is the A/B (each split output checked against F.linear there).
+
 Triton does not software-pipeline a loop without `tl.dot`, so each program keeps one tile in flight; `PIPE`
 loads the next tile before it multiplies this one (two in flight, the same sums in the same order). Measured
 without PDL on the H200 it took 0.1 ms off the batch-1 frame (8 warps): not the default, one of the knobs of
@@ -154,11 +164,18 @@ if triton_available():
     def _skinny_kernel(x_ptr, w_ptr, out_ptr, M, N, K, x_stride, out_stride, eps, next_ptr, next_lines,
                        RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                       PREFETCH: tl.constexpr, ELEMS_PER_LINE: tl.constexpr, BLOCK_P: tl.constexpr):
+                       PREFETCH: tl.constexpr, ELEMS_PER_LINE: tl.constexpr, BLOCK_P: tl.constexpr,
+                       part_ptr=None, count_ptr=None, k_per=0, SPLIT_K: tl.constexpr = 1):
         """The same product (RESIDUAL, RSTD, SILU as `_gemv_kernel`) for a few dozen rows, on tensor cores: a
         BLOCK_M x BLOCK_N tile of the output per program, K in BLOCK_K steps (software-pipelined by Triton).
         DOT_F32: both operands in float32, products exact (float32 inputs, and Triton's interpreter, whose
-        bfloat16 dot is wrong: the tests' bf16 inputs widen exactly)."""
+        bfloat16 dot is wrong: the tests' bf16 inputs widen exactly).
+
+        SPLIT_K > 1 (plain and RESIDUAL forms only): program (n, m, s) multiplies the K columns
+        [s * k_per, (s + 1) * k_per) and stores its float32 partial tile in `part_ptr`; the tile's last program
+        to finish (a counter per tile at `count_ptr`, incremented with acquire-release at GPU scope after a
+        barrier) sums the SPLIT_K partials in split order (deterministic), adds the residual, writes the output
+        and sets the counter back to 0 for the next launch. One kernel: no workspace reduce kernel after it."""
         pid_n, pid_m = tl.program_id(0), tl.program_id(1)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -172,7 +189,12 @@ if triton_available():
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
         x_rows = x_ptr + rm[:, None] * x_stride
-        for k0 in range(0, K, BLOCK_K):
+        k_lo = 0
+        k_hi = K
+        if SPLIT_K > 1:
+            k_lo = tl.program_id(2) * k_per
+            k_hi = tl.minimum(K, k_lo + k_per)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             k_ok = rk < K
             xm = m_ok[:, None] & k_ok[None, :]
@@ -190,13 +212,29 @@ if triton_available():
                 acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
             else:
                 acc = tl.dot(x, tl.trans(w), acc)
-        if RSTD:
-            acc = acc / tl.sqrt(ss / K + eps)[:, None]
         dst = out_ptr + rm[:, None] * out_stride + rn[None, :]
         om = m_ok[:, None] & n_ok[None, :]
-        if RESIDUAL:
-            acc = acc + tl.load(dst, mask=om, other=0.0).to(tl.float32)
-        tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=om)
+        if SPLIT_K > 1:
+            tile = pid_m * tl.num_programs(0) + pid_n
+            cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            parts = part_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+            tl.store(parts + tl.program_id(2) * (BLOCK_M * BLOCK_N) + cells, acc)
+            tl.debug_barrier()  # every thread's partial is written before the counter moves
+            done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if done == SPLIT_K - 1:  # the tile's last program: the others' partials are visible to it
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(SPLIT_K):  # in split order, so every launch sums alike
+                    acc += tl.load(parts + s * (BLOCK_M * BLOCK_N) + cells, cache_modifier=".cg")
+                tl.store(count_ptr + tile, 0)
+                if RESIDUAL:
+                    acc = acc + tl.load(dst, mask=om, other=0.0).to(tl.float32)
+                tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=om)
+        else:
+            if RSTD:
+                acc = acc / tl.sqrt(ss / K + eps)[:, None]
+            if RESIDUAL:
+                acc = acc + tl.load(dst, mask=om, other=0.0).to(tl.float32)
+            tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=om)
 
 
 def plan(n: int, programs: int | None = None) -> int:
@@ -218,6 +256,14 @@ SKINNY_TARGET_PROGRAMS = 128
 SKINNY_MAX_MIN_DIM: int | None = None  # the tensor-core product only where min(N, K) <= this (None: every shape)
 SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) for every
 # shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
+SKINNY_SPLIT_K = 16  # the most K splits a tensor-core product takes (1: none; VOXRT_GEMV=splitk=N): a narrow output
+# over a long K (the code predictor's o_proj and down: 16 column tiles at 64 rows) otherwise runs in too few
+# programs to stream its weight (cuBLAS without split-K there: ~0.8 TB/s on the H100, bench/results/
+# 2026-12-05-frame-inflight h100-table-engine, table-ws0)
+SPLIT_K_TARGET_PROGRAMS = 256  # split K while tiles x splits stays at or under this (about two programs an SM)
+SPLIT_K_MIN_COLUMNS = 256  # and each split keeps at least this many columns of K
+SPLIT_K_PARTIAL_FLOATS = 1 << 21  # the split-K workspace: float32 partial tiles (8 MB) and a counter per tile
+SPLIT_K_TILES = 1 << 12
 
 
 GEMV_KEYS = knobs.GEMV_KEYS
@@ -259,6 +305,57 @@ def skinny_plan(m: int, n: int, k: int) -> tuple[int, int, int]:
     return block_m, block_n, 128 if k >= 128 else max(16, next_pow2(k))
 
 
+def skinny_split_plan(m: int, n: int, k: int, cap: int | None = None) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, splits) of a plain or residual tensor-core product: 64-column tiles split over
+    K by split_k_plan (wide tiles re-read the rows of x fewest times: at 16 columns a 1024-wide output re-reads
+    them 64 times); where that does not split (a wide output), skinny_plan's narrower tiles, unsplit."""
+    block_m, _, block_k = skinny_plan(m, n, k)
+    block_n = max(16, min(64, next_pow2(n)))
+    splits = split_k_plan(m, n, k, block_m, block_n, block_k, cap)
+    if splits == 1:
+        return (*skinny_plan(m, n, k), 1)
+    return block_m, block_n, block_k, splits
+
+
+def split_k_plan(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cap: int | None = None) -> int:
+    """How many K splits a tensor-core product of these tiles takes: doubled while the programs (tiles x splits)
+    stay within SPLIT_K_TARGET_PROGRAMS, each split keeps SPLIT_K_MIN_COLUMNS (and a whole BLOCK_K step), the
+    partial tiles fit the workspace and `cap` (SKINNY_SPLIT_K, or VOXRT_GEMV's splitk) allows; 1: no split."""
+    cap = cap if cap is not None else settings_split_k()
+    tiles = -(-m // block_m) * -(-n // block_n)
+    splits = 1
+    while (splits * 2 <= cap and tiles * splits * 2 <= SPLIT_K_TARGET_PROGRAMS
+           and k // (splits * 2) >= max(SPLIT_K_MIN_COLUMNS, block_k) and tiles <= SPLIT_K_TILES
+           and tiles * splits * 2 * block_m * block_n <= SPLIT_K_PARTIAL_FLOATS):
+        splits *= 2
+    return splits
+
+
+def settings_split_k() -> int:
+    """SKINNY_SPLIT_K under VOXRT_GEMV's `splitk`."""
+    return env_settings().get("splitk", SKINNY_SPLIT_K)
+
+
+_split_k_workspaces: dict[tuple[str, int | None], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def split_k_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The device's split-K workspace (float32 partial tiles, int32 counters at 0), made once and never freed:
+    CUDA graphs keep its address. One per device is enough because every launch that uses it is the LM's, and the
+    LM's kernels run one after another (one LM stream at a time; kernels/gemv.py is not used by the codec). A
+    graph capture cannot make it (graphs.py warms every graph up outside capture first, which does)."""
+    key = (device.type, device.index)
+    ws = _split_k_workspaces.get(key)
+    if ws is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("the split-K workspace must be made before a CUDA graph capture: run the product "
+                               "once outside capture (a warm-up) first")
+        ws = (torch.empty(SPLIT_K_PARTIAL_FLOATS, dtype=torch.float32, device=device),
+              torch.zeros(SPLIT_K_TILES, dtype=torch.int32, device=device))
+        _split_k_workspaces[key] = ws
+    return ws
+
+
 def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None = None,
             silu: bool = False, block_k: int | None = None, first_k: int | None = None,
             prefetch: torch.Tensor | None = None, pipe: bool | None = None) -> None:
@@ -295,17 +392,38 @@ def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool,
 
 
 def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: bool, rstd_eps: float | None,
-                   silu: bool, pre: dict, config: tuple[int, int, int, int, int] | None = None) -> None:
+                   silu: bool, pre: dict, config: tuple[int, int, int, int, int] | None = None,
+                   split_k: int | None = None) -> None:
     """`config`: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), else skinny_plan's with 4 warps, 3 stages
-    (bench/gpu_gemv_sweep.py measures the alternatives)."""
+    (bench/gpu_gemv_sweep.py measures the alternatives). `split_k`: K splits (None: split_k_plan's; the SiLU and
+    rstd forms never split)."""
     m, k = x.shape[0], w.shape[1]
     n = w.shape[0]
-    bm, bn, bk, warps, stages = config or SKINNY_CONFIG or (*skinny_plan(m, n, k), 4, 3)
-    _skinny_kernel[(triton.cdiv(n, bn), triton.cdiv(m, bm))](
+    plain = not (silu or rstd_eps is not None)  # the activation forms reduce over the whole row: they do not split
+    if config or SKINNY_CONFIG:
+        bm, bn, bk, warps, stages = config or SKINNY_CONFIG
+        if split_k is None:
+            split_k = split_k_plan(m, n, k, bm, bn, bk) if plain else 1
+    elif plain and split_k is None:
+        bm, bn, bk, split_k = skinny_split_plan(m, n, k)
+        warps, stages = 4, 3
+    else:
+        bm, bn, bk, warps, stages = (*skinny_plan(m, n, k), 4, 3)
+        split_k = split_k or 1
+    assert split_k == 1 or not (silu or rstd_eps is not None), "split-K takes the plain and residual forms only"
+    grid = (triton.cdiv(n, bn), triton.cdiv(m, bm), split_k)
+    extra = {}
+    if split_k > 1:
+        parts, counts = split_k_workspace(x.device)
+        k_per = triton.cdiv(triton.cdiv(k, split_k), bk) * bk  # whole BLOCK_K steps a split
+        assert grid[0] * grid[1] <= counts.numel() and grid[0] * grid[1] * split_k * bm * bn <= parts.numel()
+        extra = dict(part_ptr=parts, count_ptr=counts, k_per=k_per, SPLIT_K=split_k)
+    _skinny_kernel[grid](
         x, w, out, m, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, RESIDUAL=residual,
         RSTD=rstd_eps is not None, SILU=silu, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         DOT_F32=x.dtype == torch.float32 or interpreting(),
-        num_warps=warps, num_stages=stages, BLOCK_P=256, **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device, m))
+        num_warps=warps, num_stages=stages, BLOCK_P=256, **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device, m),
+        **extra)
 
 
 def _takes(rows: int, n: int, k: int, device: torch.device, force: bool) -> bool:
@@ -376,8 +494,11 @@ def add_gated_mlp_(x: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tenso
     it. (The rstd cannot wait for the down product: that kernel writes x while its other programs would read
     the whole row.) Else three: product, `silu_mul` with the rstd (`act_impl`, default `impl`), product +
     residual. `prefetch`: the weight of the product after this MLP (gate_up prefetches down_w itself)."""
-    if (impl == "triton" and x.is_contiguous() and down_w.is_contiguous() and _fits(x, gate_up_w, force)
-            and _takes(x.shape[0], down_w.shape[0], down_w.shape[1], x.device, force)):
+    # the rstd and SiLU computed in the products pay on the matrix-vector kernel (<= MAX_ROWS rows); in the
+    # tensor-core one they stall its pipelined loads (3-5x slower, bench/results/2026-12-05-frame-pdl), so there
+    # the three-kernel form runs, its products plain (and split over K)
+    if (impl == "triton" and x.shape[0] <= MAX_ROWS and x.is_contiguous() and down_w.is_contiguous()
+            and _fits(x, gate_up_w, force) and _takes(x.shape[0], down_w.shape[0], down_w.shape[1], x.device, force)):
         add_silu_linear_(x, linear(x, gate_up_w, impl, force, rstd_eps=eps, prefetch=down_w), down_w, impl, force,
                          prefetch=prefetch)
         return
