@@ -44,12 +44,14 @@ def main() -> None:
     ap.add_argument("--bg-share", type=float, default=0.31)
     ap.add_argument("--urgent-pause", type=float, default=1.0, help="sim.simulate's urgent_pause")
     ap.add_argument("--prefill-ms", type=float, default=COSTS.prefill_per_token_ms, help="prefill ms a prompt token")
+    ap.add_argument("--codec-per-frame-ms", type=float, default=COSTS.codec_per_frame_ms,
+                    help="the codec's ms a frame on the whole GPU (COSTS: the start-up measurement)")
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
     ap.add_argument("--out", default=None, help="JSON lines, one per run")
     args = ap.parse_args()
     with open(args.workload) as f:
         texts = [json.loads(line)["text"] for line in f][:4000]
-    costs = dataclasses.replace(COSTS, prefill_per_token_ms=args.prefill_ms)
+    costs = dataclasses.replace(COSTS, prefill_per_token_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms)
     rows = []
     for rate in (float(r) for r in args.rates.split(",")):
         for demotion in (float(d) for d in args.demotion.split(",")):
@@ -61,7 +63,7 @@ def main() -> None:
             ttfa = sorted(result.ttfa_ms)
             pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
             row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
-                       prefill_ms=args.prefill_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
+                       prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
                        tokens_per_s=args.tokens_per_s, requests=len(result.records),
                        attainment_pct=round(100 * result.attainment, 1),
                        late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),
