@@ -123,3 +123,50 @@ def test_sampled_generation_on_the_fused_path():
         assert all(0 <= f[0] < vocab - 1024 and all(0 <= c < 64 for c in f[1:]) for f in request.frames)
     assert len({tuple(map(tuple, r.frames)) for r in requests}) == 3  # sampling differs per request
     core.scheduler.check_integrity()
+
+
+def test_the_split_k_tensor_core_products_equal_the_reference_path_above_four_rows(monkeypatch):
+    """VOXRT_SKINNY's products (kernels/gemv.py: the tensor-core product, narrow outputs split over K, the gated MLP
+    around silu_mul) in the fused program itself, in Triton's interpreter: an 8-token prefill and a 6-row code
+    predictor against the reference path (the GPU's check: bench/gpu_fused_check.py --skinny on --tf-rows 16).
+    The tiny model's K (48-512) is mostly below the plan's 256 columns a split, so the floor is lowered to 32:
+    the o_proj products (K 512) split 4 ways in every layer and step; the others keep one whole K step."""
+    from voxrt.engine.runtime import kernels  # noqa: PLC0415
+    from voxrt.engine.runtime.kernels import gemv  # noqa: PLC0415
+
+    reference = load_program(cached_checkpoint(seed=0).directory)
+    fused = fused_program("triton", gemm_impl="triton")
+    launches = []
+    real = gemv._skinny_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                launches.append((args[3], kw.get("SPLIT_K", 1)))  # (rows, splits)
+                return real[grid](*args, **kw)
+            return run
+    monkeypatch.setattr(gemv, "_skinny_kernel", Spy())
+    monkeypatch.setattr(gemv, "SPLIT_K_MIN_COLUMNS", 32)
+    kernels.set_skinny(True)
+    try:
+        with torch.inference_mode():
+            tokens = [[11, 12, 13, 14, 15], [21, 22, 23]]  # 8 prefill rows; the decode step's 2 take the gemv kernel
+            ours, theirs = _lm_hidden(fused, tokens)[0], _lm_hidden(reference, tokens)[0]
+            torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+            rows = 6
+            hidden = torch.randn(rows, reference.cfg.talker.lm.hidden_size, generator=torch.Generator().manual_seed(5))
+            code0 = torch.tensor([3, 17, 40, 1, 9, 60])
+            sampling = SamplingTensors.empty(rows, CPU)
+            logits_ref, logits_fused = [], []
+            cp = reference.talker.code_predictor
+            codes_ref = cp.generate(hidden, reference.talker.model.codec_embedding(code0), code0, sampling, logits_ref)
+            codes_fused = fused.fused.generate_depth(hidden, code0, sampling, logits_fused)
+    finally:
+        kernels.set_skinny(None)
+    # the prefill's 8 rows, the predictor's first step (2 tokens a row) and its later steps; o_proj split in the
+    # talker's 2 layers and the predictor's 2 layers x 15 steps
+    assert {8, 2 * rows, rows} <= {m for m, _ in launches}
+    assert sum(s == 4 for _, s in launches) >= 2 + 2 * 15, launches
+    assert torch.equal(codes_fused, codes_ref)
+    for a, b in zip(logits_fused, logits_ref):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
