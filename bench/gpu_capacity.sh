@@ -24,7 +24,8 @@
 # SPLIT_VARIANTS below; the same arrivals, 30 s points at SPLIT_RATES, every rate run: no early stop).
 # Knobs: JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), GRID_<dataset>_<job>
 # (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate), SPLIT_RATES (120,128),
-# SPLIT_VARIANTS (the split job's levers: NAME=flags;...), MODEL=tiny (a CPU dry run: a, b, c and ws only).
+# SPLIT_VARIANTS (the split job's levers: NAME=flags;..., VAR=value words among the flags set the engine's
+# environment, e.g. "skinny=VOXRT_SKINNY=1"), MODEL=tiny (a CPU dry run: a, b, c and ws only).
 set -uo pipefail
 OUT=${OUT:-out/capacity}
 JOBS=${JOBS:-libritts:a}

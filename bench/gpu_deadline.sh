@@ -20,7 +20,8 @@
 # base-sync base-lanes deadline-lanes smoke split (GROUP1="" runs none), deadline-demote (deadline-lanes with
 # --deadline-late-start-demotion-ms $DEMOTION_MS, default 2000: bench/results/2026-12-04-late-start), and deadline-adaptive (--sm-modes $MODES --sm-mode adaptive)
 # adaptive-smoke (its audio against the loop, switching every step)), and deadline+NAME: deadline-lanes with the
-# engine/loadgen flags in $ARGS_NAME (e.g. GROUP0="deadline-lanes deadline+b256 deadline+live512"
+# engine/loadgen flags in $ARGS_NAME, NAME=value words among them the engine's environment (e.g. ARGS_skinny="VOXRT_SKINNY=1";
+# GROUP0="deadline-lanes deadline+b256 deadline+live512"
 # ARGS_b256="--max-batch-size 256" ARGS_live512="--max-live-requests 512": levers against (c) on the same arrivals;
 # its results are runs/deadline-NAME, RATES_deadline_NAME / LIMIT_deadline_NAME set its grid and limit).
 # Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
@@ -94,8 +95,13 @@ config() {
                 if [[ ! $name =~ ^[A-Za-z0-9_]+$ ]] || [ -z "${!var:-}" ]; then
                   echo "== $1: needs a name of letters, digits and _ and flags in $var"
                 else
-                  # shellcheck disable=SC2086  # the flags are words
-                  loadgen "deadline-$name" deadline --lanes auto "${split_args[@]}" ${!var}
+                  # words of the form NAME=value (e.g. VOXRT_SKINNY=1) are the engine's environment, the rest flags
+                  local envs=() flags=() word
+                  for word in ${!var}; do
+                    if [[ $word =~ ^[A-Z][A-Z0-9_]*= ]]; then envs+=("$word"); else flags+=("$word"); fi
+                  done
+                  (for e in "${envs[@]}"; do export "${e?}"; done
+                   loadgen "deadline-$name" deadline --lanes auto "${split_args[@]}" "${flags[@]}")
                 fi ;;
     *) echo "unknown config $1" ;;
   esac
