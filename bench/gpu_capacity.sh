@@ -35,8 +35,9 @@ STOP=${STOP:-0.8}
 MODEL=${MODEL:-qwen3-tts}
 SPLIT_RATES=${SPLIT_RATES:-120,128}
 # two levers a call beside the default lanes (3 sweeps of 2 points of 30 s: ~390 s); the second call:
-# SPLIT_VARIANTS="streams=--lanes streams;adaptive=--sm-modes 48,72 --sm-mode adaptive"
-SPLIT_VARIANTS=${SPLIT_VARIANTS:-s48=--sm-modes 48;s56=--sm-modes 56}
+# SPLIT_VARIANTS="streams=--lanes streams;adaptive=--sm-modes 56,72 --sm-mode adaptive". Codec 56 SMs held 100.0% at
+# 120 req/s on an H100 where the default held 93.3% and 48 SMs 92.7% (20 s points: bench/results/2026-12-05-h100-splitk)
+SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s64=--sm-modes 64}
 
 # Each dataset's grid per job, around the knees measured on the H200 (LibriTTS: (a) 64, (b) >= 80, (c) 112 at
 # 90%, 2026-12-04-capacity) and, for Seed-TTS (rows ~60% as long), the calibrated simulation's (c) knee near

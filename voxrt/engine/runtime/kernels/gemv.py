@@ -32,8 +32,10 @@ measured no faster than cuBLAS and 3-5x slower with the SiLU or rstd computed in
 SKINNY_SPLIT_K splits while the programs stay near two an SM), the tile's last program summing the partials in the
 same kernel (no cuBLAS-style reduce kernel after it), and the gated MLP above MAX_ROWS runs plain products around
 the SiLU-gate kernel. Why: without split-K (the engine's cuBLAS setting) the code predictor's o_proj and down at
-64 rows ran at ~0.8 TB/s on an H100 (16 column tiles for 132 SMs). NOT yet timed on a GPU:
-`STEPS=splitk bash bench/gpu_frame_pdl.sh` is the A/B (each split output checked against F.linear there).
+64 rows ran at ~0.8 TB/s on an H100 (16 column tiles for 132 SMs). Measured on an H100 (bench/results/
+2026-12-05-h100-splitk): every split output right (F.linear to 1e-4, the same bits each launch, counters back at
+0), but no faster: each product costs >= ~5.5 us at 64 rows whatever its tiles, cuBLAS's included, and the frame
+with these products was 20% slower at 64 rows (6.14 against 5.12 ms). So it stays off.
 
 Triton does not software-pipeline a loop without `tl.dot`, so each program keeps one tile in flight; `PIPE`
 loads the next tile before it multiplies this one (two in flight, the same sums in the same order). Measured
@@ -256,10 +258,9 @@ SKINNY_TARGET_PROGRAMS = 128
 SKINNY_MAX_MIN_DIM: int | None = None  # the tensor-core product only where min(N, K) <= this (None: every shape)
 SKINNY_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) for every
 # shape instead of skinny_plan's (benchmarks: bench/gpu_gemv_pdl.py)
-SKINNY_SPLIT_K = 16  # the most K splits a tensor-core product takes (1: none; VOXRT_GEMV=splitk=N): a narrow output
-# over a long K (the code predictor's o_proj and down: 16 column tiles at 64 rows) otherwise runs in too few
-# programs to stream its weight (cuBLAS without split-K there: ~0.8 TB/s on the H100, bench/results/
-# 2026-12-05-frame-inflight h100-table-engine, table-ws0)
+SKINNY_SPLIT_K = 16  # the most K splits a tensor-core product takes (1: none; VOXRT_GEMV=splitk=N): meant for a narrow
+# output over a long K (the code predictor's o_proj and down: 16 column tiles at 64 rows); measured no faster than
+# cuBLAS on the H100 (bench/results/2026-12-05-h100-splitk), like the tensor-core product itself
 SPLIT_K_TARGET_PROGRAMS = 256  # split K while tiles x splits stays at or under this (about two programs an SM)
 SPLIT_K_MIN_COLUMNS = 256  # and each split keeps at least this many columns of K
 SPLIT_K_PARTIAL_FLOATS = 1 << 21  # the split-K workspace: float32 partial tiles (8 MB) and a counter per tile
