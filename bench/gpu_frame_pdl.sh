@@ -26,7 +26,8 @@
 #   splitk     the tensor-core product split over K (kernels/gemv.py) at 5..128 rows: per shape against cuBLAS (each
 #              split output checked against F.linear, twice for the same bits), the chains at 64 / 128 rows
 #              (cuBLAS, split plan, unsplit), the frame at 8 / 64 / 128 with VOXRT_SKINNY=1 against the defaults
-#              (whole GPU, and batch 64 on the LM's partition), and the fused check with it (CHECK_ARGS --skinny on)
+#              (whole GPU, and batch 64 on the LM's partition), with VOXRT_PDL=on beside it (the products' own
+#              weight slice asked of the L2 before the wait), and the fused check (CHECK_ARGS --skinny on)
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -196,6 +197,9 @@ EOF
       frame_run splitk-base "whole GPU, defaults (cuBLAS above 4 rows)" off "${SPLITK_BATCHES:-8,64,128}"
       frame_run splitk-on "whole GPU, VOXRT_SKINNY=1 (split-K tensor-core products above 4 rows)" off \
         "${SPLITK_BATCHES:-8,64,128}" VOXRT_SKINNY=1
+      # every product ours, so PDL can chain them all: each asks the L2 for its weight slice before its wait
+      frame_run splitk-pdl "whole GPU, VOXRT_SKINNY=1 VOXRT_PDL=on" off "${SPLITK_BATCHES:-8,64,128}" \
+        VOXRT_SKINNY=1 VOXRT_PDL=on
       frame_run splitk-part-base "LM partition, defaults" auto 64
       frame_run splitk-part-on "LM partition, VOXRT_SKINNY=1" auto 64 VOXRT_SKINNY=1
       if [ "$SECONDS" -lt "${CHECK_BEFORE_S:-440}" ]; then

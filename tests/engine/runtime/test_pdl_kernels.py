@@ -52,7 +52,7 @@ def _kernels():
     gemv_consts = dict(ROWS=1, RESIDUAL=True, RSTD=False, SILU=False, BLOCK_N=8, BLOCK_K=512, FIRST_K=1024,
                        PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, PIPE=False)
     skinny_consts = dict(RESIDUAL=True, RSTD=False, SILU=False, BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, DOT_F32=False,
-                         PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, SPLIT_K=1)
+                         PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, SPLIT_K=1, OWN_LINES=2, OWN_LINE_ELEMS=64)
     sample_ptrs = dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
                        greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16)
     sample_consts = dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024)
@@ -116,6 +116,7 @@ def _facts() -> dict:
                          loads_before="ld.global" in before,
                          off_has_gdc=name == "gemv" and "griddepcontrol" in _ptx(fn, pointers, {**consts, "PDL": False}),
                          prefetches=ptx.count("prefetch.global.L2"), tensor_cores="wgmma" in ptx or "mma.sync" in ptx,
+                         prefetch_before_wait="prefetch.global.L2" in before,
                          split_k=_split_k_facts(ptx) if consts.get("SPLIT_K", 1) > 1 else None)
     return out
 
@@ -149,11 +150,13 @@ def test_pdl_kernels_write_nothing_before_the_wait(name, facts):
 @pytest.mark.parametrize("name", [n for n in _kernels() if n.startswith(("gemv", "skinny"))])
 def test_the_products_prefetch_only_when_asked_and_the_tensor_core_one_uses_them(name, facts):
     """PREFETCH compiles the L2 prefetch of the next weight (inline PTX the interpreter cannot run), and only
-    then; the skinny product's dot compiles to tensor-core instructions for sm90."""
+    then; the skinny product's dot compiles to tensor-core instructions for sm90, and with PDL it prefetches its
+    own weight slice before its wait."""
     f = facts[name]
-    assert (f["prefetches"] > 0) == name.endswith("prefetch"), (name, f)
-    if name.startswith("skinny"):
-        assert f["tensor_cores"], (name, f)
+    if name.startswith("skinny"):  # with PDL the tensor-core product also asks for its own weight slice before the wait
+        assert f["tensor_cores"] and f["prefetch_before_wait"], (name, f)
+    else:
+        assert (f["prefetches"] > 0) == name.endswith("prefetch"), (name, f)
 
 
 def test_the_split_k_handshake_compiles_as_the_kernel_says(facts):

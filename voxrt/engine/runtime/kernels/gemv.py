@@ -105,6 +105,18 @@ if triton_available():
                                       is_pure=False, pack=1)
 
     @triton.jit
+    def _l2_prefetch_slice(w_ptr, rn, n_ok, k_lo, k_hi, K, BLOCK_K: tl.constexpr, LINES: tl.constexpr,
+                           ELEMS_PER_LINE: tl.constexpr):
+        """Asks the L2 for the weight rows rn, columns [k_lo, k_hi), one 128-byte line at a time (LINES lines a
+        BLOCK_K step): the tensor-core product's own slice, before its PDL wait (no kernel writes weights)."""
+        offs = tl.arange(0, LINES) * ELEMS_PER_LINE
+        rows = tl.where(n_ok, rn, 0).to(tl.int64)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            ptrs = w_ptr + rows[:, None] * K + tl.minimum(k0 + offs, K - 1)[None, :]
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+
+    @triton.jit
     def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, x_stride, out_stride, eps, next_ptr, next_lines,
                      ROWS: tl.constexpr, RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr,
@@ -167,7 +179,8 @@ if triton_available():
                        RESIDUAL: tl.constexpr, RSTD: tl.constexpr, SILU: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
                        PREFETCH: tl.constexpr, ELEMS_PER_LINE: tl.constexpr, BLOCK_P: tl.constexpr,
-                       part_ptr=None, count_ptr=None, k_per=0, SPLIT_K: tl.constexpr = 1):
+                       part_ptr=None, count_ptr=None, k_per=0, SPLIT_K: tl.constexpr = 1,
+                       OWN_LINES: tl.constexpr = 1, OWN_LINE_ELEMS: tl.constexpr = 64):
         """The same product (RESIDUAL, RSTD, SILU as `_gemv_kernel`) for a few dozen rows, on tensor cores: a
         BLOCK_M x BLOCK_N tile of the output per program, K in BLOCK_K steps (software-pipelined by Triton).
         DOT_F32: both operands in float32, products exact (float32 inputs, and Triton's interpreter, whose
@@ -177,25 +190,33 @@ if triton_available():
         [s * k_per, (s + 1) * k_per) and stores its float32 partial tile in `part_ptr`; the tile's last program
         to finish (a counter per tile at `count_ptr`, incremented with acquire-release at GPU scope after a
         barrier) sums the SPLIT_K partials in split order (deterministic), adds the residual, writes the output
-        and sets the counter back to 0 for the next launch. One kernel: no workspace reduce kernel after it."""
+        and sets the counter back to 0 for the next launch. One kernel: no workspace reduce kernel after it.
+
+        PDL: before its wait the program asks the L2 for its own weight slice (OWN_LINES 128-byte lines a row a
+        BLOCK_K step), so the stream starts while the previous kernel finishes. PDL reaches this kernel only with
+        VOXRT_PDL=on (auto: <= 4 rows, where cuBLAS would sit between otherwise); NOT yet timed."""
         pid_n, pid_m = tl.program_id(0), tl.program_id(1)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok, n_ok = rm < M, rn < N
-        if PREFETCH:
-            _l2_prefetch(next_ptr, next_lines, pid_m * tl.num_programs(0) + pid_n,
-                         tl.num_programs(0) * tl.num_programs(1), ELEMS_PER_LINE, BLOCK_P)
-        if PDL:
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        x_rows = x_ptr + rm[:, None] * x_stride
         k_lo = 0
         k_hi = K
         if SPLIT_K > 1:
             k_lo = tl.program_id(2) * k_per
             k_hi = tl.minimum(K, k_lo + k_per)
+        if PREFETCH:
+            _l2_prefetch(next_ptr, next_lines, pid_m * tl.num_programs(0) + pid_n,
+                         tl.num_programs(0) * tl.num_programs(1), ELEMS_PER_LINE, BLOCK_P)
+        if PDL:
+            # this program's weight slice streams into the L2 while the previous kernel finishes: at 64 rows every
+            # product, cuBLAS's or this one, cost >= ~5.5 us for 4-8 MB (bench/results/2026-12-05-h100-splitk),
+            # a fixed cost per product that the one-row kernel hides the same way (its first tile before the wait)
+            _l2_prefetch_slice(w_ptr, rn, n_ok, k_lo, k_hi, K, BLOCK_K, OWN_LINES, OWN_LINE_ELEMS)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        x_rows = x_ptr + rm[:, None] * x_stride
         for k0 in range(k_lo, k_hi, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             k_ok = rk < K
@@ -419,12 +440,13 @@ def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual
         k_per = triton.cdiv(triton.cdiv(k, split_k), bk) * bk  # whole BLOCK_K steps a split
         assert grid[0] * grid[1] <= counts.numel() and grid[0] * grid[1] * split_k * bm * bn <= parts.numel()
         extra = dict(part_ptr=parts, count_ptr=counts, k_per=k_per, SPLIT_K=split_k)
+    line = 128 // w.element_size()  # elements a 128-byte line
     _skinny_kernel[grid](
         x, w, out, m, n, k, x.stride(0), out.stride(0), rstd_eps or 0.0, RESIDUAL=residual,
         RSTD=rstd_eps is not None, SILU=silu, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         DOT_F32=x.dtype == torch.float32 or interpreting(),
         num_warps=warps, num_stages=stages, BLOCK_P=256, **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device, m),
-        **extra)
+        OWN_LINES=max(1, bk // line), OWN_LINE_ELEMS=line, **extra)
 
 
 def _takes(rows: int, n: int, k: int, device: torch.device, force: bool) -> bool:
