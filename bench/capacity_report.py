@@ -196,9 +196,10 @@ def report(jobs: dict, calls: list[dict], out: Path) -> str:
 def tree_hash(root: Path) -> str:
     """bench/gpu_capacity.sh's `tree_hash` of the checkout at `root`: sha1 over `sha1sum`'s lines for every .py and
     .sh file under voxrt/ and bench/ (bench/results/ left out), sorted by path in byte order."""
-    paths = sorted(p.relative_to(root).as_posix() for d in ("voxrt", "bench") for p in (root / d).rglob("*")
-                   if p.is_file() and p.suffix in (".py", ".sh") and not p.relative_to(root).as_posix().startswith("bench/results/"))
-    lines = "".join(f"{hashlib.sha1((root / p).read_bytes()).hexdigest()}  {p}\n" for p in sorted(paths, key=str.encode))
+    paths = [p.relative_to(root).as_posix() for d in ("voxrt", "bench") for p in (root / d).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".sh")]
+    paths = sorted((p for p in paths if not p.startswith("bench/results/")), key=str.encode)  # LC_ALL=C sort
+    lines = "".join(f"{hashlib.sha1((root / p).read_bytes()).hexdigest()}  {p}\n" for p in paths)
     return hashlib.sha1(lines.encode()).hexdigest()[:12]
 
 

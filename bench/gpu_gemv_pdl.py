@@ -162,7 +162,7 @@ def split_k_rows(x, ws, nw, y, pre, reps) -> dict:
         for s in (2, 4, 8, 16):
             cfg = (bm, 64, bk, 4, 3)
             tiles = -(-m // bm) * -(-n // 64)
-            if tiles * s * bm * 64 > gemv.SPLIT_K_PARTIAL_FLOATS or tiles > gemv.SPLIT_K_TILES:
+            if not gemv.split_k_fits(tiles, s, bm, 64):
                 row[f"split{s}_us"] = "n/a (workspace)"
                 continue
             try:

@@ -339,6 +339,11 @@ def skinny_split_plan(m: int, n: int, k: int, cap: int | None = None) -> tuple[i
     return block_m, block_n, block_k, splits
 
 
+def split_k_fits(tiles: int, splits: int, block_m: int, block_n: int) -> bool:
+    """Whether `tiles` output tiles split `splits` ways fit the split-K workspace (partials and counters)."""
+    return tiles <= SPLIT_K_TILES and tiles * splits * block_m * block_n <= SPLIT_K_PARTIAL_FLOATS
+
+
 def split_k_plan(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, cap: int | None = None) -> int:
     """How many K splits a tensor-core product of these tiles takes: doubled while the programs (tiles x splits)
     stay within SPLIT_K_TARGET_PROGRAMS, each split keeps SPLIT_K_MIN_COLUMNS (and a whole BLOCK_K step), the
@@ -347,8 +352,8 @@ def split_k_plan(m: int, n: int, k: int, block_m: int, block_n: int, block_k: in
     tiles = -(-m // block_m) * -(-n // block_n)
     splits = 1
     while (splits * 2 <= cap and tiles * splits * 2 <= SPLIT_K_TARGET_PROGRAMS
-           and k // (splits * 2) >= max(SPLIT_K_MIN_COLUMNS, block_k) and tiles <= SPLIT_K_TILES
-           and tiles * splits * 2 * block_m * block_n <= SPLIT_K_PARTIAL_FLOATS):
+           and k // (splits * 2) >= max(SPLIT_K_MIN_COLUMNS, block_k)
+           and split_k_fits(tiles, splits * 2, block_m, block_n)):
         splits *= 2
     return splits
 
@@ -432,13 +437,13 @@ def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual
     else:
         bm, bn, bk, warps, stages = (*skinny_plan(m, n, k), 4, 3)
         split_k = split_k or 1
-    assert split_k == 1 or not (silu or rstd_eps is not None), "split-K takes the plain and residual forms only"
+    assert split_k == 1 or plain, "split-K takes the plain and residual forms only"
     grid = (triton.cdiv(n, bn), triton.cdiv(m, bm), split_k)
     extra = {}
     if split_k > 1:
+        assert split_k_fits(grid[0] * grid[1], split_k, bm, bn), (grid, bm, bn)
         parts, counts = split_k_workspace(x.device)
         k_per = triton.cdiv(triton.cdiv(k, split_k), bk) * bk  # whole BLOCK_K steps a split
-        assert grid[0] * grid[1] <= counts.numel() and grid[0] * grid[1] * split_k * bm * bn <= parts.numel()
         extra = dict(part_ptr=parts, count_ptr=counts, k_per=k_per, SPLIT_K=split_k)
     line = 128 // w.element_size()  # elements a 128-byte line
     _skinny_kernel[grid](
