@@ -4,6 +4,7 @@ import gc
 
 import pytest
 
+from voxrt import gcpause
 from voxrt.gcpause import YOUNG_THRESHOLD, GcPauses, raise_young_threshold, settle_heap
 
 
@@ -106,3 +107,20 @@ def test_a_bad_young_threshold_in_the_environment_is_a_clear_error(monkeypatch, 
     with pytest.raises(ValueError, match="VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"):
         raise_young_threshold()
     assert gc.get_threshold() == before
+
+
+def test_the_callback_never_raises_at_the_recursion_limit(monkeypatch):
+    """A collection that starts a frame or two under the recursion limit: the callback's own calls raise
+    RecursionError there, which it swallows (gc would report it as unraisable), and that pause is not counted."""
+    pauses = GcPauses()
+
+    def too_deep():
+        raise RecursionError("maximum recursion depth exceeded in comparison")
+    monkeypatch.setattr(gcpause.time, "perf_counter", too_deep)
+    pauses._callback("start", {"generation": 0})
+    pauses._callback("stop", {"generation": 0, "collected": 3})
+    assert pauses.count == 0 and pauses.total_count == 0 and pauses.collected == [0, 0, 0]
+    monkeypatch.undo()
+    pauses._callback("start", {"generation": 1})
+    pauses._callback("stop", {"generation": 1, "collected": 2})
+    assert pauses.count == 1 and pauses.collected == [0, 2, 0]
