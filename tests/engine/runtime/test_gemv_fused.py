@@ -358,3 +358,95 @@ def test_voxrt_gemv_splitk_is_checked(monkeypatch):
     monkeypatch.setenv("VOXRT_GEMV", "splitk=3")
     with pytest.raises(ValueError, match="splitk a power of two up to 64"):
         gemv_module.settings_split_k()
+
+
+@pytest.fixture
+def swiglu_on():
+    kernels.set_swiglu(True)
+    yield
+    kernels.set_swiglu(None)
+
+
+@pytest.mark.parametrize("m,inter,k,config", [(5, 48, 96, None), (24, 70, 160, None), (80, 40, 64, None),
+                                              (64, 96, 128, (64, 32, 64, 4, 3))])
+def test_the_fused_gate_up_silu_equals_the_product_then_silu_mul(m, inter, k, config, swiglu_on):
+    """gate_up_silu's one kernel (5..128 rows, when on) against linear + silu_mul with the rstd: m = 80 spans two
+    64-row tiles (the second partial), k = 160 a partial K step, inter = 70 / 40 partial column tiles; bf16 rounds
+    as the unfused path rounds, to within one rounding of the activation."""
+    g = torch.Generator().manual_seed(m + inter + k)
+    x = torch.randn(2 * m, k, generator=g)[::2] * 2.0  # strided rows
+    w = torch.randn(2 * inter, k, generator=g) / math.sqrt(k)
+    assert gemv_module.takes_swiglu(x, w, "triton")
+    expected = silu_mul(F.linear(x, w), "torch", x=x, eps=1e-6)
+    for knobs in ("", "swiloop=1", "swibn=16"):  # the rstd after the loop (default) or in it; another column tile
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VOXRT_GEMV", knobs)
+            torch.testing.assert_close(gemv_module.gate_up_silu(x, w, 1e-6, "triton", config=config), expected,
+                                       atol=1e-4, rtol=1e-4)
+    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    truth = silu_mul(F.linear(xb.float(), wb.float()), "torch", x=xb.float(), eps=1e-6)
+    unfused = silu_mul(F.linear(xb, wb), "torch", x=xb, eps=1e-6)
+    fused = gemv_module.gate_up_silu(xb, wb, 1e-6, "triton", config=config)
+    assert fused.dtype == torch.bfloat16 and fused.shape == (m, inter)
+    # four bf16 roundings (the product, the scaled gate and up, the SiLU, the output) as in the unfused path: both
+    # within bf16's reach of the float32 truth
+    torch.testing.assert_close(fused.float(), truth, atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(unfused.float(), truth, atol=3e-2, rtol=3e-2)
+
+
+def test_the_gated_mlp_takes_the_fused_gate_up_when_it_is_on(monkeypatch, swiglu_on):
+    """add_gated_mlp_ above MAX_ROWS rows: the fused gate/up + SiLU kernel, then the down product (cuBLAS's, or
+    here F.linear's), equal to the layer; off, the product and silu_mul as before; at MAX_ROWS rows or fewer the
+    matrix-vector form, never the fused kernel."""
+    g = torch.Generator().manual_seed(12)
+    m, h, inter = 16, 128, 96
+    launches = []
+    real = gemv_module._swiglu_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                launches.append(grid)
+                return real[grid](*args, **kw)
+            return run
+    monkeypatch.setattr(gemv_module, "_swiglu_kernel", Spy())
+    x = torch.randn(m, h, generator=g)
+    norm_w = torch.rand(h, generator=g) + 0.5
+    gate_up_w = torch.randn(2 * inter, h, generator=g) / 16
+    down_w = torch.randn(h, inter, generator=g) / 12
+    gate, up = F.linear(F.rms_norm(x, (h,), norm_w, 1e-6), gate_up_w).chunk(2, dim=-1)
+    expected = x + F.linear(F.silu(gate) * up, down_w)
+    out = x.clone()
+    add_gated_mlp_(out, gate_up_w * norm_w[None, :], down_w, 1e-6, impl="triton")
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert len(launches) == 1
+    few = gemv_module.MAX_ROWS
+    small = x[:few].clone()
+    add_gated_mlp_(small, gate_up_w * norm_w[None, :], down_w, 1e-6, impl="triton")
+    torch.testing.assert_close(small, expected[:few], atol=1e-4, rtol=1e-4)
+    assert len(launches) == 1
+    kernels.set_swiglu(False)
+    out = x.clone()
+    add_gated_mlp_(out, gate_up_w * norm_w[None, :], down_w, 1e-6, impl="triton")
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    assert len(launches) == 1
+
+
+def test_the_fused_gate_up_silu_is_off_unless_asked_and_checks_its_shapes():
+    x, w = torch.randn(8, 64), torch.randn(64, 64)
+    assert not kernels.swiglu_enabled(x.device) and not gemv_module.takes_swiglu(x, w, "triton")
+    kernels.set_swiglu(True)
+    try:
+        assert gemv_module.takes_swiglu(x, w, "triton")
+        assert not gemv_module.takes_swiglu(x, w, "torch")
+        assert not gemv_module.takes_swiglu(x[:4], w, "triton")  # the matrix-vector rows
+        assert not gemv_module.takes_swiglu(x, torch.randn(63, 64), "triton")  # no [gate; up] halves
+        assert not gemv_module.takes_swiglu(x, torch.randn(64, 48), "triton")  # K differs
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TRITON_INTERPRET", "0")
+            assert not kernels.swiglu_enabled(x.device)
+    finally:
+        kernels.set_swiglu(None)
+    # not taken: the two-kernel form, the same values
+    torch.testing.assert_close(gemv_module.gate_up_silu(x, w, 1e-6, "triton"),
+                               silu_mul(F.linear(x, w), "torch", x=x, eps=1e-6), atol=1e-5, rtol=1e-5)

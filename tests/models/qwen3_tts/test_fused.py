@@ -170,3 +170,47 @@ def test_the_split_k_tensor_core_products_equal_the_reference_path_above_four_ro
     assert torch.equal(codes_fused, codes_ref)
     for a, b in zip(logits_fused, logits_ref):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_the_fused_gate_up_silu_equals_the_reference_path_above_four_rows(monkeypatch):
+    """VOXRT_SWIGLU's kernel (kernels/gemv.py: the MLP's gate/up product with the rstd and the SiLU gate in its
+    epilogue, the other products on torch / cuBLAS as by default) in the fused program, in Triton's interpreter:
+    an 8-token prefill and a 6-row code predictor against the reference path (the GPU's check:
+    VOXRT_SWIGLU=1 bench/gpu_fused_check.py --tf-rows 16)."""
+    from voxrt.engine.runtime import kernels  # noqa: PLC0415
+    from voxrt.engine.runtime.kernels import gemv  # noqa: PLC0415
+
+    reference = load_program(cached_checkpoint(seed=0).directory)
+    fused = fused_program("triton", gemm_impl="triton")
+    launches = []
+    real = gemv._swiglu_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                launches.append(args[3])  # rows
+                return real[grid](*args, **kw)
+            return run
+    monkeypatch.setattr(gemv, "_swiglu_kernel", Spy())
+    kernels.set_swiglu(True)
+    try:
+        with torch.inference_mode():
+            tokens = [[11, 12, 13, 14, 15], [21, 22, 23]]
+            ours, theirs = _lm_hidden(fused, tokens)[0], _lm_hidden(reference, tokens)[0]
+            torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+            rows = 6
+            hidden = torch.randn(rows, reference.cfg.talker.lm.hidden_size, generator=torch.Generator().manual_seed(5))
+            code0 = torch.tensor([3, 17, 40, 1, 9, 60])
+            sampling = SamplingTensors.empty(rows, CPU)
+            logits_ref, logits_fused = [], []
+            cp = reference.talker.code_predictor
+            codes_ref = cp.generate(hidden, reference.talker.model.codec_embedding(code0), code0, sampling, logits_ref)
+            codes_fused = fused.fused.generate_depth(hidden, code0, sampling, logits_fused)
+    finally:
+        kernels.set_swiglu(None)
+    layers, pred_layers = len(fused.fused.layers), len(fused.fused.pred_layers)
+    assert launches.count(8) == layers  # the prefill's MLPs
+    assert launches.count(2 * rows) == pred_layers and launches.count(rows) == pred_layers * 14
+    assert torch.equal(codes_fused, codes_ref)
+    for a, b in zip(logits_fused, logits_ref):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
