@@ -29,8 +29,7 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
 A layer is 6 kernels on the predictor (qkv, attention, o_proj + residual, gate_up, SiLU gate, down + residual),
 7-8 on the talker (FlashInfer's attention apart from the rotary kernel); one fewer where the SiLU gate runs in
 the down product (where both MLP products are matrix-vector kernels: at one row, i.e. the batch-1 talker
-step and predictor steps 1-14), or where `VOXRT_SWIGLU=1` puts the SiLU gate in the gate_up product above four
-rows (kernels/gemv.py `gate_up_silu`). With `impl="torch"` the same
+step and predictor steps 1-14). With `impl="torch"` the same
 structure runs in plain torch ops (the CPU; tests compare it with the reference path), with `impl="triton"`
 on the GPU kernels.
 """
