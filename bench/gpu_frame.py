@@ -37,8 +37,7 @@ from voxrt.engine.messages import AudioChunk, EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.attention import decode_kernel, set_decode_kernel
 from voxrt.engine.runtime.core import EngineCore
-from voxrt.engine.runtime.kernels import (l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny,
-                                          skinny_enabled, swiglu_enabled)
+from voxrt.engine.runtime.kernels import l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny, skinny_enabled
 from voxrt.models.registry import build_program
 
 from engine_timing import frame_times, weight_bytes  # noqa: E402 (bench/ is the script's dir)
@@ -122,13 +121,11 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     out = dict(path=path, start_s=round(time.monotonic() - t0, 1), pdl_mode=pdl_mode(),
                pdl=frame_path == "fused" and pdl_by_rows["1"], pdl_rows=pdl_by_rows if frame_path == "fused" else {},
                l2_prefetch=frame_path == "fused" and l2_prefetch_enabled(cuda),
-               skinny=frame_path == "fused" and skinny_enabled(cuda),
-               swiglu=frame_path == "fused" and swiglu_enabled(cuda), decode_attention=decode_kernel(),
+               skinny=frame_path == "fused" and skinny_enabled(cuda), decode_attention=decode_kernel(),
                lanes=core.info.lanes)
     print(path, "lanes:", core.info.lanes, flush=True)
     print(path, "PDL", out["pdl_mode"], out["pdl_rows"], "L2 prefetch", "on" if out["l2_prefetch"] else "off",
-          "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", "fused gate/up + SiLU (5..128 rows)",
-          "on" if out["swiglu"] else "off", "decode attention",
+          "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", "decode attention",
           out["decode_attention"], flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor

@@ -34,7 +34,7 @@ from voxrt.engine.runtime.attention import (DECODE_KERNELS, KVCache, SeqSlice, T
                                             set_decode_kernel)
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.kernels import (l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny,
-                                          skinny_enabled, swiglu_enabled)
+                                          skinny_enabled)
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.models.registry import build_program
 
@@ -152,8 +152,7 @@ def main() -> int:
     fused = teacher_forced(program, args.frames, rows=args.tf_rows)
     pdl = pdl_enabled(DEV, args.tf_rows)  # the teacher-forced frames' rows (VOXRT_PDL=auto decides by them)
     result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
-                  pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV),
-                  swiglu=swiglu_enabled(DEV), tf_rows=args.tf_rows,
+                  pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV), tf_rows=args.tf_rows,
                   code0_logits=compare(ref["code0"], fused["code0"]),
                   predictor_logits=compare(*same_input_steps(ref, fused)),
                   predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))

@@ -4,9 +4,8 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 
 - `VOXRT_PDL`: programmatic dependent launch of the frame's Triton kernels: `auto` (default), `on`, `off`
   (kernels/__init__.py says what each does and what was measured).
-- `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps, the tensor-core
-  product's most K splits (`splitk`), the fused gate/up + SiLU kernel's rstd in its loop (`swiloop`) and column
-  tile (`swibn`; kernels/gemv.py).
+- `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps, and the tensor-core
+  product's most K splits (`splitk`; kernels/gemv.py).
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
@@ -19,8 +18,7 @@ import os
 
 PDL_MODES = ("auto", "on", "off")
 GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pipe": "PIPELINE", "warps": "WARPS",
-             "pdlfirst": "PREFETCH_ELEMENTS", "splitk": "SKINNY_SPLIT_K", "swiloop": "SWIGLU_RSTD_IN_LOOP",
-             "swibn": "the fused gate/up kernel's BLOCK_N"}
+             "pdlfirst": "PREFETCH_ELEMENTS", "splitk": "SKINNY_SPLIT_K"}
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
@@ -56,12 +54,10 @@ def _gemv_items(value: str) -> tuple[tuple[str, int], ...]:
             raise ValueError(f"VOXRT_GEMV: {key}={raw!r} is not an integer") from None
         ok = {"programs": number >= 1, "first": number >= 0, "pipe": number in (0, 1),
               "warps": number in (1, 2, 4, 8, 16), "pdlfirst": number >= 0,
-              "splitk": number in (1, 2, 4, 8, 16, 32, 64), "swiloop": number in (0, 1),
-              "swibn": number in (16, 32, 64, 128)}[key]
+              "splitk": number in (1, 2, 4, 8, 16, 32, 64)}[key]
         if not ok:
             raise ValueError(f"VOXRT_GEMV: {key}={number} out of range (programs >= 1, first and pdlfirst >= 0, "
-                             "pipe and swiloop 0 or 1, warps a power of two up to 16, splitk a power of two up to 64, swibn "
-                             "16, 32, 64 or 128)")
+                             "pipe 0 or 1, warps a power of two up to 16, splitk a power of two up to 64)")
         out[key] = number
     return tuple(out.items())
 

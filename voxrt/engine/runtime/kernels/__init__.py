@@ -99,7 +99,6 @@ def pdl_enabled(device: torch.device, rows: int | None = None) -> bool:
 
 _l2_prefetch_override: bool | None = None
 _skinny_override: bool | None = None
-_swiglu_override: bool | None = None
 L2_PREFETCH_CAP_MB = 16.0  # at most this much of the next projection's weight is prefetched (the L2 is 50 MB)
 
 
@@ -145,22 +144,6 @@ def skinny_enabled(device: torch.device) -> bool:
         return bool(_skinny_override) and interpreting()
     return _skinny_override if _skinny_override is not None else _env_on("VOXRT_SKINNY")
 
-
-def set_swiglu(enabled: bool | None) -> None:
-    """Turn kernels/gemv.py's fused gate/up + SiLU-gate kernel for 5..128 rows (instead of cuBLAS's product and
-    the SiLU-gate kernel) on or off for launches from now on, over `VOXRT_SWIGLU`; None: back to the environment."""
-    global _swiglu_override
-    _swiglu_override = enabled
-
-
-def swiglu_enabled(device: torch.device) -> bool:
-    """Whether the MLP's gate/up product of a few dozen rows takes kernels/gemv.py's fused SiLU-gate kernel
-    (Triton on CUDA, or the interpreter when a test turns it on)."""
-    if not triton_available():
-        return False
-    if device.type != "cuda":
-        return bool(_swiglu_override) and interpreting()
-    return _swiglu_override if _swiglu_override is not None else _env_on("VOXRT_SWIGLU")
 
 def pdl_args(device: torch.device, rows: int | None = None) -> dict:
     """Keyword arguments for a launch of `rows` rows (pdl_enabled): the kernel's `PDL` constexpr, and

@@ -52,8 +52,7 @@ import torch.nn.functional as F
 from voxrt.engine.runtime import knobs
 
 from voxrt.engine.runtime.kernels import (check_impl, interpreting, l2_prefetch_cap_bytes, l2_prefetch_enabled,
-                                          next_pow2, pdl_args, skinny_enabled, swiglu_enabled,
-                                          triton_available)
+                                          next_pow2, pdl_args, skinny_enabled, triton_available)
 from voxrt.engine.runtime.kernels.norm import rstd_torch, silu_mul
 
 MAX_ROWS = 4
@@ -260,69 +259,6 @@ if triton_available():
                 acc = acc + tl.load(dst, mask=om, other=0.0).to(tl.float32)
             tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=om)
 
-    @triton.jit
-    def _swiglu_kernel(x_ptr, w_ptr, out_ptr, M, I, K, x_stride, out_stride, eps, next_ptr, next_lines,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr,
-                       PDL: tl.constexpr, PREFETCH: tl.constexpr, ELEMS_PER_LINE: tl.constexpr,
-                       BLOCK_P: tl.constexpr, OWN_LINES: tl.constexpr, OWN_LINE_ELEMS: tl.constexpr,
-                       RSTD_IN_LOOP: tl.constexpr = False):
-        """out [M, I] = silu(rstd * g) * (rstd * u) for [g | u] = x @ w^T, w = [gate; up] [2I, K] (the MLP's
-        RMSNorm folded in), rstd = the row's 1 / sqrt(mean(x^2) + eps): the gate/up product and the SiLU-gate
-        kernel in one, on tensor cores. A program holds the gate and the up tile of the same BLOCK_N columns
-        (two accumulators, rows rn and I + rn of w), so the activation is its epilogue; the loop is the plain
-        product's (no elementwise work on x inside it: that stalled the pipelined loads, the module docstring),
-        and the rstd comes from a second pass over the program's rows of x after it (L2-resident: the kernel
-        before wrote them), or with RSTD_IN_LOOP from the loop's own x tiles (measured against each other:
-        bench/gpu_swiglu.py). Rounded as the unfused path rounds: the product to the activations' dtype, then
-        scaled by the rstd, then silu(gate) * up (kernels/norm.py's `silu_mul`)."""
-        pid_n, pid_m = tl.program_id(0), tl.program_id(1)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        m_ok, n_ok = rm < M, rn < I
-        if PREFETCH:
-            _l2_prefetch(next_ptr, next_lines, pid_m * tl.num_programs(0) + pid_n,
-                         tl.num_programs(0) * tl.num_programs(1), ELEMS_PER_LINE, BLOCK_P)
-        if PDL:  # the gate and up slices stream into the L2 while the previous kernel finishes (no kernel writes w)
-            _l2_prefetch_slice(w_ptr, rn, n_ok, 0, K, K, BLOCK_K, OWN_LINES, OWN_LINE_ELEMS)
-            _l2_prefetch_slice(w_ptr, rn + I, n_ok, 0, K, K, BLOCK_K, OWN_LINES, OWN_LINE_ELEMS)
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        x_rows = x_ptr + rm[:, None] * x_stride
-        w_gate = w_ptr + rn[:, None] * K
-        w_up = w_ptr + (rn[:, None] + I) * K
-        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            k_ok = rk < K
-            wm = n_ok[:, None] & k_ok[None, :]
-            x = tl.load(x_rows + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            wg = tl.load(w_gate + rk[None, :], mask=wm, other=0.0)
-            wu = tl.load(w_up + rk[None, :], mask=wm, other=0.0)
-            if RSTD_IN_LOOP:
-                xs = x.to(tl.float32)
-                ss += tl.sum(xs * xs, axis=1)
-            if DOT_F32:
-                xf = x.to(tl.float32)
-                acc_g = tl.dot(xf, tl.trans(wg.to(tl.float32)), acc_g, input_precision="ieee")
-                acc_u = tl.dot(xf, tl.trans(wu.to(tl.float32)), acc_u, input_precision="ieee")
-            else:
-                acc_g = tl.dot(x, tl.trans(wg), acc_g)
-                acc_u = tl.dot(x, tl.trans(wu), acc_u)
-        if not RSTD_IN_LOOP:
-            for k0 in range(0, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
-                xf = tl.load(x_rows + rk[None, :], mask=m_ok[:, None] & (rk < K)[None, :], other=0.0).to(tl.float32)
-                ss += tl.sum(xf * xf, axis=1)
-        rstd = (1.0 / tl.sqrt(ss / K + eps))[:, None]
-        dt = out_ptr.dtype.element_ty
-        gate = (acc_g.to(dt).to(tl.float32) * rstd).to(dt).to(tl.float32)
-        up = (acc_u.to(dt).to(tl.float32) * rstd).to(dt).to(tl.float32)
-        act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
-        tl.store(out_ptr + rm[:, None] * out_stride + rn[None, :], (act * up).to(dt),
-                 mask=m_ok[:, None] & n_ok[None, :])
-
 
 def plan(n: int, programs: int | None = None) -> int:
     """BLOCK_N: the widest power of two (4..32) that still gives `programs` (TARGET_PROGRAMS) programs."""
@@ -518,57 +454,6 @@ def _launch_skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual
         OWN_LINES=max(1, bk // line), OWN_LINE_ELEMS=line, **extra)
 
 
-SWIGLU_CONFIG: tuple[int, int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the
-# fused gate/up + SiLU-gate kernel for every shape instead of swiglu_plan's (benchmarks: bench/gpu_swiglu.py)
-SWIGLU_RSTD_IN_LOOP = False  # its rstd from the main loop's x tiles, not a second pass after it (VOXRT_GEMV swiloop=1)
-
-
-def swiglu_plan(m: int, i: int, k: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the fused gate/up + SiLU-gate kernel: skinny_plan's rows and
-    steps; BLOCK_N (each of the gate and up tiles) as wide as still gives SKINNY_TARGET_PROGRAMS programs."""
-    if SWIGLU_CONFIG is not None:
-        return SWIGLU_CONFIG
-    block_m, block_n, block_k = skinny_plan(m, i, k)
-    return block_m, block_n, block_k, 4, 3
-
-
-def takes_swiglu(x: torch.Tensor, gate_up_w: torch.Tensor, impl: str, force: bool = False) -> bool:
-    """Whether `gate_up_silu` runs the fused kernel: Triton, 5..SKINNY_MAX_ROWS rows (one to MAX_ROWS rows have
-    the matrix-vector form, `add_gated_mlp_`), contiguous columns and weight, and the kernel turned on
-    (kernels.set_swiglu / VOXRT_SWIGLU; `force`: tests, in the interpreter)."""
-    return (impl == "triton" and x.dim() == 2 and x.stride(-1) == 1 and gate_up_w.is_contiguous()
-            and MAX_ROWS < x.shape[0] <= SKINNY_MAX_ROWS and gate_up_w.shape[0] % 2 == 0
-            and gate_up_w.shape[1] == x.shape[1] and x.shape[1] % 16 == 0
-            and (force or swiglu_enabled(x.device)))
-
-
-def gate_up_silu(x: torch.Tensor, gate_up_w: torch.Tensor, eps: float, impl: str = "torch", force: bool = False,
-                 prefetch: torch.Tensor | None = None,
-                 config: tuple[int, int, int, int, int] | None = None) -> torch.Tensor:
-    """x [M, H], gate_up_w [2I, H] (= [gate; up], the RMSNorm's weight folded in) -> [M, I]
-    silu(rstd(x) * g) * (rstd(x) * u), [g | u] = x @ gate_up_w^T: one kernel where `takes_swiglu`, else the
-    product and `silu_mul` (two). `prefetch`: the next product's weight (the down projection), asked of the L2
-    where that is on. `config`: the kernel's tiles (benchmarks), else swiglu_plan's."""
-    check_impl(impl)
-    if not takes_swiglu(x, gate_up_w, impl, force):
-        return silu_mul(linear(x, gate_up_w, impl, force, prefetch=prefetch), impl, x=x, eps=eps)
-    m, k = x.shape
-    i = gate_up_w.shape[0] // 2
-    out = torch.empty(m, i, dtype=x.dtype, device=x.device)
-    bm, bn, bk, warps, stages = config or swiglu_plan(m, i, k)
-    env = env_settings()
-    bn = env.get("swibn", bn) if config is None else bn
-    pre = _prefetch_args(prefetch, x.device)
-    if pre["next_ptr"] is None:
-        pre["next_ptr"] = gate_up_w  # never read: PREFETCH is off
-    line = 128 // gate_up_w.element_size()
-    _swiglu_kernel[(triton.cdiv(i, bn), triton.cdiv(m, bm))](
-        x, gate_up_w, out, m, i, k, x.stride(0), out.stride(0), eps, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        DOT_F32=x.dtype == torch.float32 or interpreting(), num_warps=warps, num_stages=stages, BLOCK_P=256,
-        **{"ELEMS_PER_LINE": 64, **pre}, **pdl_args(x.device, m), OWN_LINES=max(1, bk // line), OWN_LINE_ELEMS=line,
-        RSTD_IN_LOOP=bool(env.get("swiloop", SWIGLU_RSTD_IN_LOOP)))
-    return out
-
 def _takes(rows: int, n: int, k: int, device: torch.device, force: bool) -> bool:
     """Whether this module's kernels take a [rows, k] x [k, n] product: the matrix-vector kernel at <= MAX_ROWS
     rows where it measured faster than cuBLAS (`force`: wherever the shape allows, for tests), the tensor-core
@@ -644,10 +529,6 @@ def add_gated_mlp_(x: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tenso
             and _fits(x, gate_up_w, force) and _takes(x.shape[0], down_w.shape[0], down_w.shape[1], x.device, force)):
         add_silu_linear_(x, linear(x, gate_up_w, impl, force, rstd_eps=eps, prefetch=down_w), down_w, impl, force,
                          prefetch=prefetch)
-        return
-    if takes_swiglu(x, gate_up_w, impl):
-        add_linear_(x, gate_up_silu(x, gate_up_w, eps, impl, force=True, prefetch=down_w), down_w, impl, force,
-                    prefetch=prefetch)
         return
     add_linear_(x, silu_mul(linear(x, gate_up_w, impl, force, prefetch=down_w), act_impl or impl, x=x, eps=eps),
                 down_w, impl, force, prefetch=prefetch)
