@@ -20,7 +20,7 @@
 # (0.8) ends a sweep after its first point below it. The calls of the whole run (~9 minutes each on one GPU):
 #   1. JOBS="libritts:a libritts:b"   2. JOBS="libritts:c libritts:trace"   3. JOBS="seedtts:a seedtts:b"
 #   4. JOBS="seedtts:c seedtts:trace"   5. JOBS="libritts:ws"   6. JOBS="seedtts:ws"
-# and, before them, to pick the split: JOBS="libritts:split" twice (the default lanes beside two levers a call,
+# and, to check the split on the GPU of the run: JOBS="libritts:split" (the default lanes beside two levers a call,
 # SPLIT_VARIANTS below; the same arrivals, 30 s points at SPLIT_RATES, every rate run: no early stop).
 # Knobs: JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), GRID_<dataset>_<job>
 # (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate), SPLIT_RATES (120,128),
@@ -34,10 +34,11 @@ DURATION=${DURATION:-60}
 STOP=${STOP:-0.8}
 MODEL=${MODEL:-qwen3-tts}
 SPLIT_RATES=${SPLIT_RATES:-120,128}
-# two levers a call beside the default lanes (3 sweeps of 2 points of 30 s: ~390 s); the second call:
-# SPLIT_VARIANTS="streams=--lanes streams;adaptive=--sm-modes 56,72 --sm-mode adaptive". Codec 56 SMs held 100.0% at
-# 120 req/s on an H100 where the default held 93.3% and 48 SMs 92.7% (20 s points: bench/results/2026-12-05-h100-splitk)
-SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s64=--sm-modes 64}
+# two levers a call beside the default lanes (3 sweeps of 2 points of 30 s: ~320 s on an H100); another call:
+# SPLIT_VARIANTS="streams=--lanes streams;adaptive=--sm-modes 56,72 --sm-mode adaptive". The default is now codec
+# 64 SMs / LM 68 for Qwen3-TTS: on an H100 it held 100% at 104-116 req/s as 72 / 60 did, and 72.3 / 66.0% at
+# 120 / 128 where 72 held 60.6 / 48.2% and 56 69.8 / 61.2% (bench/results/2026-12-06-h100-split)
+SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s72=--sm-modes 72}
 
 # Each dataset's grid per job, around the knees measured on the H200 (LibriTTS: (a) 64, (b) >= 80, (c) 112 at
 # 90%, 2026-12-04-capacity) and, for Seed-TTS (rows ~60% as long), the calibrated simulation's (c) knee near

@@ -210,7 +210,7 @@ def main() -> None:
     ap.add_argument("--gemv-skinny-max-dim", type=int, default=None, help="kernels/gemv.py's SKINNY_MAX_MIN_DIM: the "
                     "tensor-core product only where min(N, K) <= this (1024: the code predictor's products alone)")
     ap.add_argument("--lanes", default="auto", help="the engine's --lanes: auto runs the LM on its green-context "
-                    "partition (60 SMs on an H200 by default), off on the whole GPU")
+                    "partition (68 SMs on an H200 by default for Qwen3-TTS; 60 before 2026-12-06), off on the whole GPU")
     args = ap.parse_args()
     unknown = set(args.paths.split(",")) - set(PATHS)
     if unknown:

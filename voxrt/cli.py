@@ -42,8 +42,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="codec lanes beside the LM: auto (green contexts, else streams, on a GPU; off on the CPU); "
                    "off = the time-shared synchronous loop")
     p.add_argument("--sm-modes", default=None, help="comma-separated SM counts for the background codec lane, "
-                   "e.g. 48,64,80 (default: the model program's codec_sm_share of the GPU: half for Qwen3-TTS, 16 of 132 "
-                   "SMs for Orpheus)")
+                   "e.g. 48,64,80 (default: the model program's codec_sm_share of the GPU: 64 of 132 SMs for Qwen3-TTS, "
+                   "16 of 132 for Orpheus)")
     p.add_argument("--sm-mode", default="0", help="index into --sm-modes, or adaptive (move between them with "
                    "the background codec lane's backlog; green contexts)")
     p.add_argument("--deadline-startup-ms", type=float, default=200.0, help="a first chunk is due this long after "

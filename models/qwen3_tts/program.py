@@ -66,6 +66,12 @@ MIN_FRAMES_BEFORE_EOS = 2  # generate(): talker_kwargs["min_new_tokens"]; sample
 class Qwen3TTSProgram(ModelProgram):
     name = "qwen3-tts"
     consumes_text_incrementally = True
+    # 64 of 132 SMs for the background codec lane, 68 for the LM (half the GPU rounded up to the driver's groups of
+    # 8 had given the codec 72 and the LM 60): at the knee the LM was the busy lane (99.8% on its 60 SMs against the
+    # codec's 72.4%, H200, 104 req/s), and on an H100 (30 s points, LibriTTS, the same arrivals) 64 codec SMs held
+    # 100% at 104-116 req/s as 72 did and degraded least past the knee: 72.3 / 66.0% at 120 / 128 req/s against
+    # 60.6 / 48.2% (56 SMs: 69.8 / 61.2%). bench/results/2026-12-06-h100-split/
+    codec_sm_share = 64 / 132
 
     def __init__(self, cfg: Qwen3TTSConfig, tokenizer: Any, codec: Any, generation: GenerationDefaults | None = None,
                  *, talker: Talker | None = None, language: str = "auto", chunk_frames: int = 25,

@@ -291,9 +291,14 @@ def test_lane_modes_without_a_gpu(mode, resolved):
 
 
 def test_the_default_split_is_the_programs_codec_share(monkeypatch):
-    """Without --sm-modes the codec lane gets the program's `codec_sm_share` of the SMs: half for Qwen3-TTS's
-    compute-bound codec, 16 of the H200's 132 for Orpheus's SNAC (bench/results/2026-12-02-orpheus)."""
+    """Without --sm-modes the codec lane gets the program's `codec_sm_share` of the SMs: 64 of 132 for Qwen3-TTS's
+    compute-bound codec (bench/results/2026-12-06-h100-split), 16 of the H200's 132 for Orpheus's SNAC
+    (bench/results/2026-12-02-orpheus), half for a program that says nothing."""
+    from voxrt.models.qwen3_tts.program import Qwen3TTSProgram  # noqa: PLC0415
+
     assert default_codec_sms(132, 0.5) == 66
+    assert default_codec_sms(132, Qwen3TTSProgram.codec_sm_share) == 64  # the LM 68 (the driver's groups of 8)
+    assert default_codec_sms(114, Qwen3TTSProgram.codec_sm_share) == 55  # an H100 PCIe: rounded up to 56 there
     assert default_codec_sms(132, 16 / 132) == 16
     assert default_codec_sms(8, 0.01) == 1 and default_codec_sms(8, 0.99) == 7
     with pytest.raises(ValueError, match="codec_share"):

@@ -79,8 +79,8 @@ class ModelProgram(nn.Module, abc.ABC):
     # chunk, appends what `finish_codec` returns, so that N frames are N * samples_per_frame samples. 0: causal.
     codec_delay_samples: int = 0
     # The background codec lane's share of the GPU's SMs when no split is given (--sm-modes): the LM lane gets
-    # the rest. Half suits Qwen3-TTS, whose codec is compute-bound (2026-12-02-codec-flat); a codec that costs
-    # little beside its LM (Orpheus's SNAC) gives the LM most of the GPU.
+    # the rest. About half suits Qwen3-TTS, whose codec is compute-bound (2026-12-02-codec-flat; it takes 64 of 132,
+    # measured at the knee); a codec that costs little beside its LM (Orpheus's SNAC) gives the LM most of the GPU.
     codec_sm_share: float = 0.5
     # SamplingParams fields a request gets when it sets none, or not these (EngineClient.submit): the checkpoint's
     # generation config or the reference's sampling; empty: SamplingParams' own defaults

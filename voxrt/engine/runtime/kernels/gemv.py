@@ -194,7 +194,8 @@ if triton_available():
 
         PDL: before its wait the program asks the L2 for its own weight slice (OWN_LINES 128-byte lines a row a
         BLOCK_K step), so the stream starts while the previous kernel finishes. PDL reaches this kernel only with
-        VOXRT_PDL=on (auto: <= 4 rows, where cuBLAS would sit between otherwise); NOT yet timed."""
+        VOXRT_PDL=on (auto: <= 4 rows, where cuBLAS would sit between otherwise). Timed on an H100 with VOXRT_SKINNY=1
+        VOXRT_PDL=on: the frame 1.5% faster at 8 rows, 21-30% slower at 64-128 (bench/results/2026-12-06-h100-split)."""
         pid_n, pid_m = tl.program_id(0), tl.program_id(1)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
