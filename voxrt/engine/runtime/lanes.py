@@ -186,8 +186,8 @@ def default_codec_sms(total_sms: int, codec_share: float) -> int:
 def green_streams(device_index: int, codec_sms: int | None) -> tuple[Any, Any, dict[str, int]]:
     """Two streams on disjoint SM partitions of one split: (LM stream, codec stream, SM counts), through
     FlashInfer's green-context helpers (cuda-python driver bindings underneath). The codec lane gets
-    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; default half the GPU; `make_lanes`
-    passes the program's share), the LM lane the remaining SMs."""
+    `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; `make_lanes` passes the program's
+    `codec_sm_share` of the GPU when none is given), the LM lane the remaining SMs."""
     from flashinfer.green_ctx import split_device_green_ctx_by_sm_count  # noqa: PLC0415 (GPU only)
 
     device = torch.device("cuda", device_index)
