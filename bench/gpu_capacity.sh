@@ -23,7 +23,8 @@
 # and, to check the split on the GPU of the run: JOBS="libritts:split" (the default lanes beside two levers a call,
 # SPLIT_VARIANTS below; the same arrivals, 30 s points at SPLIT_RATES, every rate run: no early stop).
 # Knobs: JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), GRID_<dataset>_<job>
-# (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate), SPLIT_RATES (120,128),
+# (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate; unset: the (c) job's 90%
+# capacity when that job ran earlier in the same call, else 112 / 192), SPLIT_RATES (120,128),
 # SPLIT_VARIANTS (the split job's levers: NAME=flags;..., VAR=value words among the flags set the engine's
 # environment, e.g. "skinny=VOXRT_SKINNY=1"), MODEL=tiny (a CPU dry run: a, b, c and ws only).
 set -uo pipefail
@@ -46,12 +47,13 @@ SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s72=--sm-modes 72}
 GRID_libritts_a=${GRID_libritts_a:-56,64,72,80}
 GRID_libritts_b=${GRID_libritts_b:-72,80,88,96,104}
 GRID_libritts_c=${GRID_libritts_c:-104,112,120,128,136}
-GRID_libritts_ws=${GRID_libritts_ws:-96,104,112,120}
+GRID_libritts_ws=${GRID_libritts_ws:-96,104,112,120,128}
+GIVEN_KNEE_libritts=${KNEE_libritts:-}; GIVEN_KNEE_seedtts=${KNEE_seedtts:-}  # the trace job's rate, when given
 KNEE_libritts=${KNEE_libritts:-112}
 GRID_seedtts_a=${GRID_seedtts_a:-88,104,120,136}
 GRID_seedtts_b=${GRID_seedtts_b:-120,136,152,168}
 GRID_seedtts_c=${GRID_seedtts_c:-168,184,200,216,232}
-GRID_seedtts_ws=${GRID_seedtts_ws:-152,168,184,200}
+GRID_seedtts_ws=${GRID_seedtts_ws:-152,168,184,200,216}
 KNEE_seedtts=${KNEE_seedtts:-192}
 if [ "$MODEL" != qwen3-tts ]; then  # the CPU dry run: rates a tiny model on two cores holds
   for v in GRID_libritts_a GRID_libritts_b GRID_libritts_c GRID_libritts_ws GRID_seedtts_a GRID_seedtts_b \
@@ -67,6 +69,14 @@ tree_hash() {  # the tree that ran (the device's .git is stale); `python bench/c
   find voxrt bench -path bench/results -prune -o \( -name '*.py' -o -name '*.sh' \) -type f -print | LC_ALL=C sort \
     | xargs sha1sum | sha1sum | cut -c1-12
 }
+knee_of() {  # knee_of DATASET: the trace job's rate: KNEE_<dataset> when given, else the (c) job's 90% capacity
+  # in this call's $OUT (run it first: JOBS="libritts:c libritts:trace"), else KNEE_<dataset>'s default
+  local given="GIVEN_KNEE_$1" fallback="KNEE_$1" found=""
+  if [ -z "${!given}" ] && [ -f "$OUT/$1-c.log.gz" ]; then
+    found=$(gzip -dc "$OUT/$1-c.log.gz" | sed -n 's/^capacity at 90% attainment: \([0-9][0-9]*\) req\/s.*/\1/p' | head -1)
+  fi
+  echo "${found:-${!fallback}}"
+}
 note "tree $(tree_hash); jobs: $JOBS; budget ${BUDGET_S} s"
 for job in $JOBS; do
   dataset=${job%%:*}; what=${job#*:}
@@ -75,7 +85,7 @@ for job in $JOBS; do
     seedtts) workload=bench/workloads/seedtts_eval_en.jsonl ;;
     *) note "unknown dataset in $job (libritts or seedtts)"; continue ;;
   esac
-  grid_var="GRID_${dataset}_${what}"; knee_var="KNEE_${dataset}"
+  grid_var="GRID_${dataset}_${what}"
   grid=${!grid_var:-}
   out="$OUT/$dataset-$what"
   t=$(left)
@@ -83,7 +93,7 @@ for job in $JOBS; do
   # the most requests a point can hold: its rate's arrivals with room for Poisson's spread
   top=$(echo "${grid:-$SPLIT_RATES}" | tr ',' '\n' | sort -n | tail -1)
   maxreq=$(( (top * DURATION * 12) / 10 + 200 ))
-  rates=$grid; [ "$what" = trace ] && rates=${!knee_var}; [ "$what" = split ] && rates=$SPLIT_RATES
+  rates=$grid; [ "$what" = trace ] && rates=$(knee_of "$dataset"); [ "$what" = split ] && rates=$SPLIT_RATES
   note "$job: $workload, rates $rates, ${t} s left"
   case $what in
     a|b|c)
@@ -100,7 +110,7 @@ for job in $JOBS; do
         MODEL="$model" OUT="$out" bash bench/gpu_product_path.sh > "$out.log" 2>&1
       ;;
     trace)
-      RATES="${!knee_var}" DURATION=20 WORKLOAD="$workload" MAXREQ=$(( ${!knee_var} * 30 )) OUT="$out" \
+      RATES="$rates" DURATION=20 WORKLOAD="$workload" MAXREQ=$(( rates * 30 )) OUT="$out" \
         bash bench/gpu_knee_trace.sh > "$out.log" 2>&1
       ;;
     split)

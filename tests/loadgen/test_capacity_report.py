@@ -120,3 +120,30 @@ def test_tree_hash_matches_the_gpu_script(tmp_path):
     assert capacity_report.tree_hash(tmp_path) == shell.stdout.strip()
     (tmp_path / "voxrt/a.py").write_text("changed")
     assert capacity_report.tree_hash(tmp_path) != shell.stdout.strip()
+
+
+def test_the_trace_job_takes_the_knee_the_c_job_found(tmp_path):
+    """bench/gpu_capacity.sh's trace job runs at KNEE_<dataset> when given, else at the 90% capacity the (c) job
+    of the same call found (its gzipped log in $OUT), else at the script's default knee."""
+    import gzip
+    import subprocess
+
+    script = (ROOT / "bench" / "gpu_capacity.sh").read_text()
+    body = script[script.index("knee_of() {"):script.index('note "tree $(tree_hash)')]
+
+    def knee(env: dict) -> str:
+        given = env.get("given", "")  # as the script sets them: KNEE_<dataset> is the given value or the default
+        prelude = f"OUT={tmp_path}; KNEE_libritts={given or 112}; GIVEN_KNEE_libritts={given}\n"
+        done = subprocess.run(["bash", "-c", prelude + body + "knee_of libritts"], capture_output=True, text=True,
+                              check=True)
+        return done.stdout.strip()
+
+    assert knee({}) == "112"  # no (c) job in this call: the default
+    log = tmp_path / "libritts-c.log.gz"
+    log.write_bytes(gzip.compress(b"== deadline-lanes (rc 0)\n     120   3709   3709    100.0\n"
+                                  b"capacity at 90% attainment: none found\n"))
+    assert knee({}) == "112"  # (c) found none: the default
+    log.write_bytes(gzip.compress(b"== deadline-lanes (rc 0)\ncapacity at 90% attainment: 128 req/s\n"
+                                  b"capacity at 99% attainment: 120 req/s\n"))
+    assert knee({}) == "128"
+    assert knee({"given": "104"}) == "104"  # given: that rate, not (c)'s
