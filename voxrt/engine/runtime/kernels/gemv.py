@@ -209,9 +209,9 @@ if triton_available():
             _l2_prefetch(next_ptr, next_lines, pid_m * tl.num_programs(0) + pid_n,
                          tl.num_programs(0) * tl.num_programs(1), ELEMS_PER_LINE, BLOCK_P)
         if PDL:
-            # this program's weight slice streams into the L2 while the previous kernel finishes: at 64 rows every
-            # product, cuBLAS's or this one, cost >= ~5.5 us for 4-8 MB (bench/results/2026-12-05-h100-splitk),
-            # a fixed cost per product that the one-row kernel hides the same way (its first tile before the wait)
+            # this program's weight slice streams into the L2 while the previous kernel finishes, as the one-row
+            # kernel's first tile does; it did not take off the >= ~5.5 us each product costs at 64 rows (the frame
+            # 21-30% slower at 64-128 rows than with cuBLAS, bench/results/2026-12-06-h100-split)
             _l2_prefetch_slice(w_ptr, rn, n_ok, k_lo, k_hi, K, BLOCK_K, OWN_LINES, OWN_LINE_ELEMS)
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
