@@ -13,7 +13,10 @@ plots (voxrt.loadgen.compare), and the acceptance checks in one `report.md`:
     python bench/capacity_report.py --tree-hash   # this checkout's hash, as the calls' jobs.txt records theirs
 
 Each CALL_DIR is one call's $OUT (its `jobs.txt`, and `<dataset>-<job>/` with the job's deadline.tgz,
-product_path.tgz or knee.tgz, or those archives already unpacked). A capacity is read on the grid
+product_path.tgz or knee.tgz, or those archives already unpacked). A config's sweep run over several calls (one
+ran out of time, another went on higher up the grid) is read as one: its points merged by rate, a later call's
+point replacing an earlier one's at the same rate (the arrivals at a rate are the same in every call); the
+report names the calls it merged. A trace or split job is the last call's. A capacity is read on the grid
 (voxrt.loadgen.sweep.grid_capacity); ">= R" marks a capacity whose sweep never missed (the knee lies above the
 grid), "< R" one whose first point missed.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import sys
 import tarfile
@@ -79,25 +83,75 @@ def capacity_cell(summary: dict, threshold: str) -> tuple[str, float | None]:
 
 
 def load_calls(call_dirs: list[Path], work: Path) -> tuple[dict, list[dict]]:
-    """{(dataset, job): {"root", "gpu", "call"}} (a job run twice: the later call's) and one row per call."""
-    jobs: dict[tuple[str, str], dict] = {}
+    """{(dataset, job): {"root", "gpu", "call", "gpus", "calls"}} and one row per call. A config job (a, b, c, ws)
+    found in several calls is merged (`merge_sweeps`): its "root" is the merged run's, "calls" the calls it came
+    from, in order; a trace or split job found twice is the later call's."""
+    found_jobs: dict[tuple[str, str], list[dict]] = {}
     calls = []
     for i, call in enumerate(call_dirs):
         if not call.is_dir():
             raise ValueError(f"{call}: not a directory")
         text = (call / "jobs.txt").read_text(encoding="utf-8") if (call / "jobs.txt").is_file() else ""
         tree = re.search(r"tree (\w+)", text)
-        found = []
+        found, gpus = [], set()
         for job_dir in sorted(p for p in call.iterdir() if p.is_dir()):
             m = re.fullmatch(r"(libritts|seedtts)-(a|b|c|ws|trace|split)", job_dir.name)
             if not m:
                 continue
             root = unpack(job_dir, work / f"call{i}" / job_dir.name)
-            jobs[(m[1], m[2])] = {"root": root, "gpu": gpu_of(root), "call": str(call)}
+            entry = {"root": root, "gpu": gpu_of(root), "call": str(call)}
+            found_jobs.setdefault((m[1], m[2]), []).append(entry)
             found.append(job_dir.name)
-        calls.append({"call": str(call), "tree": tree[1] if tree else "unknown", "jobs": found,
-                      "gpus": sorted({jobs[tuple(j.split("-", 1))]["gpu"] for j in found})})
+            gpus.add(entry["gpu"])
+        calls.append({"call": str(call), "tree": tree[1] if tree else "unknown", "jobs": found, "gpus": sorted(gpus)})
+    jobs = {}
+    for (dataset, job), entries in found_jobs.items():
+        last = dict(entries[-1])
+        if job in CONFIGS and len(entries) > 1:
+            sub = CONFIGS[job][1]
+            runs = [e["root"] / sub for e in entries if (e["root"] / sub / "summary.json").is_file()]
+            if len(runs) > 1:
+                merged = work / "merged" / f"{dataset}-{job}"
+                merge_sweeps(runs, merged / sub)
+                last["root"] = merged
+        last["calls"] = [e["call"] for e in entries]
+        last["gpus"] = sorted({e["gpu"] for e in entries})
+        jobs[(dataset, job)] = last
     return jobs, calls
+
+
+def merge_sweeps(run_dirs: list[Path], dest: Path) -> dict:
+    """One sweep from the same config's sweeps in several calls: the points merged by rate (a later run's point
+    replaces an earlier one's at the same rate), the rest of the summary the last run's, the capacity left for
+    the reader to compute on the merged grid; `requests.jsonl` the runs' rows at the rates they gave. Written to
+    `dest` (summary.json, requests.jsonl) and returned."""
+    points: dict[float, dict] = {}
+    owner: dict[float, int] = {}
+    summary: dict = {}
+    for i, run in enumerate(run_dirs):
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        for point in summary.get("points") or []:
+            points[float(point["rate"])] = point
+            owner[float(point["rate"])] = i
+    merged = {k: v for k, v in summary.items() if k not in ("capacity_rps", "capacity_method", "points")}
+    merged["points"] = [points[r] for r in sorted(points)]
+    merged["merged_from"] = [str(r) for r in run_dirs]
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "summary.json").write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    with open(dest / "requests.jsonl", "w", encoding="utf-8") as out:
+        for i, run in enumerate(run_dirs):
+            rows = run / "requests.jsonl"
+            if not rows.is_file():
+                continue
+            with open(rows, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        rate = float(json.loads(line)["rate"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if owner.get(rate) == i:
+                        out.write(line if line.endswith("\n") else line + "\n")
+    return merged
 
 
 def trace_row(root: Path) -> dict | None:
@@ -119,7 +173,7 @@ def report(jobs: dict, calls: list[dict], out: Path) -> str:
     lines = ["# Issue 15: SLO capacity, one run", ""]
     lines += ["## Calls", "", "| call | tree | GPU | jobs |", "|---|---|---|---|"]
     lines += [f"| {c['call']} | {c['tree']} | {', '.join(c['gpus']) or '-'} | {' '.join(c['jobs'])} |" for c in calls]
-    gpus = sorted({j["gpu"] for j in jobs.values()})
+    gpus = sorted({g for j in jobs.values() for g in j["gpus"]})
     trees = sorted({c["tree"] for c in calls if c["jobs"]})
     lines.append("")
     if len(gpus) > 1:
@@ -153,6 +207,10 @@ def report(jobs: dict, calls: list[dict], out: Path) -> str:
                 f"{point['ttfa_p50_ms']:.0f} / {point['ttfa_p99_ms']:.0f}"
             lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ttfa} |")
         lines += ["", f"Attainment per rate, plots: `{dataset}/compare.md`, `{dataset}/compare_*.png`."]
+        for job, label, entry in present:
+            if len(entry["calls"]) > 1:
+                lines.append(f"{label}: one sweep from {len(entry['calls'])} calls ({', '.join(entry['calls'])}), "
+                             "its points merged by rate.")
         for t in compare.THRESHOLDS:
             a, c, ws = caps.get(("a", t)), caps.get(("c", t)), caps.get(("ws", t))
             # a capacity at the top of its grid is a lower bound: a ratio over it is one too, a ratio under it
@@ -195,9 +253,11 @@ def report(jobs: dict, calls: list[dict], out: Path) -> str:
 
 def tree_hash(root: Path) -> str:
     """bench/gpu_capacity.sh's `tree_hash` of the checkout at `root`: sha1 over `sha1sum`'s lines for every .py and
-    .sh file under voxrt/ and bench/ (bench/results/ left out), sorted by path in byte order."""
-    paths = [p.relative_to(root).as_posix() for d in ("voxrt", "bench") for p in (root / d).rglob("*")
-             if p.is_file() and p.suffix in (".py", ".sh")]
+    .sh file under voxrt/ and bench/ (bench/results/ left out; links followed, as `find -L`: voxrt/models is a link
+    to the model programs), sorted by path in byte order."""
+    paths = [(Path(dirpath) / name).relative_to(root).as_posix() for d in ("voxrt", "bench")
+             for dirpath, _, names in os.walk(root / d, followlinks=True) for name in names
+             if name.endswith((".py", ".sh")) and (Path(dirpath) / name).is_file()]
     paths = sorted((p for p in paths if not p.startswith("bench/results/")), key=str.encode)  # LC_ALL=C sort
     lines = "".join(f"{hashlib.sha1((root / p).read_bytes()).hexdigest()}  {p}\n" for p in paths)
     return hashlib.sha1(lines.encode()).hexdigest()[:12]

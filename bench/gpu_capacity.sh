@@ -65,8 +65,9 @@ mkdir -p "$OUT"
 left() { echo $((BUDGET_S - SECONDS)); }
 note() { echo "[$(printf '%4d' $SECONDS) s] $*" | tee -a "$OUT/jobs.txt"; }
 tree_hash() {  # the tree that ran (the device's .git is stale); `python bench/capacity_report.py --tree-hash` on the
-  # dev machine prints the same for its checkout: every .py and .sh under voxrt/ and bench/ but bench/results/
-  find voxrt bench -path bench/results -prune -o \( -name '*.py' -o -name '*.sh' \) -type f -print | LC_ALL=C sort \
+  # dev machine prints the same for its checkout: every .py and .sh under voxrt/ and bench/ but bench/results/,
+  # links followed (voxrt/models links to the model programs)
+  find -L voxrt bench -path bench/results -prune -o \( -name '*.py' -o -name '*.sh' \) -type f -print | LC_ALL=C sort \
     | xargs sha1sum | sha1sum | cut -c1-12
 }
 knee_of() {  # knee_of DATASET: the trace job's rate: KNEE_<dataset> when given, else the (c) job's 90% capacity

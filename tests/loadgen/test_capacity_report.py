@@ -102,14 +102,52 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
 
 
+def _requests(call: Path, job: str, run: str, points, rows: dict[float, list[str]], archive="deadline.tgz") -> None:
+    """A config job whose archive also holds runs/<run>/requests.jsonl: `rows` per rate (each row's id)."""
+    lines = "".join(json.dumps({"id": i, "rate": rate}) + "\n" for rate, ids in rows.items() for i in ids)
+    _archive(call / job, archive, {f"runs/{run}/summary.json": json.dumps({"points": points, "complete": True}),
+                                   f"runs/{run}/requests.jsonl": lines, "runs/gpu.txt": f"{H200}\ntorch 2.11.0\n"})
+
+
+def test_a_sweep_over_several_calls_is_read_as_one(tmp_path, capsys):
+    """A config's sweep cut by one call's time and continued in others: its points merged by rate (the later
+    call's point at a rate both ran), its capacity read on the merged grid, its requests the merged points'."""
+    calls = [tmp_path / f"call{i}" for i in (1, 2, 3)]
+    _requests(calls[0], "libritts-b", "base-lanes", [_point(72, 1.0), _point(80, 1.0), _point(88, 0.5)],
+              {72: ["a72"], 80: ["a80"], 88: ["a88"]})
+    _requests(calls[1], "libritts-b", "base-lanes", [_point(80, 1.0), _point(88, 1.0), _point(96, 0.998)],
+              {80: ["b80"], 88: ["b88"], 96: ["b96"]})
+    _requests(calls[2], "libritts-b", "base-lanes", [_point(104, 0.766)], {104: ["c104"]})
+    _config(calls[2], "libritts-c", "deadline-lanes", [_point(96, 1.0), _point(104, 0.95)])
+    for call in calls:
+        (call / "jobs.txt").write_text("[   0 s] tree abc; jobs: libritts:b\n")
+    out = tmp_path / "r"
+    assert capacity_report.main([*map(str, calls), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| (b) base, lanes | 96 | 96 | 60 / 120 |" in text  # 88 from call 2 (1.0), not call 1 (0.5)
+    assert f"(b) base, lanes: one sweep from 3 calls ({calls[0]}, {calls[1]}, {calls[2]}), its points merged" in text
+    assert "(c) deadline, lanes + urgent lane: one sweep" not in text
+    assert "different trees" not in text and "Not one run" not in text
+    merged = out / "unpacked" / "merged" / "libritts-b" / "runs" / "base-lanes"
+    summary = json.loads((merged / "summary.json").read_text())
+    assert [(p["rate"], p["attainment"]) for p in summary["points"]] == [(72, 1.0), (80, 1.0), (88, 1.0),
+                                                                        (96, 0.998), (104, 0.766)]
+    ids = [json.loads(line)["id"] for line in (merged / "requests.jsonl").read_text().splitlines()]
+    assert ids == ["a72", "b80", "b88", "b96", "c104"]
+    compare_md = (out / "libritts" / "compare.md").read_text()
+    assert "| (b) base, lanes | 96 req/s | 96 req/s |" in compare_md
+
+
 def test_tree_hash_matches_the_gpu_script(tmp_path):
     """The dev machine's hash of a checkout equals what bench/gpu_capacity.sh records on the GPU host for it."""
     import shutil
     import subprocess
 
-    for rel in ("voxrt/a.py", "voxrt/sub/b.sh", "bench/c.py", "bench/results/skip.py", "voxrt/notes.txt"):
+    for rel in ("voxrt/a.py", "voxrt/sub/b.sh", "bench/c.py", "bench/results/skip.py", "voxrt/notes.txt",
+                "models/m/d.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(rel)
+    (tmp_path / "voxrt" / "models").symlink_to("../models")  # as the repository links the model programs
     script = (ROOT / "bench" / "gpu_capacity.sh").read_text()
     body = script[script.index("tree_hash() {"):script.index('note "tree $(tree_hash)')]
     if shutil.which("sha1sum") is None:
@@ -118,6 +156,10 @@ def test_tree_hash_matches_the_gpu_script(tmp_path):
     assert shell.stdout.strip() == capacity_report.tree_hash(tmp_path)
     (tmp_path / "bench/results/skip.py").write_text("changed")  # results do not count
     assert capacity_report.tree_hash(tmp_path) == shell.stdout.strip()
+    (tmp_path / "models/m/d.py").write_text("changed")  # the model programs count, through the link
+    assert capacity_report.tree_hash(tmp_path) != shell.stdout.strip()
+    shell = subprocess.run(["bash", "-c", body + "tree_hash"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shell.stdout.strip() == capacity_report.tree_hash(tmp_path)
     (tmp_path / "voxrt/a.py").write_text("changed")
     assert capacity_report.tree_hash(tmp_path) != shell.stdout.strip()
 
