@@ -118,7 +118,8 @@ fi
 cat "$R"/group*.out
 runs=()
 for pair in "(a) base, time-shared loop=base-sync" "(b) base, lanes=base-lanes" \
-            "(c) deadline, lanes + urgent lane=deadline-lanes" "(d) deadline, adaptive SM modes=deadline-adaptive"; do
+            "(c) deadline, lanes + urgent lane=deadline-lanes" "(c) + late-start demotion ${DEMOTION_MS} ms=deadline-demote" \
+            "(d) deadline, adaptive SM modes=deadline-adaptive"; do
   [ -f "$R/${pair##*=}/summary.json" ] && runs+=("${pair%=*}=$R/${pair##*=}")
 done
 for c in $GROUP0 $GROUP1; do  # the deadline+NAME variants, each with its flags
