@@ -28,6 +28,9 @@
 #              (cuBLAS, split plan, unsplit), the frame at 8 / 64 / 128 with VOXRT_SKINNY=1 against the defaults
 #              (whole GPU, and batch 64 on the LM's partition), with VOXRT_PDL=on beside it (the products' own
 #              weight slice asked of the L2 before the wait), and the fused check (CHECK_ARGS --skinny on)
+#   smtarget   the frame on the LM's green-context partition (--lanes auto) at SMT_BATCHES (64,96,128) with the
+#              defaults against VOXRT_BLAS_SM_TARGET=lanes (cuBLAS's kernels chosen for the partition's SMs at
+#              capture, runtime/cublas.py), then the lanes smoke test with it (bench/gpu_lanes_smoke.py)
 #   check      bench/gpu_fused_check.py --pdl on: the fused path with PDL against the reference and against itself
 #              without PDL (teacher-forced logits, greedy codes), with CHECK_ARGS (e.g. --skinny on)
 # Run from the repository root on the GPU machine:
@@ -207,6 +210,14 @@ EOF
           --out "$R/splitk-check" --requests 8 --tf-rows 16 --pdl off --skinny on) > "$R/splitk-check.log" 2>&1
         echo "== fused check, VOXRT_SKINNY (rc $?)"; grep -v " INFO \|^ *warn\|^\[trans" "$R/splitk-check.log" | tail -6
       fi ;;
+    smtarget)
+      frame_run smt-base "LM partition, defaults" auto "${SMT_BATCHES:-64,96,128}"
+      frame_run smt-lanes "LM partition, VOXRT_BLAS_SM_TARGET=lanes" auto "${SMT_BATCHES:-64,96,128}" \
+        VOXRT_BLAS_SM_TARGET=lanes
+      grep -h "cuBLAS kernels chosen" "$R/smt-lanes.log" | head -1
+      (VOXRT_BLAS_SM_TARGET=lanes timeout 200 python -u bench/gpu_lanes_smoke.py --model qwen3-tts --checkpoint $CKPT \
+        --out "$R/smt-smoke") > "$R/smt-smoke.log" 2>&1
+      echo "== lanes smoke, VOXRT_BLAS_SM_TARGET=lanes (rc $?)"; sed -n '/^lanes /,$p' "$R/smt-smoke.log" | head -12 ;;
     sampler)
       (cd bench && timeout 200 python -u gpu_kernels.py --only sampler --out "$R") > "$R/sampler.log" 2>&1
       echo "== sampler (rc $?)"; tail -6 "$R/sampler.log" | cut -c1-1500 ;;

@@ -156,6 +156,10 @@ class EngineCore:
         log.info("%s", self.lanes.describe())
         if device.type == "cuda":
             log.info("%s", cublas.describe())
+            targets = {lane: self.lanes.blas_sm_count(lane) for lane in self.lanes.sm_counts}
+            if any(targets.values()):
+                log.info("cuBLAS kernels chosen for each lane's SMs (VOXRT_BLAS_SM_TARGET=lanes): %s",
+                         ", ".join(f"{lane} {count}" for lane, count in targets.items()))
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,

@@ -11,11 +11,20 @@ at 112 req/s either way with TTFA p99 88.2 -> 63.6 ms, and 59.4 -> 65.1% at 120.
 PyTorch reads the variable once, when it first gives cuBLAS a workspace, so it is set when this package is
 imported (before the engine does any GPU work), and only where the user has not set it: any value of
 `CUBLAS_WORKSPACE_CONFIG` in the environment wins (`:4096:8` restores PyTorch's default size on Hopper).
+
+cuBLAS picks a product's kernel (tile shape, grid) for the SM count of the device, also when the product runs on
+a green-context partition of it: a grid sized for 132 SMs runs in two waves on the LM's 68. `sm_count_target`
+sets cuBLAS's SM-count target (`cublasSetSmCountTarget`, on the handle PyTorch gives this thread) for the products
+inside it; with `VOXRT_BLAS_SM_TARGET=lanes` the runner captures each green lane's graphs inside one for that
+lane's SM count (the kernel chosen at capture is the one the graph replays). Off by default: not yet measured.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+from pathlib import Path
 
 ENV = "CUBLAS_WORKSPACE_CONFIG"
 NO_WORKSPACE = ":0:0"
@@ -33,3 +42,63 @@ def describe(environ: dict | None = None) -> str:
     if value is None:
         return "cuBLAS workspace: PyTorch's default"
     return f"cuBLAS workspace: {ENV}={value}" + (" (none: no split-K)" if value == NO_WORKSPACE else "")
+
+
+def find_libcublas(maps: str | None = None) -> str | None:
+    """The path of the libcublas that this process has loaded (PyTorch's), from /proc/self/maps (or `maps`, its
+    text); None when none is loaded or the file cannot be read (not Linux)."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    for line in maps.splitlines():
+        parts = line.split(maxsplit=5)  # address perms offset dev inode [path]
+        path = parts[5].strip() if len(parts) == 6 else ""
+        name = os.path.basename(path)
+        if name.startswith("libcublas.so"):  # not libcublasLt.so
+            return path
+    return None
+
+
+_lib: ctypes.CDLL | None = None
+
+
+def _libcublas() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        path = find_libcublas()
+        if path is None:
+            raise RuntimeError("cuBLAS SM-count target: no libcublas is loaded in this process")
+        lib = ctypes.CDLL(path)  # the loaded library itself: dlopen of a loaded path returns it
+        lib.cublasSetSmCountTarget.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.cublasSetSmCountTarget.restype = ctypes.c_int
+        lib.cublasGetSmCountTarget.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.cublasGetSmCountTarget.restype = ctypes.c_int
+        _lib = lib
+    return _lib
+
+
+@contextlib.contextmanager
+def sm_count_target(count: int | None):
+    """cuBLAS's kernels chosen for `count` SMs inside (None: nothing changes), then the previous target back. On
+    the thread's current CUDA device; call it on the thread that runs (or captures) the products."""
+    if count is None:
+        yield
+        return
+    import torch  # noqa: PLC0415 (GPU only: the gateway's process never imports torch)
+
+    if count < 1:
+        raise ValueError(f"cuBLAS SM-count target must be >= 1, got {count}")
+    lib = _libcublas()
+    handle = ctypes.c_void_p(torch.cuda.current_blas_handle())
+    old = ctypes.c_int(0)
+    status = lib.cublasGetSmCountTarget(handle, ctypes.byref(old))
+    if status == 0:
+        status = lib.cublasSetSmCountTarget(handle, int(count))
+    if status != 0:
+        raise RuntimeError(f"cublasSetSmCountTarget({count}) failed: cuBLAS status {status}")
+    try:
+        yield
+    finally:
+        lib.cublasSetSmCountTarget(handle, old.value)

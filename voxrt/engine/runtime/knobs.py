@@ -9,6 +9,8 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
+- `VOXRT_BLAS_SM_TARGET`: `off` (default) or `lanes`: each green-context lane's graphs captured with cuBLAS
+  choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pi
              "pdlfirst": "PREFETCH_ELEMENTS", "splitk": "SKINNY_SPLIT_K"}
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
+BLAS_SM_TARGETS = ("off", "lanes")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -93,6 +96,16 @@ def decode_attention() -> str:
     return kernel
 
 
+def blas_sm_target() -> str:
+    """`VOXRT_BLAS_SM_TARGET`: `off` (the default: cuBLAS picks its kernels for the whole GPU) or `lanes` (for the
+    SMs of the green-context lane a graph is captured on)."""
+    raw = os.environ.get("VOXRT_BLAS_SM_TARGET", "off").strip().lower() or "off"
+    mode = {"0": "off", "no": "off", "false": "off"}.get(raw, raw)
+    if mode not in BLAS_SM_TARGETS:
+        raise ValueError(f"VOXRT_BLAS_SM_TARGET={raw!r}; expected off or lanes")
+    return mode
+
+
 def check_env() -> None:
     """Every knob above, parsed: a bad one raises ValueError (`voxrt serve` turns it into a usage error)."""
     decode_attention()
@@ -100,3 +113,4 @@ def check_env() -> None:
     gemv_settings()
     sampler_search()
     paged_decode_config()
+    blas_sm_target()

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from voxrt.engine.runtime import knobs
 from voxrt.engine.sched.plan import BACKGROUND, URGENT
 
 log = logging.getLogger("voxrt.engine.lanes")
@@ -96,6 +97,14 @@ class Lanes:
 
     def stream(self, lane: str):
         return self.streams.get(lane)
+
+    def blas_sm_count(self, lane: str) -> int | None:
+        """The SM count cuBLAS chooses kernels for while `lane`'s graphs are captured (runtime/cublas.py): its
+        partition's with green lanes and `VOXRT_BLAS_SM_TARGET=lanes`; None (the whole GPU) otherwise, and for
+        the urgent lane, which runs on the whole GPU."""
+        if self.mode != "green" or knobs.blas_sm_target() != "lanes":
+            return None
+        return self.sm_counts.get(lane)
 
     def pool(self, lane: str):
         return self.pools.get(lane)

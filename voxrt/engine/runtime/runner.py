@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from voxrt.engine.runtime import cublas
 from voxrt.engine.runtime.attention import (AttentionContext, HostStaging, KVCache, SeqSlice, SplitAttention,
                                             TorchAttention, flashinfer_available, make_paged_context)
 from voxrt.engine.runtime.graphs import GraphedStage, batch_buckets
@@ -327,7 +328,9 @@ class ModelRunner:
             for mode in range(self.lanes.num_sm_modes):
                 self.lanes.set_mode(mode)
                 lm_stream = self.lanes.stream(LM)
-                with self.lanes.on(LM):  # FlashInfer's plan() and the dummy fills on the lane that replays them
+                # FlashInfer's plan() and the dummy fills on the lane that replays them; cuBLAS's kernels for its
+                # SMs with VOXRT_BLAS_SM_TARGET=lanes
+                with self.lanes.on(LM), cublas.sm_count_target(self.lanes.blas_sm_count(LM)):
                     self.decode_stage.capture(lambda b: self._fill_decode(b, b.text_ids.shape[0], [], [], []),
                                               lm_stream)
                     if self.program.has_depth:
@@ -338,7 +341,7 @@ class ModelRunner:
                 for lane, stages in self.codec_stages_by_lane.items():
                     if lane not in lanes:
                         continue
-                    with self.lanes.on(lane):
+                    with self.lanes.on(lane), cublas.sm_count_target(self.lanes.blas_sm_count(lane)):
                         for stage in stages.values():
                             stage.capture(lambda b: b.slots.fill_(self.scratch_slot), self.lanes.stream(lane))
                 self.synchronize()
