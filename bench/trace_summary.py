@@ -1,7 +1,9 @@
 """Where an engine's time went, from its `--trace-dir` records (kinds `plan`, `lm`, `codec`, `step`, `sm_mode`:
 voxrt/engine/runtime/trace.py): the LM lane's busy share and its idle gaps, step GPU time with and without
 prefills, the decode batch, the waiting queue, per codec lane its busy share, launch sizes and late chunks, and
-the host loop's time per step by phase (`step` records).
+the host loop's time per step by phase (`step` records), and the LM's decode step time by how much of it each
+codec lane was running (`lm_interference`: the codec slows the LM through the memory it shares on its own
+partition, and takes the LM's SMs on the urgent lane).
 Answers "what limits capacity at this rate": a LM lane near 100% busy is the frame's limit; a codec lane near
 100% or late chunks with an idle LM is the codec's; a long waiting queue with headroom on both is the
 scheduler's (admission, live cap); idle gaps are the host loop's.
@@ -138,7 +140,71 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
             "late_first_chunks": sum(1 for s in first_slack if s < 0),
             "slack_p1_ms": _pct(np.array(slack), 1) if slack else None,
         }
+    interference = lm_interference(lm, codec)
+    if interference:
+        out["lm_interference"] = interference
     return out
+
+
+URGENT_BINS = ((0.0, 0.1), (0.1, 0.3), (0.3, 0.5), (0.5, float("inf")))
+BACKGROUND_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, float("inf")))
+
+
+def _gpu_interval(record: dict, seen_ms: float | None) -> tuple[float, float] | None:
+    """A launch's GPU time as an interval on the host clock: it ended by the time the host saw it done (launch +
+    `seen_ms`) and ran `gpu_ms` before that (the GPU's own end is earlier by the host's polling: an estimate)."""
+    gpu_ms = record.get("gpu_ms")
+    if gpu_ms is None or seen_ms is None:
+        return None
+    end = record["t_ms"] + seen_ms
+    return end - gpu_ms, end
+
+
+def _overlap_ms(start: float, end: float, intervals: list[tuple[float, float]]) -> float:
+    total = 0.0
+    for a, b in intervals:  # sorted by start
+        if a >= end:
+            break
+        if b > start:
+            total += min(end, b) - max(start, a)
+    return total
+
+
+def lm_interference(lm: list[dict], codec: list[dict], band: float = 0.125) -> dict | None:
+    """The LM's decode-only steps with a decode batch within `band` of the median batch (so the batch does not
+    explain the differences), each placed by the share of its GPU time that the urgent and the background codec
+    lanes were running (`_gpu_interval`), then per cell of URGENT_BINS x BACKGROUND_BINS: steps and GPU ms p50.
+    None without codec lanes or decode steps."""
+    steps = [r for r in lm if not r.get("prefill") and r.get("gpu_ms") and r.get("decode")]
+    lanes: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in codec:
+        interval = _gpu_interval(r, r.get("host_ms"))
+        if interval is not None:
+            lanes[r.get("lane", "?")].append(interval)
+    if not steps or not lanes:
+        return None
+    for intervals in lanes.values():
+        intervals.sort()
+    median = float(np.median([r["decode"] for r in steps]))
+    lo, hi = median * (1 - band), median * (1 + band)
+    cells: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for r in steps:
+        if not lo <= r["decode"] <= hi:
+            continue
+        start, end = _gpu_interval(r, r.get("ms"))
+        shares = [_overlap_ms(start, end, lanes.get(lane, [])) / r["gpu_ms"] for lane in ("urgent", "background")]
+        u = next(i for i, (a, b) in enumerate(URGENT_BINS) if a <= shares[0] < b)
+        g = next(i for i, (a, b) in enumerate(BACKGROUND_BINS) if a <= shares[1] < b)
+        cells[(u, g)].append(r["gpu_ms"])
+
+    def label(bins, i):
+        a, b = bins[i]
+        return f"{a:g}-{b:g}" if b != float("inf") else f">={a:g}"
+
+    return {"decode_batch": [round(lo, 1), round(hi, 1)],
+            "cells": [{"urgent_share": label(URGENT_BINS, u), "background_share": label(BACKGROUND_BINS, g),
+                       "steps": len(v), "gpu_ms_p50": _pct(np.array(v), 50)}
+                      for (u, g), v in sorted(cells.items())]}
 
 
 def main() -> None:
@@ -164,6 +230,12 @@ def main() -> None:
             print("  hub: " + ", ".join(f"{k} {v}" for k, v in s["hub"].items()))
         for lane, c in s.get("codec", {}).items():
             print(f"  codec[{lane}]: " + ", ".join(f"{k} {v}" for k, v in c.items()))
+        if "lm_interference" in s:
+            li = s["lm_interference"]
+            print(f"  lm decode step GPU ms p50 (steps) by the share of it each codec lane ran, decode batch "
+                  f"{li['decode_batch'][0]}-{li['decode_batch'][1]}: " + ", ".join(
+                      f"urgent {c['urgent_share']} / background {c['background_share']}: {c['gpu_ms_p50']} "
+                      f"({c['steps']})" for c in li["cells"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
