@@ -189,3 +189,24 @@ def test_bad_environment_knobs_are_clear_errors_before_anything_starts(capsys, m
     assert info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before it made anything
+
+
+def test_first_chunk_frames_flag_reaches_the_engine_config_and_rejects_below_one():
+    """--first-chunk-frames: None (the model program's own) by default, a value reaches EngineConfig, < 1 is a
+    clear error before any engine starts (a size above the program's chunk is the engine's typed error)."""
+    from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
+
+    base = ["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"]
+    parser = build_parser()
+    assert _engine_config(parser.parse_args(base)).first_chunk_frames is None
+    assert _engine_config(parser.parse_args(base + ["--first-chunk-frames", "4"])).first_chunk_frames == 4
+    with pytest.raises(SystemExit, match="--first-chunk-frames must be >= 1"):
+        _engine_config(parser.parse_args(base + ["--first-chunk-frames", "0"]))
+
+
+def test_the_stand_in_refuses_a_first_chunk_size():
+    from voxrt.engine.messages import EngineConfig  # noqa: PLC0415
+    from voxrt.engine.standin import StandInCore  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match="stand-in's chunks are fixed"):
+        StandInCore(EngineConfig(model="standin", first_chunk_frames=4))

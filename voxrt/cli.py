@@ -59,6 +59,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    "earliest arrival first; sched/deadline_policy.py)")
     p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
                    "ready chunks (or earlier when a deadline nears or the LM is idle)")
+    p.add_argument("--first-chunk-frames", type=int, default=None, help="frames of every request's first audio "
+                   "chunk, the next ones doubling up to the model's chunk size (default: the model's own: 2 for "
+                   "Qwen3-TTS, 80 ms each; 4 for Orpheus). Larger: later first audio, a second chunk due later")
     p.add_argument("--costs", default=None, help="override measured costs, e.g. lm_base_ms=13,codec_base_ms=3 "
                    "(fields of voxrt.engine.sched.costs.CostModel)")
     p.add_argument("--trace-dir", default=None, help="write each launch's GPU time and each decision as JSON lines")
@@ -141,6 +144,8 @@ def _engine_config(args: argparse.Namespace):
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
     if args.dec_batch < 1 or args.max_codec_batch < 1:
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
+    if args.first_chunk_frames is not None and args.first_chunk_frames < 1:
+        raise SystemExit("error: --first-chunk-frames must be >= 1")
     codec_sms, sm_mode = _sm_modes(args)
     # --max-batch-size unset: None, the engine process picks the device's default (128 on CUDA, 64 on the CPU;
     # runtime/core.py), so that `voxrt serve`'s gateway process never imports torch to ask
@@ -155,6 +160,7 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
                         late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
+                        first_chunk_frames=args.first_chunk_frames,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         trace_requests_only=args.trace_requests_only,
                         async_lm={"auto": None, "async": True, "sync": False}[args.lm_loop],

@@ -134,8 +134,8 @@ class TinyProgram(ModelProgram):
 
     @property
     def spec(self) -> ProgramSpec:
-        return ProgramSpec(num_codebooks=self.cfg.num_codebooks, chunk_frames=self.cfg.chunk_frames,
-                           first_chunk_frames=self.cfg.first_chunk_frames, consumes_text_incrementally=True,
+        return ProgramSpec(num_codebooks=self.cfg.num_codebooks, chunk_frames=self.chunk_frames,
+                           first_chunk_frames=self.first_chunk_frames, consumes_text_incrementally=True,
                            text_pad_id=TEXT_PAD, eos_code=None,
                            frames_per_text_token=self.cfg.frames_per_text_token, default_max_frames=self.cfg.max_frames,
                            samples_per_frame=self.samples_per_frame, sample_rate=self.sample_rate)

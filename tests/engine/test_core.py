@@ -460,3 +460,24 @@ def test_max_batch_size_none_is_the_devices_default_and_below_one_is_refused():
         core.close()
     with pytest.raises(InvalidParamsError, match="max_batch_size"):
         EngineCore(EngineConfig(device="cpu", max_batch_size=0, max_seq_len=256))
+
+
+def test_the_first_chunk_size_is_an_engine_option():
+    """--first-chunk-frames: every request's first chunk has that many frames, the next ones double up to the
+    program's chunk size, and the streamed audio still equals the whole offline decode; a size the program cannot
+    start with is a typed error before any work."""
+    core = make_core(first_chunk_frames=3)
+    assert core.info.first_chunk_frames == 3 and core.info.chunk_frames == 10
+    request = submit(core, "s", TEXT)
+    chunks, failures = drain(core)
+    assert not failures
+    sizes = [c.num_frames for c in chunks["s"]]
+    assert sizes[:3] == [3, 6, 10] and len(sizes) > 3, sizes
+    with torch.inference_mode():
+        whole = core.program.decode_offline(torch.tensor([request.frames]))[0].numpy()
+    np.testing.assert_allclose(pcm(chunks["s"]), whole, rtol=0, atol=1e-5)
+    assert_pools_empty(core)
+    for bad in (0, 11):
+        with pytest.raises(InvalidParamsError, match=r"first_chunk_frames must be between 1 and the program's "
+                                                     r"chunk_frames \(10\), got " + str(bad)):
+            make_core(first_chunk_frames=bad)

@@ -59,6 +59,9 @@ class EngineConfig:
     max_prefill_deferral_ms: float = 100.0
     late_start_demotion_ms: float = 0.0
     dec_batch: int = 8
+    # frames of every request's first audio chunk (the next ones double up to the program's chunk size); None: the
+    # model program's own (Qwen3-TTS 2, Orpheus 4)
+    first_chunk_frames: int | None = None
     costs: tuple[tuple[str, float], ...] = ()  # CostModel fields that override the start-up measurement
     trace_dir: str | None = None  # JSON lines: each launch's GPU time and each decision
     trace_requests_only: bool = False  # with trace_dir: only the per-request `request` records (runtime/trace.py)

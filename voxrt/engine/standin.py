@@ -130,6 +130,9 @@ class StandInCore:
     def __init__(self, config: EngineConfig) -> None:
         if not config.standin_speed > 0:
             raise ValueError(f"standin_speed must be > 0, got {config.standin_speed}")
+        if config.first_chunk_frames is not None:
+            raise ValueError("first_chunk_frames applies to a model program; the stand-in's chunks are fixed "
+                             f"(CHUNK_SCHEDULE {CHUNK_SCHEDULE})")
         self.speed = config.standin_speed
         # only reported (load): what a real engine would decode (None: a CPU engine's default)
         self.max_batch_size = config.max_batch_size or 64

@@ -134,6 +134,13 @@ class EngineCore:
             torch.cuda.set_device(device)
         dtype = resolve_dtype(config.dtype, device)
         program = program if program is not None else build_program(config.model, config.checkpoint)
+        if config.first_chunk_frames is not None:
+            try:
+                program.set_first_chunk_frames(config.first_chunk_frames)
+            except ValueError as exc:
+                raise InvalidParamsError(str(exc)) from None
+            log.info("first audio chunk: %d frames (then doubling up to %d)", program.first_chunk_frames,
+                     program.chunk_frames)
         backend = resolve_backend(config.attention_backend, device)
         geom = program.lm_geometry
         page_bytes = bytes_per_page(geom.num_layers, config.page_size, geom.num_kv_heads, geom.head_dim, dtype)

@@ -99,6 +99,23 @@ class ModelProgram(nn.Module, abc.ABC):
     @abc.abstractmethod
     def lm_geometry(self) -> LMGeometry: ...
 
+    def set_first_chunk_frames(self, frames: int) -> None:
+        """Every request's first audio chunk is `frames` frames from now on (the engine's `--first-chunk-frames`;
+        the chunks after it double up to `chunk_frames`, plan.chunk_schedule). Call before the engine builds its
+        runner (the codec's graphs are captured per chunk size). ValueError, with the program unchanged, for a
+        size the program cannot start with (above `chunk_frames`, or too short to release audio through its
+        codec's delay)."""
+        if not 1 <= frames <= self.chunk_frames:
+            raise ValueError(f"first_chunk_frames must be between 1 and the program's chunk_frames "
+                             f"({self.chunk_frames}), got {frames}")
+        old = self.first_chunk_frames
+        self.first_chunk_frames = frames
+        try:
+            checked_spec(self)  # the spec follows the attribute and accepts the size (ProgramSpec's checks)
+        except ValueError:
+            self.first_chunk_frames = old
+            raise
+
     # ---- text and prompt (host side) ---------------------------------------------------------------------
 
     @abc.abstractmethod
