@@ -7,6 +7,9 @@ goes after the streams still on time, for at most that long).
     # calibrated to the H200's 60 s whole-text points (104 req/s 100%, 112 95.3%; 2026-12-04-capacity):
     python bench/sim_late_start.py --rates 112,120,128 --lm-share 0.52 --bg-share 0.55 --urgent-pause 0.1 \
         --prefill-ms 0.06 --demotion 0,2000,inf
+    # the first chunk's size (`--first-chunk`, frames; 2 is Qwen3-TTS's), H100 shares (2026-12-06-h100-capacity-run):
+    python bench/sim_late_start.py --rates 112,120,128 --lm-share 0.51 --bg-share 0.31 --urgent-pause 0.1 \
+        --prefill-ms 0.06 --demotion 0 --first-chunk 2,3,4
 
 LibriTTS test-clean texts, Poisson arrivals (seed 0: the same arrivals for every setting), the lanes runtime
 with the H200's start-up cost model (`COSTS`: measured at engine start on the whole GPU) on SM shares that put
@@ -24,7 +27,7 @@ import math
 
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.scheduler import SchedulerConfig
-from voxrt.engine.sched.sim import TTFA_SLO_MS, simulate
+from voxrt.engine.sched.sim import SIM_SPEC, TTFA_SLO_MS, simulate
 
 # measured at engine start-up on the H200 (bench/results/2026-12-03-frame-l2/frame.log), prefill per token
 # raised to the mixed steps' observed cost (steps with prompts ~2.7 ms longer for ~15 prompt tokens)
@@ -46,6 +49,8 @@ def main() -> None:
     ap.add_argument("--prefill-ms", type=float, default=COSTS.prefill_per_token_ms, help="prefill ms a prompt token")
     ap.add_argument("--codec-per-frame-ms", type=float, default=COSTS.codec_per_frame_ms,
                     help="the codec's ms a frame on the whole GPU (COSTS: the start-up measurement)")
+    ap.add_argument("--first-chunk", default="2", help="first chunk sizes in frames (comma-separated; the chunks "
+                    "after it double up to 25, as Qwen3-TTS's)")
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
     ap.add_argument("--out", default=None, help="JSON lines, one per run")
     args = ap.parse_args()
@@ -53,24 +58,26 @@ def main() -> None:
         texts = [json.loads(line)["text"] for line in f][:4000]
     costs = dataclasses.replace(COSTS, prefill_per_token_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms)
     rows = []
-    for rate in (float(r) for r in args.rates.split(",")):
-        for demotion in (float(d) for d in args.demotion.split(",")):
-            config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
-                                     late_start_demotion_ms=demotion)
-            result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
-                              lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
-                              tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause)
-            ttfa = sorted(result.ttfa_ms)
-            pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
-            row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
-                       prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
-                       tokens_per_s=args.tokens_per_s, requests=len(result.records),
-                       attainment_pct=round(100 * result.attainment, 1),
-                       late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),
-                       stalled=sum(1 for s in result.stalls if s), ttfa_p50_ms=pick(0.5), ttfa_p99_ms=pick(0.99),
-                       ttfa_max_ms=round(ttfa[-1], 1) if ttfa else None, codec_errors=len(result.codec_errors))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    settings = [(rate, demotion, first) for first in (int(f) for f in args.first_chunk.split(","))
+                for rate in (float(r) for r in args.rates.split(",")) for demotion in (float(d) for d in args.demotion.split(","))]
+    for rate, demotion, first in settings:
+        config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
+                                 late_start_demotion_ms=demotion)
+        result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
+                          lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
+                          tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause,
+                          spec=dataclasses.replace(SIM_SPEC, first_chunk_frames=first))
+        ttfa = sorted(result.ttfa_ms)
+        pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
+        row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
+                   prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
+                   tokens_per_s=args.tokens_per_s, first_chunk_frames=first, requests=len(result.records),
+                   attainment_pct=round(100 * result.attainment, 1),
+                   late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),
+                   stalled=sum(1 for s in result.stalls if s), ttfa_p50_ms=pick(0.5), ttfa_p99_ms=pick(0.99),
+                   ttfa_max_ms=round(ttfa[-1], 1) if ttfa else None, codec_errors=len(result.codec_errors))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
