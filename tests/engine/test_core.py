@@ -481,3 +481,24 @@ def test_the_first_chunk_size_is_an_engine_option():
         with pytest.raises(InvalidParamsError, match=r"first_chunk_frames must be between 1 and the program's "
                                                      r"chunk_frames \(10\), got " + str(bad)):
             make_core(first_chunk_frames=bad)
+
+
+def test_a_first_chunk_the_codec_cannot_release_is_refused_and_the_program_kept():
+    """A program whose streaming codec lags (Orpheus: its first chunk must outlast the lag) refuses a first chunk
+    too short to release audio, through its spec's own check, and keeps the size it had."""
+    import dataclasses  # noqa: PLC0415
+
+    from models.tiny.program import TinyConfig, TinyProgram  # noqa: PLC0415
+
+    class LaggingProgram(TinyProgram):
+        @property
+        def spec(self):
+            return dataclasses.replace(super().spec, codec_delay_samples=self.codec_delay_samples)
+
+    program = LaggingProgram(TinyConfig())
+    program.codec_delay_samples = 3 * program.samples_per_frame // 2  # a frame and a half of lag
+    with pytest.raises(ValueError, match="releases no audio"):
+        program.set_first_chunk_frames(1)
+    assert program.first_chunk_frames == 2 and program.spec.first_chunk_frames == 2
+    program.set_first_chunk_frames(3)
+    assert program.spec.first_chunk_frames == 3
