@@ -12,8 +12,9 @@ PyTorch reads the variable once, when it first gives cuBLAS a workspace, so it i
 imported (before the engine does any GPU work), and only where the user has not set it: any value of
 `CUBLAS_WORKSPACE_CONFIG` in the environment wins (`:4096:8` restores PyTorch's default size on Hopper).
 
-cuBLAS picks a product's kernel (tile shape, grid) for the SM count of the device, also when the product runs on
-a green-context partition of it: a grid sized for 132 SMs runs in two waves on the LM's 68. `sm_count_target`
+cuBLAS picks a product's kernel (tile shape, grid) by heuristics over the problem and the SMs it assumes it has;
+whether it sees a green-context partition as fewer SMs is not documented, and a grid sized for 132 SMs would run in
+two waves on the LM's 68. `sm_count_target`
 sets cuBLAS's SM-count target (`cublasSetSmCountTarget`, on the handle PyTorch gives this thread) for the products
 inside it; with `VOXRT_BLAS_SM_TARGET=lanes` the runner captures each green lane's graphs inside one for that
 lane's SM count (the kernel chosen at capture is the one the graph replays). Off by default: not yet measured.
