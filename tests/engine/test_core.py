@@ -488,7 +488,7 @@ def test_a_first_chunk_the_codec_cannot_release_is_refused_and_the_program_kept(
     too short to release audio, through its spec's own check, and keeps the size it had."""
     import dataclasses  # noqa: PLC0415
 
-    from models.tiny.program import TinyConfig, TinyProgram  # noqa: PLC0415
+    from voxrt.models.tiny.program import TinyConfig, TinyProgram  # noqa: PLC0415
 
     class LaggingProgram(TinyProgram):
         @property
