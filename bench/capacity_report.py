@@ -164,9 +164,11 @@ def trace_row(root: Path) -> dict | None:
     summary = next((v for v in data.values() if isinstance(v, dict) and "lm" in v), {})
     lm = summary.get("lm") or {}
     codec = summary.get("codec") or {}
-    return {"rate": rate[1] if rate else "?", "lm_busy_pct": lm.get("busy_pct"),
+    # busy while requests were still arriving where the summary has it (the whole window holds the drain)
+    key = "busy_pct_while_arriving" if "busy_pct_while_arriving" in lm else "busy_pct"
+    return {"rate": rate[1] if rate else "?", "lm_busy_pct": lm.get(key), "busy_while_arriving": key != "busy_pct",
             "prefill_share_pct": lm.get("prefill_share_pct"), "decode_batch_p50": lm.get("decode_batch_p50"),
-            "codec_busy_pct": {lane: v.get("busy_pct") for lane, v in codec.items() if isinstance(v, dict)}}
+            "codec_busy_pct": {lane: v.get(key, v.get("busy_pct")) for lane, v in codec.items() if isinstance(v, dict)}}
 
 
 def report(jobs: dict, calls: list[dict], out: Path) -> str:
@@ -233,9 +235,10 @@ def report(jobs: dict, calls: list[dict], out: Path) -> str:
         row = trace_row(trace["root"]) if trace else None
         if row:
             busy = ", ".join(f"{lane} {v}%" for lane, v in row["codec_busy_pct"].items()) or "-"
+            when = " while requests arrived" if row["busy_while_arriving"] else ""
             lines += ["", f"The knee traced at {row['rate']} req/s (20 s, (c) engine-direct): LM lane busy "
-                      f"{row['lm_busy_pct']}%, prefill share {row['prefill_share_pct']}%, decode batch p50 "
-                      f"{row['decode_batch_p50']}; codec lanes busy: {busy}."]
+                      f"{row['lm_busy_pct']}%{when}, prefill share {row['prefill_share_pct']}%, decode batch p50 "
+                      f"{row['decode_batch_p50']}; codec lanes busy{when}: {busy}."]
     split = [(ds, entry) for (ds, job), entry in jobs.items() if job == "split"]
     for ds, entry in split:
         md = next(iter(sorted(entry["root"].rglob("compare.md"))), None)

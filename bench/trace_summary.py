@@ -1,7 +1,9 @@
 """Where an engine's time went, from its `--trace-dir` records (kinds `plan`, `lm`, `codec`, `step`, `sm_mode`:
 voxrt/engine/runtime/trace.py): the LM lane's busy share and its idle gaps, step GPU time with and without
 prefills, the decode batch, the waiting queue, per codec lane its busy share, launch sizes and late chunks, and
-the host loop's time per step by phase (`step` records), and the LM's decode step time by how much of it each
+the host loop's time per step by phase (`step` records), the LM's and codec lanes' busy shares also while requests
+were still arriving (`busy_pct_while_arriving`, from the `request` records: the whole window holds the drain), and
+the LM's decode step time by how much of it each
 codec lane was running (`lm_interference`: the codec slows the LM through the memory it shares on its own
 partition, and takes the LM's SMs on the urgent lane).
 Answers "what limits capacity at this rate": a LM lane near 100% busy is the frame's limit; a codec lane near
@@ -140,6 +142,20 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
             "late_first_chunks": sum(1 for s in first_slack if s < 0),
             "slack_p1_ms": _pct(np.array(slack), 1) if slack else None,
         }
+    # the same busy shares while requests were still arriving (from the skip to the last arrival in the `request`
+    # records): the whole window also holds the drain, where the load falls away, so it reads low at a knee
+    arrivals = [r["arrival_ms"] for r in records if r.get("kind") == "request" and r.get("arrival_ms") is not None]
+    if arrivals and max(arrivals) > t0:
+        hi = max(arrivals)
+        span = hi - t0
+        out["arriving_window_s"] = round(span / 1e3, 2)
+
+        def busy(rs: list[dict]) -> float:
+            return round(100 * sum(r["gpu_ms"] for r in rs if r.get("gpu_ms") is not None and r["t_ms"] < hi) / span, 1)
+
+        out["lm"]["busy_pct_while_arriving"] = busy(lm)
+        for lane, rs in sorted(lanes.items()):
+            out["codec"][lane]["busy_pct_while_arriving"] = busy(rs)
     interference = lm_interference(lm, codec)
     if interference:
         out["lm_interference"] = interference
@@ -219,7 +235,8 @@ def main() -> None:
             records = [json.loads(line) for line in f if line.strip()]
         s = summarize(records, args.skip_s)
         result[path] = s
-        print(f"== {path}: {s.get('window_s')} s, {s.get('records')} records")
+        arriving = f" (requests arriving for {s['arriving_window_s']} s of it)" if "arriving_window_s" in s else ""
+        print(f"== {path}: {s.get('window_s')} s{arriving}, {s.get('records')} records")
         for key in ("lm", "plan"):
             if key in s:
                 print(f"  {key}: " + ", ".join(f"{k} {v}" for k, v in s[key].items()))

@@ -47,3 +47,18 @@ def test_no_codec_lanes_no_section():
     summary = trace_summary.summarize([_lm(0.0, 8.0), _codec("background", 0.5, 9.0)], skip_s=0)
     assert summary["lm_interference"]["cells"] == [{"urgent_share": "0-0.1", "background_share": ">=0.9",
                                                      "steps": 1, "gpu_ms_p50": 8.0}]
+
+
+def test_busy_while_requests_arrive_leaves_the_drain_out():
+    """`busy_pct_while_arriving`: the LM's and each codec lane's GPU time over the window up to the last arrival
+    in the `request` records; the whole window (`busy_pct`) also holds the drain after it."""
+    records = [_lm(float(t), 9.0) for t in range(0, 100, 10)]  # busy 90% while requests arrive (0-100 ms)
+    records += [_lm(100.0 + t, 1.0) for t in range(0, 100, 10)]  # the drain: 10% busy
+    records += [_codec("background", 5.0, 50.0)]
+    records += [{"kind": "request", "id": "r0", "arrival_ms": 0.0}, {"kind": "request", "id": "r1", "arrival_ms": 100.0}]
+    summary = trace_summary.summarize(records, skip_s=0)
+    assert summary["arriving_window_s"] == 0.1
+    assert summary["lm"]["busy_pct_while_arriving"] == 90.0
+    assert summary["lm"]["busy_pct"] < 60.0  # the window runs to the drain's end
+    assert summary["codec"]["background"]["busy_pct_while_arriving"] == 50.0
+    assert "arriving_window_s" not in trace_summary.summarize(records[:-2], skip_s=0)  # no request records

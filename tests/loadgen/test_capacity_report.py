@@ -69,6 +69,20 @@ def test_report_reads_capacities_ratios_and_the_knee(tmp_path, capsys):
     assert not (out / "seedtts").exists()  # no Seed-TTS job ran
 
 
+def test_the_knee_line_takes_the_busy_shares_while_requests_arrived(tmp_path):
+    call = tmp_path / "c"
+    trace = {"/x/trace-112/engine.jsonl": {"lm": {"busy_pct": 89.0, "busy_pct_while_arriving": 99.9,
+                                                  "prefill_share_pct": 6.8, "decode_batch_p50": 91},
+                                           "codec": {"background": {"busy_pct": 76.4, "busy_pct_while_arriving": 74.7},
+                                                     "urgent": {"busy_pct": 27.9, "busy_pct_while_arriving": 33.8}}}}
+    _archive(call / "libritts-trace", "knee.tgz", {"r/trace-112.json": json.dumps(trace), "r/gpu.txt": H200})
+    _config(call, "libritts-c", "deadline-lanes", [_point(104, 1.0), _point(112, 1.0), _point(116, 0.777)])
+    jobs, calls = capacity_report.load_calls([call], tmp_path / "u")
+    text = capacity_report.report(jobs, calls, tmp_path / "r")
+    assert ("LM lane busy 99.9% while requests arrived, prefill share 6.8%, decode batch p50 91; codec lanes busy "
+            "while requests arrived: background 74.7%, urgent 33.8%.") in text
+
+
 def test_a_grid_that_never_missed_is_a_lower_bound_and_mixed_gpus_are_named(tmp_path, capsys):
     call1, call2 = tmp_path / "c1", tmp_path / "c2"
     _config(call1, "seedtts-a", "base-sync", [_point(88, 1.0), _point(104, 0.8)])
