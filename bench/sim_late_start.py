@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 
@@ -58,9 +59,10 @@ def main() -> None:
         texts = [json.loads(line)["text"] for line in f][:4000]
     costs = dataclasses.replace(COSTS, prefill_per_token_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms)
     rows = []
-    settings = [(rate, demotion, first) for first in (int(f) for f in args.first_chunk.split(","))
-                for rate in (float(r) for r in args.rates.split(",")) for demotion in (float(d) for d in args.demotion.split(","))]
-    for rate, demotion, first in settings:
+    firsts = [int(f) for f in args.first_chunk.split(",")]
+    rates = [float(r) for r in args.rates.split(",")]
+    demotions = [float(d) for d in args.demotion.split(",")]
+    for first, rate, demotion in itertools.product(firsts, rates, demotions):
         config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
                                  late_start_demotion_ms=demotion)
         result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,

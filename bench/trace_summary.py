@@ -3,9 +3,8 @@ voxrt/engine/runtime/trace.py): the LM lane's busy share and its idle gaps, step
 prefills, the decode batch, the waiting queue, per codec lane its busy share, launch sizes and late chunks, and
 the host loop's time per step by phase (`step` records), the LM's and codec lanes' busy shares also while requests
 were still arriving (`busy_pct_while_arriving`, from the `request` records: the whole window holds the drain), and
-the LM's decode step time by how much of it each
-codec lane was running (`lm_interference`: the codec slows the LM through the memory it shares on its own
-partition, and takes the LM's SMs on the urgent lane).
+the LM's decode step time by how much of it each codec lane was running (`lm_interference`: the codec slows the LM
+through the memory it shares on its own partition, and takes the LM's SMs on the urgent lane).
 Answers "what limits capacity at this rate": a LM lane near 100% busy is the frame's limit; a codec lane near
 100% or late chunks with an idle LM is the codec's; a long waiting queue with headroom on both is the
 scheduler's (admission, live cap); idle gaps are the host loop's.
@@ -191,7 +190,7 @@ def lm_interference(lm: list[dict], codec: list[dict], band: float = 0.125) -> d
     explain the differences), each placed by the share of its GPU time that the urgent and the background codec
     lanes were running (`_gpu_interval`), then per cell of URGENT_BINS x BACKGROUND_BINS: steps and GPU ms p50.
     None without codec lanes or decode steps."""
-    steps = [r for r in lm if not r.get("prefill") and r.get("gpu_ms") and r.get("decode")]
+    steps = [r for r in lm if not r.get("prefill") and r.get("gpu_ms") and r.get("decode") and r.get("ms") is not None]
     lanes: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in codec:
         interval = _gpu_interval(r, r.get("host_ms"))
