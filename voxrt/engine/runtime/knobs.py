@@ -10,7 +10,9 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
 - `VOXRT_BLAS_SM_TARGET`: `off` (default) or `lanes`: each green-context lane's graphs captured with cuBLAS
-  choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py).
+  choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py). Measured slower
+  on an H100 (the frame on the LM's 68-SM partition 6.34 -> 7.27 ms at batch 64, 8.34 -> 9.19 at 128;
+  bench/results/2026-12-06-h100-levers/), so it stays off.
 """
 
 from __future__ import annotations
