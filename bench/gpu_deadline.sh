@@ -23,7 +23,9 @@
 # engine/loadgen flags in $ARGS_NAME, NAME=value words among them the engine's environment (e.g. ARGS_skinny="VOXRT_SKINNY=1";
 # GROUP0="deadline-lanes deadline+b256 deadline+live512"
 # ARGS_b256="--max-batch-size 256" ARGS_live512="--max-live-requests 512": levers against (c) on the same arrivals;
-# its results are runs/deadline-NAME, RATES_deadline_NAME / LIMIT_deadline_NAME set its grid and limit).
+# its results are runs/deadline-NAME, RATES_deadline_NAME / LIMIT_deadline_NAME set its grid and limit), and
+# base-sync+NAME the same for the time-shared loop (runs/base-sync-NAME; e.g. ARGS_w100="--max-admission-wait-ms 100"
+# on both (a) and (c): GROUP0="base-sync+w100 deadline-lanes deadline+w100").
 # Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}
@@ -91,7 +93,8 @@ config() {
     split) timeout "$(limit split)" python -m voxrt.cli profile-split --model qwen3-tts --checkpoint $CKPT \
              --sm-modes 16,32,48,64,96 --out "$R/profile-split.json" > "$R/profile-split.log" 2>&1
            echo "== profile-split (rc $?)"; grep -v INFO "$R/profile-split.log" | tail -12 ;;
-    deadline+*) local name=${1#deadline+} var; var="ARGS_${1#deadline+}"
+    deadline+*|base-sync+*)
+                local base=${1%%+*} name=${1#*+} var; var="ARGS_${1#*+}"
                 if [[ ! $name =~ ^[A-Za-z0-9_]+$ ]] || [ -z "${!var:-}" ]; then
                   echo "== $1: needs a name of letters, digits and _ and flags in $var"
                 else
@@ -100,8 +103,10 @@ config() {
                   for word in ${!var}; do
                     if [[ $word =~ ^[A-Z][A-Z0-9_]*= ]]; then envs+=("$word"); else flags+=("$word"); fi
                   done
+                  if [ "$base" = deadline ]; then flags=(--lanes auto "${split_args[@]}" "${flags[@]}"); sched=deadline
+                  else flags=(--lanes off "${flags[@]}"); sched=base; fi
                   (for e in "${envs[@]}"; do export "${e?}"; done
-                   loadgen "deadline-$name" deadline --lanes auto "${split_args[@]}" "${flags[@]}")
+                   loadgen "$base-$name" "$sched" "${flags[@]}")
                 fi ;;
     *) echo "unknown config $1" ;;
   esac
@@ -122,9 +127,10 @@ for pair in "(a) base, time-shared loop=base-sync" "(b) base, lanes=base-lanes" 
             "(d) deadline, adaptive SM modes=deadline-adaptive"; do
   [ -f "$R/${pair##*=}/summary.json" ] && runs+=("${pair%=*}=$R/${pair##*=}")
 done
-for c in $GROUP0 $GROUP1; do  # the deadline+NAME variants, each with its flags
-  case $c in deadline+*) var="ARGS_${c#deadline+}"; d="deadline-${c#deadline+}"
-    [ -f "$R/$d/summary.json" ] && runs+=("(c) + ${!var:-}=$R/$d") ;; esac
+for c in $GROUP0 $GROUP1; do  # the deadline+NAME and base-sync+NAME variants, each with its flags
+  case $c in deadline+*|base-sync+*) var="ARGS_${c#*+}"; d="${c%%+*}-${c#*+}"; label="(c)"
+    [ "${c%%+*}" = base-sync ] && label="(a)"
+    [ -f "$R/$d/summary.json" ] && runs+=("$label + ${!var:-}=$R/$d") ;; esac
 done
 [ ${#runs[@]} -gt 0 ] && python -m voxrt.loadgen.compare --out "$R" "${runs[@]}"
 cp "$R"/compare.md "$OUT"/ 2>/dev/null

@@ -1,6 +1,7 @@
 """The deadline policy's admission under overload, in the simulation (sched/sim.py; CPU only, no GPU figures):
 earliest arrival first against `late_start_demotion_ms` (a waiting stream already past its first-audio deadline
-goes after the streams still on time, for at most that long).
+goes after the streams still on time, for at most that long) and against `max_admission_wait_ms` (`--max-wait`:
+a stream not admitted within it is refused; its row counts the refused requests, which miss the SLO).
 
     python bench/sim_late_start.py --rates 80,88,96,104 --duration 60 --demotion 0,2000,inf
     python bench/sim_late_start.py --rates 72,80,88 --duration 60 --demotion 0,2000,inf --tokens-per-s 30
@@ -10,6 +11,9 @@ goes after the streams still on time, for at most that long).
     # the first chunk's size (`--first-chunk`, frames; 2 is Qwen3-TTS's), H100 shares (2026-12-06-h100-capacity-run):
     python bench/sim_late_start.py --rates 112,120,128 --lm-share 0.51 --bg-share 0.31 --urgent-pause 0.1 \
         --prefill-ms 0.06 --demotion 0 --first-chunk 2,3,4
+    # overload protection (bench/results/2026-12-06-h100-levers/):
+    python bench/sim_late_start.py --rates 112,120,128,136,144 --lm-share 0.51 --bg-share 0.31 --urgent-pause 0.1 \
+        --prefill-ms 0.06 --demotion 0 --max-wait none,100
 
 LibriTTS test-clean texts, Poisson arrivals (seed 0: the same arrivals for every setting), the lanes runtime
 with the H200's start-up cost model (`COSTS`: measured at engine start on the whole GPU) on SM shares that put
@@ -41,6 +45,8 @@ def main() -> None:
     ap.add_argument("--rates", default="80,88,96")
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--demotion", default="0,2000,inf", help="late_start_demotion_ms values (0: off)")
+    ap.add_argument("--max-wait", default="none", help="max_admission_wait_ms values (none: off; "
+                    "comma-separated): a stream not admitted within it is refused")
     ap.add_argument("--tokens-per-s", type=float, default=None, help="stream each text at this rate (default: whole)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--live", type=int, default=256)
@@ -62,9 +68,10 @@ def main() -> None:
     firsts = [int(f) for f in args.first_chunk.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
     demotions = [float(d) for d in args.demotion.split(",")]
-    for first, rate, demotion in itertools.product(firsts, rates, demotions):
+    waits = [None if w == "none" else float(w) for w in args.max_wait.split(",")]
+    for first, rate, demotion, wait in itertools.product(firsts, rates, demotions, waits):
         config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
-                                 late_start_demotion_ms=demotion)
+                                 late_start_demotion_ms=demotion, max_admission_wait_ms=wait)
         result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
                           lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
                           tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause,
@@ -73,6 +80,7 @@ def main() -> None:
         pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
         row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
                    prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
+                   max_admission_wait_ms=wait, refused=sum(1 for r in result.records if r.status == "failed"),
                    tokens_per_s=args.tokens_per_s, first_chunk_frames=first, requests=len(result.records),
                    attainment_pct=round(100 * result.attainment, 1),
                    late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),

@@ -136,6 +136,23 @@ def test_late_start_demotion_flag_reaches_the_engine_config_and_rejects_negative
             _engine_config(args)
 
 
+def test_max_admission_wait_flag_reaches_the_engine_config_and_rejects_bad_values():
+    """--max-admission-wait-ms: off (None) by default, serve and loadgen both take it, a value reaches EngineConfig,
+    < 0, NaN and inf are clear errors (overload protection, sched/scheduler.py)."""
+    from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
+
+    parser = build_parser()
+    for base in (["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"],
+                 ["serve", "--device", "cpu"]):
+        assert _engine_config(parser.parse_args(base)).max_admission_wait_ms is None
+        args = parser.parse_args(base + ["--max-admission-wait-ms", "100"])
+        assert _engine_config(args).max_admission_wait_ms == 100.0
+        for bad in ("-1", "nan", "inf"):
+            args = parser.parse_args(base + ["--max-admission-wait-ms", bad])
+            with pytest.raises(SystemExit, match="max-admission-wait-ms"):
+                _engine_config(args)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--dp-size", "0"], "--dp-size must be an integer >= 1"),
     (["--dp-size", "2", "--device", "cuda:1"], "names one device"),

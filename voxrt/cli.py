@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 
 from voxrt.engine.errors import EngineError
@@ -57,6 +58,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="under overload, a waiting stream already past its first-audio deadline is admitted after "
                    "the streams that can still make theirs, for at most this long past it (0, the default: "
                    "earliest arrival first; sched/deadline_policy.py)")
+    p.add_argument("--max-admission-wait-ms", type=float, default=None,
+                   help="overload protection, every policy: a stream not admitted within this long after it could "
+                   "be (its arrival, or its text's) is refused with a non-fatal `server_busy` error at once "
+                   "instead of being served late (default: none is refused; sched/scheduler.py)")
     p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
                    "ready chunks (or earlier when a deadline nears or the LM is idle)")
     p.add_argument("--first-chunk-frames", type=int, default=None, help="frames of every request's first audio "
@@ -142,6 +147,8 @@ def _engine_config(args: argparse.Namespace):
                  "deadline_late_start_demotion_ms"):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
+    if args.max_admission_wait_ms is not None and not 0 <= args.max_admission_wait_ms < math.inf:
+        raise SystemExit("error: --max-admission-wait-ms must be a finite number >= 0")
     if args.dec_batch < 1 or args.max_codec_batch < 1:
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
     if args.first_chunk_frames is not None and args.first_chunk_frames < 1:
@@ -160,6 +167,7 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
                         late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
+                        max_admission_wait_ms=args.max_admission_wait_ms,
                         first_chunk_frames=args.first_chunk_frames,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         trace_requests_only=args.trace_requests_only,

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import assert_pools_empty, drain, make_core, pcm, submit
-from voxrt.engine.errors import InvalidParamsError, UnknownModelError, UnknownVoiceError
+from voxrt.engine.errors import (InvalidParamsError, ServerBusyError, UnknownModelError, UnknownVoiceError,
+                                 error_from_code)
 from voxrt.engine.messages import EngineConfig, RequestFailed
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.runtime.core import EngineCore
@@ -264,6 +265,22 @@ def test_a_prompt_that_can_never_fit_is_refused():
     _, failures = drain(core)
     assert failures["big"].code == "capacity"
     assert_pools_empty(core)
+
+
+def test_a_stream_not_started_within_the_admission_wait_is_refused_server_busy():
+    """--max-admission-wait-ms through the engine: with one batch slot and no wait allowed, the second stream is
+    refused (`server_busy`, the wire's code; the client side rebuilds `ServerBusyError`) while the first one is
+    served whole, and nothing is left held."""
+    core = make_core(max_batch_size=1, max_admission_wait_ms=0.0)
+    submit(core, "first", TEXT)
+    submit(core, "second", OTHERS[0])
+    chunks, failures = drain(core)
+    assert set(failures) == {"second"} and failures["second"].code == "server_busy"
+    assert "server at capacity" in failures["second"].message
+    assert chunks["first"][-1].is_last and "second" not in chunks
+    assert_pools_empty(core)
+    error = error_from_code(failures["second"].code, failures["second"].message)
+    assert isinstance(error, ServerBusyError) and error.code == "server_busy"
 
 
 def test_unknown_model_lists_the_available_ones():

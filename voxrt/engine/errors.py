@@ -47,6 +47,13 @@ class CapacityError(EngineError):
     code = "capacity"
 
 
+class ServerBusyError(EngineError):
+    """The engine refused a stream it could not start within `max_admission_wait_ms` (overload): retry later or
+    elsewhere. The wire's `server_busy`."""
+
+    code = "server_busy"
+
+
 class RequestFailedError(EngineError):
     """A step that involved the request raised; the engine itself keeps serving."""
 
@@ -60,7 +67,7 @@ class EngineDeadError(EngineError):
 
 
 _BY_CODE = {cls.code: cls for cls in (UnknownModelError, CheckpointError, UnknownVoiceError, InvalidParamsError, UnknownRequestError,
-                                      CapacityError, RequestFailedError, EngineDeadError)}
+                                      CapacityError, ServerBusyError, RequestFailedError, EngineDeadError)}
 
 
 def error_from_code(code: str, message: str) -> EngineError:

@@ -58,6 +58,7 @@ class EngineConfig:
     urgent_ms: float = 100.0
     max_prefill_deferral_ms: float = 100.0
     late_start_demotion_ms: float = 0.0
+    max_admission_wait_ms: float | None = None  # overload protection (SchedulerConfig): None refuses none
     dec_batch: int = 8
     # frames of every request's first audio chunk (the next ones double up to the program's chunk size); None: the
     # model program's own (Qwen3-TTS 2, Orpheus 4)

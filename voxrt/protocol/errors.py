@@ -37,6 +37,8 @@ TOO_MANY_INVALID_MESSAGES = "too_many_invalid_messages"
 INACTIVITY_TIMEOUT = "inactivity_timeout"
 UNAUTHORIZED = "unauthorized"  # for the gateway: auth normally closes before any message, but may say why
 SERVER_BUSY = "server_busy"  # for the gateway: server at capacity; sent with `retry_after_ms` before close 4029
+# (a session refused at its start); also non-fatal for one context that the engine could not start in time
+# (`--max-admission-wait-ms`), the session going on
 SERVER_SHUTTING_DOWN = "server_shutting_down"  # for the gateway: drained on SIGTERM (gateway/drain.py), close 1001
 
 FATAL_CLOSE_CODES: dict[str, int] = {

@@ -346,6 +346,51 @@ def test_deadline_late_start_demotion_admits_on_time_streams_before_lost_ones():
         SchedulerConfig(late_start_demotion_ms=math.nan)
 
 
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_max_admission_wait_refuses_streams_the_engine_kept_waiting(policy):
+    """`max_admission_wait_ms` (every policy): a stream still waiting this long after it could have been admitted
+    and not admitted by the step's plan either is failed with `server_busy`; its wait counts from its text's
+    arrival when the text came later, and non-streaming requests are never refused. Off (None) by default:
+    nothing is refused however long it waited."""
+    def scheduler(**config):  # one live request at a time: "running" holds it, every other one waits
+        sched = make(policy, max_batch_size=1, **config)
+        add(sched, "running", num_words=3, arrival_ns=NOW - 900 * MS)
+        assert [r.request_id for r in sched.schedule(NOW - 900 * MS).prefill] == ["running"]
+        return sched
+
+    sched = scheduler()
+    add(sched, "old", num_words=3, arrival_ns=NOW - 5000 * MS)
+    sched.schedule(NOW)
+    assert sched.pop_failures() == [] and sched.requests["old"].state is S.WAITING
+
+    sched = scheduler(max_admission_wait_ms=100.0)
+    add(sched, "overdue", num_words=3, arrival_ns=NOW - 101 * MS)
+    add(sched, "in_time", num_words=3, arrival_ns=NOW - 100 * MS)  # exactly the bound: still waits
+    add(sched, "batch_job", num_words=3, arrival_ns=NOW - 900 * MS).is_streaming = False
+    late_text = add(sched, "late_text", num_words=None, arrival_ns=NOW - 900 * MS)  # no text yet
+    sched.schedule(NOW - 50 * MS)  # sees late_text without text: its wait starts after this step
+    sched.append_text("late_text", "word word", True)
+    sched.schedule(NOW)
+    failures = sched.pop_failures()
+    assert [(f.request.request_id, f.code) for f in failures] == [("overdue", "server_busy")]
+    assert "server at capacity" in failures[0].message and "retry" in failures[0].message
+    assert failures[0].request.state is S.FAILED and "overdue" not in sched.requests
+    assert late_text.state is S.WAITING and sched.requests["batch_job"].state is S.WAITING
+    sched.schedule(NOW + 1 * MS)  # in_time is now 101 ms in; late_text 51 ms since its text could be admitted
+    assert [f.request.request_id for f in sched.pop_failures()] == ["in_time"]
+    sched.schedule(NOW + 51 * MS)
+    assert [f.request.request_id for f in sched.pop_failures()] == ["late_text"]
+    assert sched.requests["batch_job"].state is S.WAITING and sched.requests["running"].state is S.RUNNING
+    # a plan that can admit an overdue stream admits it (the engine may have been slow to look): refused is only
+    # what the plan leaves waiting
+    sched = make(policy, max_batch_size=1, max_admission_wait_ms=100.0)
+    add(sched, "overdue", num_words=3, arrival_ns=NOW - 500 * MS)
+    assert [r.request_id for r in sched.schedule(NOW).prefill] == ["overdue"] and sched.pop_failures() == []
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="max_admission_wait_ms"):
+            SchedulerConfig(max_admission_wait_ms=bad)
+
+
 def test_next_chunk_slack():
     sched = make("deadline")
     # chunk 2 (8 frames from frame 6) due first_chunk + 6 frames = NOW + 280 ms; 3 frames missing at 10 ms

@@ -185,6 +185,7 @@ class EngineCore:
                                               urgent_ms=config.urgent_ms,
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
                                               late_start_demotion_ms=config.late_start_demotion_ms,
+                                              max_admission_wait_ms=config.max_admission_wait_ms,
                                               dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
                                               max_live_requests=max_live))
         self._cost_overrides = cost_overrides
@@ -225,6 +226,9 @@ class EngineCore:
                  program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
                  num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
                  config.scheduler_type, max_live, config.max_batch_size)
+        if config.max_admission_wait_ms is not None:
+            log.info("overload protection: a stream not admitted within %g ms is refused (server_busy)",
+                     config.max_admission_wait_ms)
         if config.late_start_demotion_ms > 0:
             if config.scheduler_type == "deadline":
                 log.info("deadline policy: a stream past its first-audio deadline is admitted after those on time, "

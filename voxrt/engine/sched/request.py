@@ -85,6 +85,9 @@ class Request:
     num_chunks: int = 0
     num_chunks_in_flight: int = 0  # cut and not yet completed (at most 1: the codec state is per slot)
     deferred_since_ns: int | None = None  # a policy deferred its admission since then (deadline policy)
+    # The last step at which a waiting request could not be admitted for want of text (None: it could be from
+    # its arrival): its wait for the engine counts from then (`SchedulerConfig.max_admission_wait_ms`)
+    text_wait_ns: int | None = None
     is_streaming: bool = True  # False: nobody plays its audio as it comes (no chunk deadlines)
     finish_reason: str | None = None
     playback: PlaybackAnchor | None = None

@@ -39,6 +39,12 @@ class SchedulerConfig:
     # deadline is admitted after the streams that can still make theirs, for at most this long past that
     # deadline (then by arrival again). 0 (default): earliest arrival first, late or not.
     late_start_demotion_ms: float = 0.0
+    # Overload protection, every policy: a stream still waiting for admission this long after it could have been
+    # admitted (its arrival, or its text's, whichever is later) is refused with `server_busy` at once (its
+    # client may retry elsewhere) instead of being served late. Under overload, first come first served makes
+    # every newcomer wait behind the ones that are already lost (bench/results/2026-12-06-h100-levers: at 116
+    # req/s on an H100, 100% of the first 30 s within the SLO, then 0%). None (default): no stream is refused.
+    max_admission_wait_ms: float | None = None
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
     has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
     # Requests admitted at once (running or starved of text): None = max_batch_size. Above max_batch_size a
@@ -50,6 +56,8 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if not self.late_start_demotion_ms >= 0:  # NaN too
             raise ValueError(f"late_start_demotion_ms must be >= 0, got {self.late_start_demotion_ms}")
+        if self.max_admission_wait_ms is not None and not 0 <= self.max_admission_wait_ms < math.inf:
+            raise ValueError(f"max_admission_wait_ms must be a finite number >= 0, got {self.max_admission_wait_ms}")
         if self.max_live_requests is not None and self.max_live_requests < self.max_batch_size:
             raise ValueError(f"max_live_requests ({self.max_live_requests}) must be >= max_batch_size "
                              f"({self.max_batch_size})")
@@ -133,7 +141,27 @@ class Scheduler(abc.ABC):
         which codec lane can take a launch now (None: as last given)."""
         if lanes_free is not None:
             self.lanes_free = dict(lanes_free)
-        return self.plan_step(now_ns)
+        plan = self.plan_step(now_ns)
+        if self.config.max_admission_wait_ms is not None:
+            self.refuse_overdue(now_ns)  # the streams this plan left waiting, not the ones it admits
+        return plan
+
+    def refuse_overdue(self, now_ns: int) -> None:
+        """Fails (`server_busy`) every stream the step's plan left waiting that has waited for admission longer
+        than `max_admission_wait_ms` since it could have been admitted: from its arrival, or, while its text does not
+        allow admission yet (`admission_prompt` None), from the last step that found it so."""
+        limit_ns = self.config.max_admission_wait_ms * 1e6
+        for request in self.waiting():
+            if not request.is_streaming:
+                continue  # HTTP speech and batch jobs have no first-audio deadline; the gateway bounds them
+            if self.admission_prompt(request) is None:
+                request.text_wait_ns = now_ns
+                continue
+            since_ns = request.arrival_ns if request.text_wait_ns is None else request.text_wait_ns
+            if now_ns - since_ns > limit_ns:
+                waited_ms = (now_ns - since_ns) / 1e6
+                self.fail(request, "server_busy", f"server at capacity: not started within {waited_ms:.0f} ms "
+                          f"(max admission wait {self.config.max_admission_wait_ms:g} ms); retry later")
 
     @abc.abstractmethod
     def plan_step(self, now_ns: int) -> StepPlan:

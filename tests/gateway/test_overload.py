@@ -1,0 +1,53 @@
+"""Overload protection over the WebSocket (`--max-admission-wait-ms`): a context the engine cannot start in time is
+refused with a non-fatal `server_busy` error for that context alone; the session and its other contexts go on, and
+the refused context holds nothing afterwards. A real uvicorn server and engine process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from conftest import connect, metric, run, start_session
+from voxrt_live import live_server
+
+BURST = {"pacing": {"mode": "burst"}}
+LONG = "This first turn is long enough to keep the only batch slot busy for many engine steps, on purpose."
+
+
+def test_a_context_the_engine_cannot_start_in_time_is_refused_alone():
+    # one batch slot and no admission wait: the second context, submitted while the first one holds the slot,
+    # is refused at the first step that leaves it waiting
+    with live_server({"max_batch_size": 1, "max_admission_wait_ms": 0.0}) as live:
+        async def scenario():
+            async with connect(live) as ws:
+                await start_session(ws, **BURST)
+                for cid, text in (("a", LONG), ("b", "Second turn.")):
+                    await ws.send(json.dumps({"type": "text", "context_id": cid, "text": text}))
+                    await ws.send(json.dumps({"type": "context.end", "context_id": cid}))
+                errors, done, audio = [], {}, 0
+                while len(done) < 2:
+                    message = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(message, bytes):
+                        audio += 1
+                        continue
+                    data = json.loads(message)
+                    if data["type"] == "error":
+                        errors.append(data)
+                    elif data["type"] == "context.done":
+                        done[data["context_id"]] = data
+                # the session goes on: a context after the first one ended is served
+                await ws.send(json.dumps({"type": "text", "context_id": "c", "text": "Third turn."}))
+                await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+                while True:
+                    data = json.loads(message) if isinstance(message := await asyncio.wait_for(ws.recv(), 60), str) \
+                        else {}
+                    if data.get("type") == "context.done":
+                        return errors, done, audio, data
+
+        errors, done, audio, third = run(scenario())
+        assert [(e["code"], e["fatal"], e["context_id"]) for e in errors] == [("server_busy", False, "b")]
+        assert "server at capacity" in errors[0]["message"] and "retry" in errors[0]["message"]
+        assert done["b"]["reason"] == "error" and done["a"]["reason"] == "completed" and audio > 0
+        assert third["context_id"] == "c" and third["reason"] == "completed"
+        assert metric(live, "voxrt_engine_kv_pages_free") == metric(live, "voxrt_engine_kv_pages_total")
+        assert metric(live, "voxrt_engine_requests") == 0
