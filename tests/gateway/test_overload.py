@@ -15,9 +15,10 @@ LONG = "This first turn is long enough to keep the only batch slot busy for many
 
 
 def test_a_context_the_engine_cannot_start_in_time_is_refused_alone():
-    # one batch slot and no admission wait: the second context, submitted while the first one holds the slot,
-    # is refused at the first step that leaves it waiting
-    with live_server({"max_batch_size": 1, "max_admission_wait_ms": 0.0}) as live:
+    # one live request (every policy: the deadline policy admits twice the batch by default) and no admission
+    # wait: the second context, submitted while the first one holds the only place, is refused at the first step
+    # that leaves it waiting
+    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as live:
         async def scenario():
             async with connect(live) as ws:
                 await start_session(ws, **BURST)
