@@ -55,3 +55,21 @@ def test_a_partial_run_is_read_on_its_points(tmp_path, capsys):
     assert main([f"a={a}", f"c={c}", "--out", str(tmp_path / "o")]) == 0
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| c")][0]
     assert row.startswith("| c (partial) | 10 req/s | 8 req/s | 1.00 | 1.00 |")
+
+
+def test_a_point_with_failed_requests_shows_their_share(tmp_path, capsys):
+    """Refused (or otherwise failed) requests count as missed; the table says how many there were, so a capacity
+    reached by refusing some is read as such."""
+    plain = summary({"90%": 10.0, "99%": None}, [(10, 0.95, 150.0)])
+    refusing = summary({"90%": 12.0, "99%": None}, [(10, 0.99, 120.0), (12, 0.96, 140.0)])
+    refusing["points"][1] |= {"requests": 1000, "failed": 28}
+    refusing["points"][0] |= {"requests": 800, "failed": 0}
+    a, w = write(tmp_path, "a", plain), write(tmp_path, "w", refusing)
+    assert main([f"a={a}", f"w={w}", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    row = [line for line in text.splitlines() if line.startswith("| w")][0]
+    assert row.rstrip(" |").split(" | ")[-2:] == ["99.0", "96.0 (2.8% failed)"]
+    assert "a failed request counts as missed" in text
+    a2 = write(tmp_path, "a2", plain)
+    assert main([f"a={a2}", "--out", str(tmp_path / "o2")]) == 0
+    assert "failed" not in capsys.readouterr().out  # no note without failures

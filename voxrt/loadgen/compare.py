@@ -64,9 +64,19 @@ def table(runs: list[tuple[str, dict]]) -> str:
         by_rate = {p["rate"]: p for p in s["points"]}
         cells = [_fmt_rate(caps.get(t)) for t in THRESHOLDS]
         cells += ["-" if rel[label][t] is None else f"{rel[label][t]:.2f}" for t in THRESHOLDS]
-        cells += [f"{100 * by_rate[r]['attainment']:.1f}" if r in by_rate else "-" for r in rates]
+        cells += [_attainment_cell(by_rate[r]) if r in by_rate else "-" for r in rates]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(p.get("failed") for _, s in runs for p in s["points"]):
+        lines += ["", "In brackets: the share of the point's requests that failed (an engine refusing a stream it "
+                  "cannot start in time, `--max-admission-wait-ms`, among them); a failed request counts as missed."]
     return "\n".join(lines)
+
+
+def _attainment_cell(point: dict) -> str:
+    """A point's attainment (%), and the share of its requests that failed when any did."""
+    cell = f"{100 * point['attainment']:.1f}"
+    failed, requests = point.get("failed") or 0, point.get("requests") or 0
+    return f"{cell} ({100 * failed / requests:.1f}% failed)" if failed and requests else cell
 
 
 def plot(runs: list[tuple[str, dict]], out_dir: str | Path) -> list[Path]:
