@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
+
 from conftest import connect, metric, run, start_session
 from voxrt_live import live_server
 
@@ -52,3 +54,5 @@ def test_a_context_the_engine_cannot_start_in_time_is_refused_alone():
         assert third["context_id"] == "c" and third["reason"] == "completed"
         assert metric(live, "voxrt_engine_kv_pages_free") == metric(live, "voxrt_engine_kv_pages_total")
         assert metric(live, "voxrt_engine_requests") == 0
+        scrape = httpx.get(f"{live.http}/metrics", timeout=10).text
+        assert 'voxrt_errors_total{code="server_busy"} 1.0' in scrape.splitlines()
