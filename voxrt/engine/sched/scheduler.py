@@ -43,7 +43,8 @@ class SchedulerConfig:
     # admitted (its arrival, or its text's, whichever is later) is refused with `server_busy` at once (its
     # client may retry elsewhere) instead of being served late. Under overload, first come first served makes
     # every newcomer wait behind the ones that are already lost (bench/results/2026-12-06-h100-levers: at 116
-    # req/s on an H100, 100% of the first 30 s within the SLO, then 0%). None (default): no stream is refused.
+    # req/s on an H100, 99.2% of the first 40 s within the SLO, then 0% after a burst). None (default): no
+    # stream is refused.
     max_admission_wait_ms: float | None = None
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
     has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
