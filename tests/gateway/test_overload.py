@@ -42,9 +42,8 @@ def test_a_context_the_engine_cannot_start_in_time_is_refused_alone():
                 await ws.send(json.dumps({"type": "text", "context_id": "c", "text": "Third turn."}))
                 await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
                 while True:
-                    data = json.loads(message) if isinstance(message := await asyncio.wait_for(ws.recv(), 60), str) \
-                        else {}
-                    if data.get("type") == "context.done":
+                    message = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(message, str) and (data := json.loads(message))["type"] == "context.done":
                         return errors, done, audio, data
 
         errors, done, audio, third = run(scenario())

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
+from voxrt.engine.errors import ServerBusyError
 from voxrt.engine.params import SamplingParams
 from voxrt.engine.sched.pages import PagePool, SlotPool
 from voxrt.engine.sched.costs import CostModel
@@ -161,7 +162,7 @@ class Scheduler(abc.ABC):
             since_ns = request.arrival_ns if request.text_wait_ns is None else request.text_wait_ns
             if now_ns - since_ns > limit_ns:
                 waited_ms = (now_ns - since_ns) / 1e6
-                self.fail(request, "server_busy", f"server at capacity: not started within {waited_ms:.0f} ms "
+                self.fail(request, ServerBusyError.code, f"server at capacity: not started within {waited_ms:.0f} ms "
                           f"(max admission wait {self.config.max_admission_wait_ms:g} ms); retry later")
 
     @abc.abstractmethod
