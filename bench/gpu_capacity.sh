@@ -27,6 +27,8 @@
 # capacity when that job ran earlier in the same call, else 112 / 192), SPLIT_RATES (120,128),
 # SPLIT_VARIANTS (the split job's levers: NAME=flags;..., VAR=value words among the flags set the engine's
 # environment, e.g. "skinny=VOXRT_SKINNY=1"), MODEL=tiny (a CPU dry run: a, b, c and ws only).
+# Every config runs with `voxrt loadgen`'s / `voxrt serve`'s default overload bound (`--max-admission-wait-ms auto`:
+# 100 ms on a GPU, refusals counted as misses; results dated 2026-12-06 or earlier ran without it).
 set -uo pipefail
 OUT=${OUT:-out/capacity}
 JOBS=${JOBS:-libritts:a}

@@ -26,6 +26,9 @@
 # its results are runs/deadline-NAME, RATES_deadline_NAME / LIMIT_deadline_NAME set its grid and limit), and
 # base-sync+NAME the same for the time-shared loop (runs/base-sync-NAME; e.g. ARGS_w100="--max-admission-wait-ms 100"
 # on both (a) and (c): GROUP0="base-sync+w100 deadline-lanes deadline+w100").
+# Every config runs with the load generator's default overload bound (`--max-admission-wait-ms auto`: 100 ms on a
+# GPU; refusals count as misses); ARGS_off="--max-admission-wait-ms off" with deadline+off / base-sync+off measures
+# without it, as every result dated 2026-12-06 or earlier did.
 # Everything lands in $OUT/deadline.tgz (the device tool brings back few files) and compare.md.
 set -uo pipefail
 OUT=${OUT:-out/deadline}

@@ -137,20 +137,42 @@ def test_late_start_demotion_flag_reaches_the_engine_config_and_rejects_negative
 
 
 def test_max_admission_wait_flag_reaches_the_engine_config_and_rejects_bad_values():
-    """--max-admission-wait-ms: off (None) by default, serve and loadgen both take it, a value reaches EngineConfig,
-    < 0, NaN and inf are clear errors (overload protection, sched/scheduler.py)."""
+    """--max-admission-wait-ms: auto by default for serve and loadgen (the engine picks: 100 ms on CUDA, off on the
+    CPU) and off for bench and profile-split (their requests all arrive at once), off is None, a value reaches
+    EngineConfig, < 0, NaN, inf and words are clear errors (overload protection, sched/scheduler.py)."""
     from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
 
     parser = build_parser()
     for base in (["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"],
                  ["serve", "--device", "cpu"]):
-        assert _engine_config(parser.parse_args(base)).max_admission_wait_ms is None
+        assert _engine_config(parser.parse_args(base)).max_admission_wait_ms == "auto"
+        assert _engine_config(parser.parse_args(base + ["--max-admission-wait-ms", "off"])).max_admission_wait_ms is None
         args = parser.parse_args(base + ["--max-admission-wait-ms", "100"])
         assert _engine_config(args).max_admission_wait_ms == 100.0
-        for bad in ("-1", "nan", "inf"):
+        assert _engine_config(parser.parse_args(base + ["--max-admission-wait-ms", "0"])).max_admission_wait_ms == 0.0
+        for bad in ("-1", "nan", "inf", "soon", ""):
             args = parser.parse_args(base + ["--max-admission-wait-ms", bad])
-            with pytest.raises(SystemExit, match="max-admission-wait-ms"):
+            with pytest.raises(SystemExit, match="max-admission-wait-ms must be auto, off or a finite number"):
                 _engine_config(args)
+    for batch in (["bench", "--device", "cpu"], ["profile-split", "--device", "cpu"]):
+        assert _engine_config(parser.parse_args(batch)).max_admission_wait_ms is None
+        args = parser.parse_args(batch + ["--max-admission-wait-ms", "auto"])
+        assert _engine_config(args).max_admission_wait_ms == "auto"
+
+
+def test_the_default_overload_bound_is_on_for_cuda_only():
+    """EngineConfig's "auto" bound resolves by device: ADMISSION_WAIT_MS on CUDA; off on the CPU (a step of a
+    model on a loaded CPU may take longer than the bound); explicit values are kept on either. EngineConfig itself
+    defaults to off (library users, batches and the GPU checks keep every request)."""
+    from voxrt.engine.messages import ADMISSION_WAIT_MS, EngineConfig, admission_wait_ms  # noqa: PLC0415
+
+    assert EngineConfig().max_admission_wait_ms is None
+    assert admission_wait_ms("auto", "cuda") == ADMISSION_WAIT_MS == 100.0
+    assert admission_wait_ms("auto", "cpu") is None
+    assert admission_wait_ms(None, "cuda") is None
+    assert admission_wait_ms(40.0, "cpu") == 40.0 and admission_wait_ms(0.0, "cuda") == 0.0
+    with pytest.raises(ValueError, match="max_admission_wait_ms"):
+        admission_wait_ms("soon", "cuda")
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -12,7 +12,9 @@ from voxrt.gcpause import young_threshold
 from voxrt.models.registry import available_archs, make_checkpoint
 
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
+def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
+    """The engine's flags. `realtime`: the command serves requests as they arrive (serve, loadgen), so the
+    overload bound is on by default on a GPU; bench and profile-split submit everything at once, so it is off."""
     p.add_argument("--model", default="tiny", help="model program name (see `voxrt models`); default: tiny")
     p.add_argument("--checkpoint", default=None, help="local directory or hub repo id (resolved in the local cache)")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:N")
@@ -58,10 +60,12 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="under overload, a waiting stream already past its first-audio deadline is admitted after "
                    "the streams that can still make theirs, for at most this long past it (0, the default: "
                    "earliest arrival first; sched/deadline_policy.py)")
-    p.add_argument("--max-admission-wait-ms", type=float, default=None,
-                   help="overload protection, every policy: a stream not admitted within this long after it could "
+    p.add_argument("--max-admission-wait-ms", default="auto" if realtime else "off", metavar="W|auto|off",
+                   help="overload protection, every policy: a stream not admitted within W ms after it could "
                    "be (its arrival, or its text's) is refused with a non-fatal `server_busy` error at once "
-                   "instead of being served late (default: none is refused; sched/scheduler.py)")
+                   "instead of being served late; off: none is refused; auto: 100 on a GPU, off on the CPU "
+                   "(sched/scheduler.py, docs/serving.md). Default: " + ("auto" if realtime else
+                   "off (every request of this command arrives at once: a refusal would measure nothing)"))
     p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
                    "ready chunks (or earlier when a deadline nears or the LM is idle)")
     p.add_argument("--first-chunk-frames", type=int, default=None, help="frames of every request's first audio "
@@ -147,8 +151,7 @@ def _engine_config(args: argparse.Namespace):
                  "deadline_late_start_demotion_ms"):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
-    if args.max_admission_wait_ms is not None and not 0 <= args.max_admission_wait_ms < math.inf:
-        raise SystemExit("error: --max-admission-wait-ms must be a finite number >= 0")
+    admission_wait = _admission_wait(args.max_admission_wait_ms)
     if args.dec_batch < 1 or args.max_codec_batch < 1:
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
     if args.first_chunk_frames is not None and args.first_chunk_frames < 1:
@@ -167,13 +170,26 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
                         late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
-                        max_admission_wait_ms=args.max_admission_wait_ms,
+                        max_admission_wait_ms=admission_wait,
                         first_chunk_frames=args.first_chunk_frames,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         trace_requests_only=args.trace_requests_only,
                         async_lm={"auto": None, "async": True, "sync": False}[args.lm_loop],
                         max_live_requests=args.max_live_requests, codec_slots=args.codec_slots,
                         standin_speed=args.standin_speed)
+
+
+def _admission_wait(value: str) -> float | str | None:
+    """--max-admission-wait-ms: "auto", "off" (None) or a finite number of ms >= 0."""
+    if value in ("auto", "off"):
+        return None if value == "off" else value
+    try:
+        wait = float(value)
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait < math.inf:
+        raise SystemExit(f"error: --max-admission-wait-ms must be auto, off or a finite number >= 0, got {value!r}")
+    return wait
 
 
 def _aliases(args: argparse.Namespace, env):
@@ -239,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_command("models", help="list the available model programs")
 
     bench = add_command("bench", help="N concurrent requests through the engine, no HTTP")
-    _engine_args(bench)
+    _engine_args(bench, realtime=False)
     bench.add_argument("--requests", type=int, default=8)
     bench.add_argument("--text", default=None, help="text of every request (default: a 2-sentence sample)")
     bench.add_argument("--greedy", action="store_true", help="argmax sampling")
@@ -355,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     profile = add_command("profile-split", help="LM and codec throughput per SM split of the GPU (green "
                              "contexts), and the split to use")
-    _engine_args(profile)
+    _engine_args(profile, realtime=False)
     profile.add_argument("--batch", type=int, default=64, help="requests per LM step")
     profile.add_argument("--context", type=int, default=128, help="tokens of KV per request")
     profile.add_argument("--out", default=None, help="write the rows as JSON to this file")

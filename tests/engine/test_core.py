@@ -283,6 +283,15 @@ def test_a_stream_not_started_within_the_admission_wait_is_refused_server_busy()
     assert isinstance(error, ServerBusyError) and error.code == "server_busy"
 
 
+def test_the_auto_admission_wait_is_off_on_the_cpu():
+    """The "auto" bound (`voxrt serve`'s and `voxrt loadgen`'s default): 100 ms on CUDA, none on the CPU, so a slow
+    CPU step never refuses a stream; EngineConfig's own default is off; an explicit bound reaches the scheduler as
+    it is."""
+    assert make_core(max_admission_wait_ms="auto").scheduler.config.max_admission_wait_ms is None
+    assert make_core().scheduler.config.max_admission_wait_ms is None
+    assert make_core(max_admission_wait_ms=250.0).scheduler.config.max_admission_wait_ms == 250.0
+
+
 def test_unknown_model_lists_the_available_ones():
     with pytest.raises(UnknownModelError, match="available: .*tiny"):
         EngineCore(EngineConfig(model="nope", device="cpu"))

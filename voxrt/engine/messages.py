@@ -7,8 +7,28 @@ numpy-free bytes. No torch here: the gateway imports this module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from voxrt.engine.params import SamplingParams
+
+
+# The overload bound `max_admission_wait_ms="auto"` gives on CUDA: half the 200 ms first-audio SLO, so that a
+# stream admitted just inside it can still make its first audio. Chosen on an H100 (bench/results/
+# 2026-12-06-h100-overload/): past the knee it held 97.8 / 90.3 / 76.1% at 116 / 124 / 132 req/s with the deadline
+# policy against 73.2 / 35.2 (120) / 31.1 (128) without, and 91.1 / 87.4% at 72 / 80 req/s in the time-shared loop
+# against 26.8 / 6.4; 150 ms lost to it at every rate, 60 ms refused more and held less.
+ADMISSION_WAIT_MS = 100.0
+
+
+def admission_wait_ms(value: float | Literal["auto"] | None, device_type: str) -> float | None:
+    """The overload bound an engine on `device_type` ("cuda", "cpu", ...) runs with: "auto" is ADMISSION_WAIT_MS
+    on CUDA and off (None) elsewhere, where a step of a model on a busy CPU can take longer than the bound itself
+    and a realtime SLO is not the point; a number or None is taken as it is (SchedulerConfig checks its range)."""
+    if value == "auto":
+        return ADMISSION_WAIT_MS if device_type == "cuda" else None
+    if isinstance(value, str):
+        raise ValueError(f'max_admission_wait_ms must be a number of ms, None (off) or "auto", got {value!r}')
+    return value
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,11 @@ class EngineConfig:
     urgent_ms: float = 100.0
     max_prefill_deferral_ms: float = 100.0
     late_start_demotion_ms: float = 0.0
-    max_admission_wait_ms: float | None = None  # overload protection (SchedulerConfig): None refuses none
+    # overload protection (SchedulerConfig): a stream not admitted within this many ms of when it could be is
+    # refused (server_busy). None (default here): off, every request waits as long as it takes (a library user,
+    # a batch, the GPU checks); "auto": ADMISSION_WAIT_MS on CUDA, off on the CPU (`admission_wait_ms`), the
+    # default of `voxrt serve` and `voxrt loadgen`
+    max_admission_wait_ms: float | Literal["auto"] | None = None
     dec_batch: int = 8
     # frames of every request's first audio chunk (the next ones double up to the program's chunk size); None: the
     # model program's own (Qwen3-TTS 2, Orpheus 4)

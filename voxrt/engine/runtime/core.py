@@ -22,7 +22,7 @@ import torch
 
 from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineLoad, EngineMessage, EngineStats, ModelInfo,
-                                   RequestFailed, SubmitRequest)
+                                   RequestFailed, SubmitRequest, admission_wait_ms)
 from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
@@ -176,6 +176,7 @@ class EngineCore:
             self.lanes)
         self.program = self.runner.program
         spec = checked_spec(program)
+        admission_wait = admission_wait_ms(config.max_admission_wait_ms, device.type)
         self.scheduler = policy(
             spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
             program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens,
@@ -185,7 +186,7 @@ class EngineCore:
                                               urgent_ms=config.urgent_ms,
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
                                               late_start_demotion_ms=config.late_start_demotion_ms,
-                                              max_admission_wait_ms=config.max_admission_wait_ms,
+                                              max_admission_wait_ms=admission_wait,
                                               dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
                                               max_live_requests=max_live))
         self._cost_overrides = cost_overrides
@@ -226,9 +227,12 @@ class EngineCore:
                  program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
                  num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
                  config.scheduler_type, max_live, config.max_batch_size)
-        if config.max_admission_wait_ms is not None:
-            log.info("overload protection: a stream not admitted within %g ms is refused (server_busy)",
-                     config.max_admission_wait_ms)
+        if admission_wait is not None:
+            log.info("overload protection: a stream not admitted within %g ms is refused (server_busy)%s",
+                     admission_wait, " (auto, on CUDA)" if config.max_admission_wait_ms == "auto" else "")
+        else:
+            log.info("overload protection off: a stream waits for the engine as long as it takes%s",
+                     " (auto, on the CPU)" if config.max_admission_wait_ms == "auto" else "")
         if config.late_start_demotion_ms > 0:
             if config.scheduler_type == "deadline":
                 log.info("deadline policy: a stream past its first-audio deadline is admitted after those on time, "
