@@ -28,6 +28,21 @@ def test_bench_tiny_8_requests_prints_the_realtime_factor(tmp_path):
         assert f.getframerate() == 24000 and f.getnframes() > 24000
 
 
+def test_bench_counts_requests_the_engine_refuses_instead_of_failing(tmp_path):
+    """With an overload bound (`--max-admission-wait-ms`, off for bench by default) and room for one request, the
+    others are refused (`server_busy`): rows with finish reason `refused`, a summary line that counts them, the
+    figures and WAV files of the one served, exit code 0."""
+    result = voxrt("bench", "--model", "tiny-lite", "--requests", "4", "--text", "The quick brown fox jumps.",
+                   "--device", "cpu", "--max-batch-size", "1", "--max-live-requests", "1",
+                   "--max-admission-wait-ms", "0", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("bench-")]
+    assert sorted(row[-1] for row in rows) == ["length", "refused", "refused", "refused"]
+    assert "3 of 4 refused by the engine (server_busy" in result.stdout
+    assert "realtime factor (wall / audio):" in result.stdout
+    assert len(list(tmp_path.glob("*.wav"))) == 1
+
+
 def test_unknown_model_is_an_error_listing_the_available_ones():
     result = voxrt("bench", "--model", "nope", "--requests", "1")
     assert result.returncode != 0
