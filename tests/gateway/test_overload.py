@@ -55,3 +55,42 @@ def test_a_context_the_engine_cannot_start_in_time_is_refused_alone():
         assert metric(live, "voxrt_engine_requests") == 0
         scrape = httpx.get(f"{live.http}/metrics", timeout=10).text
         assert 'voxrt_errors_total{code="server_busy"} 1.0' in scrape.splitlines()
+
+
+def test_tokens_still_streaming_into_a_refused_context_do_not_close_the_session():
+    """An agent streaming LLM tokens into a context the engine refused keeps sending until it reads the error:
+    its later tokens are dropped without a reply (before, each was an `invalid_message`, and the 21st in a row
+    closed the whole session with 4400), and the session serves its next context."""
+    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as live:
+        async def scenario():
+            async with connect(live) as ws:
+                await start_session(ws, **BURST)
+                await ws.send(json.dumps({"type": "text", "context_id": "a", "text": LONG}))
+                await ws.send(json.dumps({"type": "context.end", "context_id": "a"}))
+                await ws.send(json.dumps({"type": "text", "context_id": "b", "text": "This turn streams its words. "}))
+                messages = []
+                while not any(m.get("type") == "error" for m in messages):  # b refused while still open
+                    message = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(message, str):
+                        messages.append(json.loads(message))
+                for i in range(40):  # more than max_invalid_messages (20)
+                    await ws.send(json.dumps({"type": "text", "context_id": "b", "text": f" token{i}"}))
+                await ws.send(json.dumps({"type": "context.end", "context_id": "b"}))
+                while {m["context_id"] for m in messages if m.get("type") == "context.done"} != {"a", "b"}:
+                    message = await asyncio.wait_for(ws.recv(), 60)  # the only place is free again
+                    if isinstance(message, str):
+                        messages.append(json.loads(message))
+                await ws.send(json.dumps({"type": "text", "context_id": "c", "text": "Next turn."}))
+                await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+                while not any(m.get("type") == "context.done" and m["context_id"] == "c" for m in messages):
+                    message = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(message, str):
+                        messages.append(json.loads(message))
+                return messages
+
+        messages = run(scenario())
+        errors = [m for m in messages if m["type"] == "error"]
+        assert [(e["code"], e["fatal"], e["context_id"]) for e in errors] == [("server_busy", False, "b")]
+        done = {m["context_id"]: m["reason"] for m in messages if m["type"] == "context.done"}
+        assert done == {"a": "completed", "b": "error", "c": "completed"}
+        assert metric(live, "voxrt_engine_requests") == 0

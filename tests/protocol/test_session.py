@@ -354,6 +354,28 @@ def test_engine_error_on_an_open_context():
     still_works(session)
 
 
+def test_text_still_streaming_into_a_context_the_server_ended_is_dropped_quietly():
+    """An agent streams tokens into a context the engine refused (`server_busy`) or failed: it has the error and
+    context.done, but its tokens in flight (and its LLM's stream) keep coming. They are dropped without a reply,
+    so they never add up to `max_invalid_messages` and close the session; flush and context.end for it are no-ops
+    too. A context the client ended itself keeps its `invalid_message` for later text."""
+    session = started(Limits(max_invalid_messages=3))
+    text(session, "t1")
+    session.on_context_error("t1", "server_busy", "server at capacity, retry later")
+    session.on_context_done("t1", "error", 0, {})
+    for i in range(50):
+        assert text(session, "t1", f" token{i}", flush=i % 10 == 0) == []
+    assert send(session, {"type": "flush", "context_id": "t1"}) == []
+    assert send(session, {"type": "context.end", "context_id": "t1"}) == []
+    assert session.state is SessionState.ACTIVE and session.context_state("t1") is ContextState.DONE
+    # ended by the client, then done: later text is still the client's mistake
+    text(session, "t2")
+    send(session, {"type": "context.end", "context_id": "t2"})
+    session.on_context_done("t2", "error", 0, {})
+    only_error(text(session, "t2"), "invalid_message", context_id="t2")
+    still_works(session)
+
+
 # ---- playback and ping -------------------------------------------------------------------------------------------
 
 

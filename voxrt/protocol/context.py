@@ -45,6 +45,10 @@ class Context:
     state: ContextState = ContextState.OPEN
     num_text_chars: int = 0  # text accepted so far, in code points (Limits.max_text_chars)
     num_cancels_pending: int = 0  # `cancel`s received and not yet answered by `cancelled`
+    # the server ended it (an engine error, overload's `server_busy`) while the client could still send text:
+    # its later text, in flight or from a token stream still running, is dropped without a reply
+    # (Session._text: the client already has the error and context.done)
+    ended_by_server: bool = False
 
     def transition(self, new: ContextState) -> None:
         if new not in _ALLOWED[self.state]:

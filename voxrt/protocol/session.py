@@ -165,6 +165,7 @@ class Session:
                 ContextState.DONE, ContextState.CANCELLING):
             return []
         message = SendText.of(ContextDone(context_id, reason, audio_ms, metrics))
+        context.ended_by_server = context.state is ContextState.OPEN
         context.transition(ContextState.DONE)
         return [message, *self._close_if_ended()]
 
@@ -294,6 +295,10 @@ class Session:
             context.num_text_chars = len(event.text)
             actions += [OpenContext(context_id, context.index, event.num_frames, event.text),
                         SendText.of(ContextStarted(context_id, context.index))]
+        elif context.ended_by_server:
+            # an agent streaming tokens keeps sending until it reads the error: each would otherwise be an
+            # `invalid_message`, and more than `max_invalid_messages` of them in a row would close the session
+            return []
         elif context.state is not ContextState.OPEN:
             raise ProtocolError(INVALID_MESSAGE, f"text: context {clip(context_id)!r} has already ended "
                                                  f"({context.state.value}); context ids are not reused within a "
