@@ -376,6 +376,25 @@ def test_text_still_streaming_into_a_context_the_server_ended_is_dropped_quietly
     still_works(session)
 
 
+def test_late_text_for_a_context_the_client_ended_is_an_error_that_never_closes_the_session():
+    """Tokens in flight after the client's own cancel (barge-in) or context.end are each an `invalid_message`
+    (context ids are not reused), but a well-formed message that came too late is not garbage: any number of
+    them leave the session open, where real garbage still closes it after `max_invalid_messages`."""
+    session = started(Limits(max_invalid_messages=3))
+    text(session, "t1")
+    send(session, {"type": "cancel", "context_id": "t1"})
+    session.on_context_cancelled("t1", 0, "", 0, {})
+    text(session, "t2")
+    send(session, {"type": "context.end", "context_id": "t2"})
+    for i in range(20):
+        only_error(text(session, "t1" if i % 2 else "t2", f" token{i}"), "invalid_message",
+                   context_id="t1" if i % 2 else "t2")
+    assert session.state is SessionState.ACTIVE
+    for _ in range(3):
+        only_error(send(session, "not json"), "invalid_json")
+    fatal(send(session, "not json"), "too_many_invalid_messages", 4400)
+
+
 # ---- playback and ping -------------------------------------------------------------------------------------------
 
 

@@ -64,11 +64,14 @@ class ProtocolError(Exception):
     "...")` is fatal with close 4008; an unlisted code is non-fatal unless given a close code.
 
     `field` names the offending field of the client's message (when one is to blame); `message_type` is the
-    client message's `type` when it could be read. Both stay on this side of the wire.
+    client message's `type` when it could be read. Both stay on this side of the wire. `garbage`: the error
+    counts towards `Limits.max_invalid_messages` (default: its code is in INVALID_INPUT_CODES); False for a
+    well-formed message that only came too late (text for a context that has ended).
     """
 
     def __init__(self, code: str, message: str, fatal: bool | None = None, close_code: int | None = None,
-                 context_id: str | None = None, *, field: str | None = None, message_type: str | None = None) -> None:
+                 context_id: str | None = None, *, field: str | None = None, message_type: str | None = None,
+                 garbage: bool | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -79,6 +82,7 @@ class ProtocolError(Exception):
         self.context_id = context_id
         self.field = field
         self.message_type = message_type
+        self.garbage = code in INVALID_INPUT_CODES if garbage is None else garbage
 
     def __repr__(self) -> str:
         return (f"ProtocolError(code={self.code!r}, message={self.message!r}, fatal={self.fatal}, "

@@ -19,7 +19,7 @@ from voxrt.protocol.actions import (Action, AppendText, CancelContext, CloseConn
 from voxrt.protocol.config import (Limits, SessionConfig, output_from_wire, pacing_from_wire,
                                    segmentation_from_wire)
 from voxrt.protocol.context import AUDIO_STATES, MAX_CONTEXT_INDEX, Context, ContextState
-from voxrt.protocol.errors import (CLOSE_NORMAL, CONTEXT_LIMIT, INACTIVITY_TIMEOUT, INVALID_INPUT_CODES,
+from voxrt.protocol.errors import (CLOSE_NORMAL, CONTEXT_LIMIT, INACTIVITY_TIMEOUT,
                                    INVALID_MESSAGE, MESSAGE_TOO_LARGE, SESSION_NOT_STARTED, TEXT_TOO_LONG,
                                    TOO_MANY_INVALID_MESSAGES, UNEXPECTED_BINARY, UNKNOWN_CONTEXT, UNKNOWN_MODEL,
                                    UNKNOWN_VOICE, InvalidTransition, ProtocolError, clip)
@@ -302,7 +302,8 @@ class Session:
         elif context.state is not ContextState.OPEN:
             raise ProtocolError(INVALID_MESSAGE, f"text: context {clip(context_id)!r} has already ended "
                                                  f"({context.state.value}); context ids are not reused within a "
-                                                 f"session", context_id=context_id, message_type=event.TYPE)
+                                                 f"session", context_id=context_id, message_type=event.TYPE,
+                                garbage=False)  # well-formed, late (e.g. tokens in flight after a cancel)
         else:
             self._check_text_fits(context.num_text_chars, event.text, context_id)
             if event.text:
@@ -391,7 +392,7 @@ class Session:
             # e.g. a malformed `text` first: still a first message that is not session.start.
             return self._fail(ProtocolError(SESSION_NOT_STARTED,
                                             f"the first message must be session.start, got {error.message_type}"))
-        if error.code not in INVALID_INPUT_CODES:
+        if not error.garbage:
             self._num_invalid_in_row = 0  # well-formed, just not servable now
             return [SendText.of(protocol_error_event(error))]
         self._num_invalid_in_row += 1
