@@ -11,7 +11,7 @@ from livekit.agents import APIError, APIStatusError  # noqa: E402
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, APIConnectOptions  # noqa: E402
 
 from voxrt.client import ContextState  # noqa: E402
-from voxrt.integrations.livekit import VoxrtTTS  # noqa: E402
+from voxrt.integrations.livekit import VoxrtSynthesizeStream, VoxrtTTS  # noqa: E402
 from voxrt_live import live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
 TOKENS = ["Hello", " there,", " this", " is", " voxrt", " speaking."]
@@ -23,6 +23,15 @@ NO_RETRY = APIConnectOptions(max_retry=0, timeout=10)
 def secured():
     with live_server(api_keys=("k",)) as server:
         yield server
+
+
+def test_the_plugin_overrides_no_private_method_of_livekit_but_its_hooks():
+    """A private method of ours named like one of LiveKit's base classes' would replace theirs silently (it
+    happened with Pipecat's `AIService._cancel`); `_run` is the stream's documented hook."""
+    for cls, hooks in ((VoxrtTTS, set()), (VoxrtSynthesizeStream, {"_run"})):
+        own = {name for name in vars(cls) if name.startswith("_") and not name.startswith("__")} - hooks
+        for base in cls.__mro__[1:]:
+            assert not own & (set(vars(base)) - {"_abc_impl"}), (cls, base)
 
 
 def test_stream_tokens_to_frames_with_aligned_transcript(live):

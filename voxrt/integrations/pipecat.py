@@ -9,12 +9,17 @@ is one LLM turn (Pipecat reuses the context id within a turn):
   tokens go straight through (`TextAggregationMode.TOKEN`): voxrt cuts speakable segments itself.
 - the end of the turn (`flush_audio`) ends the context: the rest is spoken, then TTSStoppedFrame.
 - an interruption (`on_audio_context_interrupted`) cancels the context: generation stops on the server.
+- a turn the server refuses or fails (e.g. `server_busy` when it cannot start the turn in time) is reported
+  upstream once (an ErrorFrame through `push_error`) and ends with TTSStoppedFrame; the rest of that turn's
+  tokens are dropped quietly.
 - voxrt's word alignment becomes Pipecat word timestamps, so TTSTextFrames follow the audio.
 
     tts = VoxrtTTSService(url="ws://127.0.0.1:8000/v1/realtime", voice="default")
     pipeline = Pipeline([transport.input(), stt, user_agg, llm, tts, transport.output(), assistant_agg])
 
-Voice and model are fixed per service (a voxrt session's voice is chosen at `session.start`).
+Voice and model are fixed per service (a voxrt session's voice is chosen at `session.start`). Private helpers
+are named `_voxrt_*` where Pipecat's base classes have a private method of the same name (`_cancel`,
+`_end_audio_context`): a subclass method of that name would replace theirs.
 """
 
 from __future__ import annotations
@@ -96,8 +101,14 @@ class VoxrtTTSService(TTSService):
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """Append `text` to the turn's voxrt context; its audio arrives through the receiver task."""
+        context = self._contexts.get(context_id)
+        if context is not None and context.is_finished:
+            # the turn failed (its error went upstream once, from `_receive`): its later tokens have nowhere to go
+            logger.debug(f"{self}: dropping text for {context_id}: {context.error or context.state.name}")
+            await self._voxrt_end_audio_context(context_id)  # Pipecat opens one again for the turn's next text
+            yield None
+            return
         try:
-            context = self._contexts.get(context_id)
             if context is None:
                 session = await self._ensure_session()
                 if session is None:
@@ -108,14 +119,17 @@ class VoxrtTTSService(TTSService):
             await context.send(text)
             await self.start_tts_usage_metrics(text)
         except VoxrtError as error:
-            yield ErrorFrame(error=f"voxrt: {error}")
-            return
+            if context is None or not context.is_finished:  # else the context's own error: `_receive` reports it
+                yield ErrorFrame(error=f"voxrt: {error}")
+                return
         yield None
 
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The turn's text is complete: end its context (the rest is spoken, then context.done)."""
         context = self._contexts.get(context_id or self.get_active_audio_context_id() or "")
-        if context is not None:
+        if context is not None and context.is_finished:  # failed: nothing to end, the turn is over
+            self._contexts.pop(context.id, None)
+        elif context is not None:
             try:
                 await context.end()
             except VoxrtError as error:
@@ -126,10 +140,10 @@ class VoxrtTTSService(TTSService):
         await self.stop_all_metrics()
         context = self._contexts.pop(context_id, None)
         if context is not None and not context.is_finished:
-            self.create_task(self._cancel(context), name=f"voxrt-cancel-{context_id}")
+            self.create_task(self._voxrt_cancel(context), name=f"voxrt-cancel-{context_id}")
         await super().on_audio_context_interrupted(context_id)
 
-    async def _cancel(self, context: Context) -> None:
+    async def _voxrt_cancel(self, context: Context) -> None:
         try:
             await context.cancel()
         except VoxrtError as error:  # the session is gone, and the context with it
@@ -138,6 +152,7 @@ class VoxrtTTSService(TTSService):
     async def _receive(self, context: Context) -> None:
         """Audio and word times of one context, into its Pipecat audio context, in order."""
         last_start_ms = 0
+        failed = False
         try:
             async for item in context.events():
                 if isinstance(item, AudioFrame):
@@ -151,12 +166,18 @@ class VoxrtTTSService(TTSService):
                         word_times.append((word.text, last_start_ms / 1000))
                     await self.add_word_timestamps(word_times, context.id)
         except VoxrtError as error:
+            failed = True
             await self.push_error(error_msg=f"voxrt: {error}", exception=error)
         finally:
-            self._contexts.pop(context.id, None)
-            if self.audio_context_available(context.id):
-                await self.append_to_audio_context(context.id, TTSStoppedFrame(context_id=context.id))
-                await self.remove_audio_context(context.id)
+            if not failed:  # a failed turn's context stays until the turn ends, so its later tokens are dropped
+                self._contexts.pop(context.id, None)
+            await self._voxrt_end_audio_context(context.id)
+
+    async def _voxrt_end_audio_context(self, context_id: str) -> None:
+        """Pipecat's audio context for the turn, if open, ends (TTSStoppedFrame) and goes."""
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
 
     async def _audio_frame(self, frame: AudioFrame, context_id: str) -> TTSAudioRawFrame:
         audio = frame.payload
