@@ -10,7 +10,7 @@ pytest.importorskip("livekit.agents", reason="livekit-agents is not installed")
 from livekit.agents import APIError, APIStatusError  # noqa: E402
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, APIConnectOptions  # noqa: E402
 
-from voxrt.client import ContextState  # noqa: E402
+from voxrt.client import AudioFrame, ContextState, connect  # noqa: E402
 from voxrt.integrations.livekit import VoxrtSynthesizeStream, VoxrtTTS  # noqa: E402
 from voxrt_live import live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
@@ -99,3 +99,38 @@ def test_errors_become_livekit_api_errors(live, secured):
 def test_rejects_a_rate_voxrt_does_not_serve():
     with pytest.raises(ValueError):
         VoxrtTTS(url="ws://127.0.0.1:1/v1/realtime", sample_rate=22050)
+
+
+def test_a_turn_the_server_refuses_is_retried_whole_by_livekit():
+    """Overload (`--max-admission-wait-ms`): another session holds the engine's only place, so the server
+    refuses the turn (`server_busy`). The plugin raises it as a retryable 429, LiveKit replays the turn's buffered
+    text into a new attempt (a new voxrt context), and once the place is free the whole turn is spoken."""
+    retrying = APIConnectOptions(max_retry=8, retry_interval=0.25, timeout=10)
+    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as busy_live:
+        async def main():
+            async with connect(busy_live.ws, pacing="burst") as other:
+                busy = other.context("busy")
+                await busy.send(LONG_TEXT)
+                await busy.end()
+                async for item in busy.events():  # generating: it holds the only place
+                    if isinstance(item, AudioFrame):
+                        break
+                errors = []
+                async with VoxrtTTS(url=busy_live.ws, pacing="burst") as voxrt_tts:
+                    def on_error(event):  # the first refusal frees the place for a later attempt
+                        errors.append(event)
+                        voxrt_tts._in_background(busy.cancel())
+                    voxrt_tts.on("error", on_error)
+                    async with voxrt_tts.stream(conn_options=retrying) as stream:
+                        for token in TOKENS:
+                            stream.push_text(token)
+                        stream.end_input()
+                        events = [event async for event in stream]
+                return errors, events
+
+        errors, events = run(main())
+    assert errors and all(e.recoverable and isinstance(e.error, APIStatusError) and e.error.status_code == 429
+                          and "server_busy" in str(e.error) for e in errors)
+    assert events and events[-1].is_final and sum(e.frame.duration for e in events) > 0.5
+    timed = [t for e in events for t in e.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+    assert "".join(timed) == "".join(TOKENS)  # the whole turn, replayed into the attempt that was served
