@@ -10,7 +10,7 @@ import json
 import httpx
 
 from conftest import connect, metric, run, start_session
-from voxrt_live import live_server
+from voxrt_live import ONE_PLACE, live_server
 
 BURST = {"pacing": {"mode": "burst"}}
 LONG = "This first turn is long enough to keep the only batch slot busy for many engine steps, on purpose."
@@ -20,7 +20,7 @@ def test_a_context_the_engine_cannot_start_in_time_is_refused_alone():
     # one live request (every policy: the deadline policy admits twice the batch by default) and no admission
     # wait: the second context, submitted while the first one holds the only place, is refused at the first step
     # that leaves it waiting
-    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as live:
+    with live_server(ONE_PLACE) as live:
         async def scenario():
             async with connect(live) as ws:
                 await start_session(ws, **BURST)
@@ -61,7 +61,7 @@ def test_tokens_still_streaming_into_a_refused_context_do_not_close_the_session(
     """An agent streaming LLM tokens into a context the engine refused keeps sending until it reads the error:
     its later tokens are dropped without a reply (before, each was an `invalid_message`, and the 21st in a row
     closed the whole session with 4400), and the session serves its next context."""
-    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as live:
+    with live_server(ONE_PLACE) as live:
         async def scenario():
             async with connect(live) as ws:
                 await start_session(ws, **BURST)

@@ -10,9 +10,9 @@ pytest.importorskip("livekit.agents", reason="livekit-agents is not installed")
 from livekit.agents import APIError, APIStatusError  # noqa: E402
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, APIConnectOptions  # noqa: E402
 
-from voxrt.client import AudioFrame, ContextState, connect  # noqa: E402
+from voxrt.client import ContextState  # noqa: E402
 from voxrt.integrations.livekit import VoxrtSynthesizeStream, VoxrtTTS  # noqa: E402
-from voxrt_live import live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
+from voxrt_live import ONE_PLACE, busy_engine, live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
 TOKENS = ["Hello", " there,", " this", " is", " voxrt", " speaking."]
 LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
@@ -106,15 +106,9 @@ def test_a_turn_the_server_refuses_is_retried_whole_by_livekit():
     refuses the turn (`server_busy`). The plugin raises it as a retryable 429, LiveKit replays the turn's buffered
     text into a new attempt (a new voxrt context), and once the place is free the whole turn is spoken."""
     retrying = APIConnectOptions(max_retry=8, retry_interval=0.25, timeout=10)
-    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as busy_live:
+    with live_server(ONE_PLACE) as busy_live:
         async def main():
-            async with connect(busy_live.ws, pacing="burst") as other:
-                busy = other.context("busy")
-                await busy.send(LONG_TEXT)
-                await busy.end()
-                async for item in busy.events():  # generating: it holds the only place
-                    if isinstance(item, AudioFrame):
-                        break
+            async with busy_engine(busy_live) as busy:
                 errors = []
                 async with VoxrtTTS(url=busy_live.ws, pacing="burst") as voxrt_tts:
                     def on_error(event):  # the first refusal frees the place for a later attempt

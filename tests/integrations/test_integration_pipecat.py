@@ -19,9 +19,9 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  #
 from pipecat.tests.utils import run_test  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
-from voxrt.client import AudioFrame, ContextState, connect  # noqa: E402
+from voxrt.client import ContextState  # noqa: E402
 from voxrt.integrations.pipecat import VoxrtTTSService  # noqa: E402
-from voxrt_live import live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
+from voxrt_live import ONE_PLACE, busy_engine, live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
 LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
 # Pipecat ends an audio context that gets no audio for stop_frame_timeout_s (3 s by default). The tiny model
@@ -35,10 +35,20 @@ def _service(live, **kwargs) -> VoxrtTTSService:
 
 
 def _metric(live, name: str) -> float:
+    """A metric's value in the server's /metrics (a name with its labels, as the scrape writes them); 0 when the
+    series is not there yet."""
     for line in httpx.get(f"{live.http}/metrics", timeout=10).text.splitlines():
         if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)
+    return 0.0
+
+
+async def _start(*processors):
+    """A pipeline of `processors`, running: (its worker, the runner's task)."""
+    worker = PipelineWorker(Pipeline(list(processors)), cancel_on_idle_timeout=False)
+    runner = WorkerRunner()
+    await runner.add_workers(worker)
+    return worker, asyncio.ensure_future(runner.run())
 
 def _llm_turn(tokens: list[str]) -> list:
     return [LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in tokens), LLMFullResponseEndFrame()]
@@ -99,17 +109,21 @@ class _FirstAudio(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
+async def _speaking(live):
+    """A pipeline speaking a long turn in real time, its first audio out: (the service, its worker, the runner's
+    task, the turn's voxrt context)."""
+    tts = _service(live, pacing="realtime")
+    probe = _FirstAudio()
+    worker, running = await _start(tts, probe)
+    await worker.queue_frames(_llm_turn([LONG_TEXT]))
+    await probe.event.wait()
+    (context,) = tts._contexts.values()
+    return tts, worker, running, context
+
+
 def test_interruption_cancels_the_voxrt_context(live):
     async def main():
-        tts = _service(live, pacing="realtime")
-        probe = _FirstAudio()
-        worker = PipelineWorker(Pipeline([tts, probe]), cancel_on_idle_timeout=False)
-        runner = WorkerRunner()
-        await runner.add_workers(worker)
-        running = asyncio.ensure_future(runner.run())
-        await worker.queue_frames(_llm_turn([LONG_TEXT]))
-        await probe.event.wait()
-        (context,) = tts._contexts.values()
+        _, worker, running, context = await _speaking(live)
         await worker.queue_frame(InterruptionFrame())
         done = await context.done()
         await worker.queue_frame(EndFrame())
@@ -120,21 +134,11 @@ def test_interruption_cancels_the_voxrt_context(live):
     assert done.reason == "cancelled" and context.state is ContextState.DONE
 
 
-
-
 def test_cancelling_the_pipeline_aborts_the_voxrt_session(live):
     """A cancelled pipeline (CancelFrame: the call hung up) aborts the service's voxrt session at once: its
     context stops on the server and the server holds no session or context for it afterwards."""
     async def main():
-        tts = _service(live, pacing="realtime")
-        probe = _FirstAudio()
-        worker = PipelineWorker(Pipeline([tts, probe]), cancel_on_idle_timeout=False)
-        runner = WorkerRunner()
-        await runner.add_workers(worker)
-        running = asyncio.ensure_future(runner.run())
-        await worker.queue_frames(_llm_turn([LONG_TEXT]))
-        await probe.event.wait()
-        (context,) = tts._contexts.values()
+        tts, worker, running, context = await _speaking(live)
         await worker.cancel()
         await running
         return tts, context
@@ -164,34 +168,18 @@ def test_a_turn_the_server_refuses_is_reported_once_and_its_later_tokens_are_dro
     refuses the Pipecat turn (`server_busy`) while the LLM is still streaming it. The turn ends with one voxrt
     error upstream and TTSStoppedFrame; the tokens that come after the refusal are dropped, not an error each
     (the client refuses to reopen a context id, which Pipecat keeps using for the turn)."""
-    with live_server({"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}) as live:
-        def refusals() -> float:
-            scrape = httpx.get(f"{live.http}/metrics", timeout=10).text
-            return sum(float(line.split()[-1]) for line in scrape.splitlines()
-                       if line.startswith('voxrt_errors_total{code="server_busy"}'))
-
+    with live_server(ONE_PLACE) as live:
         async def main():
-            async with connect(live.ws, pacing="burst") as session:
-                busy = session.context("busy")
-                await busy.send(LONG_TEXT)
-                await busy.end()
-                async for item in busy.events():  # generating: it holds the only place
-                    if isinstance(item, AudioFrame):
-                        break
+            async with busy_engine(live):
                 before, after = _Collect(), _Collect()
-                worker = PipelineWorker(Pipeline([before, _service(live, pacing="burst"), after]),
-                                        cancel_on_idle_timeout=False)
-                runner = WorkerRunner()
-                await runner.add_workers(worker)
-                running = asyncio.ensure_future(runner.run())
+                worker, running = await _start(before, _service(live, pacing="burst"), after)
                 await worker.queue_frames([LLMFullResponseStartFrame(),
                                            *(LLMTextFrame(t) for t in ["Hello", " there,", " this", " turn"])])
-                while not await asyncio.to_thread(refusals):  # the server refused the turn
-                    await asyncio.sleep(0.05)
+                while not await asyncio.to_thread(_metric, live, 'voxrt_errors_total{code="server_busy"}'):
+                    await asyncio.sleep(0.05)  # until the server refused the turn
                 await worker.queue_frames([*(LLMTextFrame(f" more{i}") for i in range(30)),
                                            LLMFullResponseEndFrame(), EndFrame()])
                 await running
-                await busy.cancel()
                 return before.frames[FrameDirection.UPSTREAM], after.frames[FrameDirection.DOWNSTREAM]
 
         up, down = run(main())

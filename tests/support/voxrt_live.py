@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 from voxrt.engine.messages import EngineConfig
@@ -24,6 +24,12 @@ TEST_VOICE, OTHER_VOICE = os.environ.get("VOXRT_TEST_VOICES", "default,alto").sp
 # VOXRT_TEST_MAX_SEQ_LEN: the live engine's KV positions per request (Orpheus spends 7 a frame: 4096 for a
 # sentence's ~11 s, which 1024 would cut)
 TEST_MAX_SEQ_LEN = int(os.environ.get("VOXRT_TEST_MAX_SEQ_LEN", "1024"))
+
+
+# An engine with room for one live request that refuses, at its next step, a stream it cannot start (overload
+# protection, `max_admission_wait_ms`): `live_server(ONE_PLACE)`, then `busy_engine` takes the place.
+ONE_PLACE = {"max_batch_size": 1, "max_live_requests": 1, "max_admission_wait_ms": 0.0}
+BUSY_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
 
 
 @dataclass
@@ -76,3 +82,20 @@ def run(coro, timeout_s: float = 120):
     import asyncio  # noqa: PLC0415
 
     return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+@asynccontextmanager
+async def busy_engine(live: Live):
+    """Holds the engine's only place (`ONE_PLACE`) for the block: a context of a session of its own, generating
+    (its first audio came) until the block ends or the test cancels it. Yields that context."""
+    from voxrt.client import AudioFrame, connect  # noqa: PLC0415
+
+    async with connect(live.ws, pacing="burst") as session:
+        busy = session.context("busy")
+        await busy.send(BUSY_TEXT)
+        await busy.end()
+        async for item in busy.events():
+            if isinstance(item, AudioFrame):
+                break
+        yield busy
+        await busy.cancel()  # idempotent
