@@ -262,7 +262,8 @@ def _ms(x) -> str:
 
 def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
     """Where a run's misses fall in time: per rate and per `window_s` of arrivals, the requests, the misses (first
-    audio later than 200 ms or a stall), the client's TTFA p50 and, for WebSocket runs, the gateway trace's
+    audio later than 200 ms, a stall or a failure), among them the refused (`server_busy`: the engine's overload
+    bound) and the served streams that stalled, the client's TTFA p50 and, for WebSocket runs, the gateway trace's
     split of the first chunk (context opened -> engine chunk done, -> received by the gateway, -> first frame
     sent: p50 / p99 ms). Which windows of the same arrivals go wrong on one path and not another says whether
     the loss is a burst the engine absorbs on one path only, or the gateway's own delay."""
@@ -279,8 +280,8 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
                                (sent - received) / 1e6 if sent else None))
     traces.sort()
 
-    print(f"{tag}: per {window_s:g} s of arrivals   reqs  missed  ttfa p50 | engine p50/p99  to gw p50/p99  "
-          "to send p50/p99 ms (gateway trace)")
+    print(f"{tag}: per {window_s:g} s of arrivals   reqs  missed  refused  stalled  ttfa p50 | engine p50/p99  "
+          "to gw p50/p99  to send p50/p99 ms (gateway trace)")
     for rate in sorted({r["rate"] for r in requests}):
         rows = [r for r in requests if r["rate"] == rate]
         by_window: dict[int, list] = {}
@@ -289,7 +290,9 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
         for w, group in sorted(by_window.items()):
             missed = sum(1 for r in group if r["status"] != "ok" or r["ttfa_ms"] is None or r["ttfa_ms"] > 200
                          or r["stalls"])
-            print(f"  rate {rate:5g}  {w * window_s:5.0f} s  {len(group):5d}  {missed:6d}  "
+            refused = sum(1 for r in group if r["status"] == "error:server_busy")  # --max-admission-wait-ms
+            stalled = sum(1 for r in group if r["status"] == "ok" and r["stalls"])
+            print(f"  rate {rate:5g}  {w * window_s:5.0f} s  {len(group):5d}  {missed:6d}  {refused:7d}  {stalled:7d}  "
                   f"{_ms(_quantile([r['ttfa_ms'] for r in group], 0.5)):>8s}")
     if traces:
         t0 = traces[0][0]

@@ -36,7 +36,8 @@ def test_a_call_that_ran_only_the_ttfa_path_reports_its_gap(tmp_path, capsys):
 def test_windows_counts_misses_per_window_and_splits_the_first_chunk(tmp_path, capsys):
     rows = [dict(rate=104.0, arrival_s=1.0, status="ok", ttfa_ms=50.0, stalls=0),
             dict(rate=104.0, arrival_s=6.0, status="ok", ttfa_ms=250.0, stalls=0),
-            dict(rate=104.0, arrival_s=7.0, status="ok", ttfa_ms=90.0, stalls=1)]
+            dict(rate=104.0, arrival_s=7.0, status="ok", ttfa_ms=90.0, stalls=1),
+            dict(rate=104.0, arrival_s=8.0, status="error:server_busy", ttfa_ms=None, stalls=0)]
     (tmp_path / "ws-whole").mkdir()
     (tmp_path / "ws-whole" / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     opened = 10**9
@@ -45,8 +46,9 @@ def test_windows_counts_misses_per_window_and_splits_the_first_chunk(tmp_path, c
     (tmp_path / "gw-trace.1.jsonl").write_text(json.dumps(trace) + "\n")
     product_path.windows(str(tmp_path), "ws-whole", 5.0)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split()[-3:] == ["1", "0", "50"]  # window 0 s: 1 request, no miss
-    assert lines[2].split()[-3:] == ["2", "2", "250"]  # window 5 s: a late first audio and a stall
+    assert lines[1].split()[-5:] == ["1", "0", "0", "0", "50"]  # window 0 s: 1 request, no miss
+    # window 5 s: a late first audio, a stall and a refusal (--max-admission-wait-ms): 3 misses, 1 refused, 1 stalled
+    assert lines[2].split()[-5:] == ["3", "3", "1", "1", "250"]
     assert "40/40" in lines[-1] and "2/2" in lines[-1] and "1/1" in lines[-1]
 
 
