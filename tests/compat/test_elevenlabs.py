@@ -14,7 +14,7 @@ import websockets
 from compat_audio import TINY_CHARS_PER_S, decoded_seconds, s16_seconds
 from voxrt.gateway.compat import elevenlabs as el
 from voxrt.gateway.compat.elevenlabs import CharAligner, relative
-from voxrt_live import live_server, run
+from voxrt_live import ONE_PLACE, busy_engine, live_server, run
 
 TOKENS = ["Hello", " there", ",", " my", " good", " friend", "."]
 TEXT = "".join(TOKENS)
@@ -376,3 +376,35 @@ def test_an_alignment_that_comes_after_its_audio_went_is_relative_to_that_chunk(
     assert alone["audio"] == "" and alone["alignment"] == {"chars": list("Hello"),
                                                            "charStartTimesMs": [10, 20, 30, 40, 50],
                                                            "charDurationsMs": [10, 10, 10, 10, 10]}
+
+
+def test_a_refused_context_drops_the_rest_of_its_turn_until_the_client_closes_it():
+    """Multi-context under overload (`--max-admission-wait-ms`): the server refuses context x (`server_busy`,
+    then its isFinal) while the client's LLM is still streaming into it. The rest of that turn is dropped, not
+    opened as a new context that would speak the turn's tail without its start; once the client closes x, the id
+    opens a new context as ElevenLabs' do."""
+    with live_server(ONE_PLACE) as live:
+        async def scenario():
+            url = live.ws.replace("/v1/realtime",
+                                  "/v1/text-to-speech/default/multi-stream-input?output_format=pcm_16000")
+            async with busy_engine(live) as busy, websockets.connect(url) as ws:
+                await ws.send(json.dumps({"text": "This turn comes while the engine is full. ", "context_id": "x"}))
+                first = [json.loads(await asyncio.wait_for(ws.recv(), 60)) for _ in range(2)]
+                for i in range(30):
+                    await ws.send(json.dumps({"text": f" more{i}", "context_id": "x", "flush": i == 29}))
+                await ws.send(json.dumps({"text": "", "context_id": "x"}))  # keep-alive, answered by nothing
+                with pytest.raises(asyncio.TimeoutError):  # nothing for the dropped text
+                    await asyncio.wait_for(ws.recv(), 2)
+                await busy.cancel()  # the place is free again
+                await ws.send(json.dumps({"context_id": "x", "close_context": True}))
+                await ws.send(json.dumps({"text": "A new turn. ", "context_id": "x", "flush": True}))
+                later, audio = [], 0
+                while not later or not later[-1].get("isFinal"):
+                    later.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+                    audio += len(base64.b64decode(later[-1].get("audio") or ""))
+                return first, later, audio
+
+        first, later, audio = run(scenario())
+    assert first[0]["error"] == "server_busy" and first[0]["contextId"] == "x"
+    assert first[1] == {"isFinal": True, "contextId": "x"}
+    assert not [m for m in later if "error" in m] and later[-1]["contextId"] == "x" and audio > 16000 * 2 * 0.3

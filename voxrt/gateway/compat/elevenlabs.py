@@ -186,6 +186,10 @@ class ElevenLabsAdapter:
         self.num_pending_bytes = 0  # audio waiting in the contexts' `pending`
         self.final_sent: set[str] = set()
         self.flushing: set[str] = set()  # native contexts with a flush whose audio is not all out yet
+        # multi-context: ElevenLabs ids whose context the server ended with an error (e.g. `server_busy`) while the
+        # client had not closed it; their later text (an LLM stream still running) is dropped until the client
+        # closes the id, instead of opening a new context that would speak the rest of the turn without its start
+        self.failed_ids: set[str] = set()
         self.timed_out = False
         self.input_ended = False  # stream-input: the empty text came; the socket speaks what it has, then closes
 
@@ -264,6 +268,7 @@ class ElevenLabsAdapter:
         if self.multi and message.get("close_context") is True:
             # As ElevenLabs': a context with a flush under way finishes it; any other stops at once (barge-in).
             # Either way the id may be used again, for a new context.
+            self.failed_ids.discard(context_id)
             native = self._native_id(context_id, create=False)
             if native is None:
                 return True  # nothing open under that id (as ElevenLabs', nothing to say)
@@ -278,6 +283,8 @@ class ElevenLabsAdapter:
             self._error("invalid_message", "text must be a string", context_id)
             return True
         flush = message.get("flush") is True
+        if context_id in self.failed_ids and (text or flush):
+            return True  # its error and isFinal went out; the rest of that turn is dropped (`failed_ids`)
         native = self._native_id(context_id, create=bool(text))
         if text == "" and not flush:
             if self.multi:  # keep-alive: resets the inactivity timer
@@ -317,11 +324,13 @@ class ElevenLabsAdapter:
                 self.flushing.discard(native)
                 if self.multi:
                     self._final(native)
-            case ContextDone(context_id=native):
+            case ContextDone(context_id=native, reason=reason):
                 self._release(native)
                 self._final(native)
                 context = self.contexts.get(native)
                 if context is not None and self.multi:  # its id may be used again, for a new context
+                    if reason == "error" and self.current.get(context.el_id) == native:  # not closed by the client
+                        self.failed_ids.add(context.el_id)
                     self._retire(context.el_id, native)
                 self.outbox.call(lambda: self._forget(native))  # after its queued frames went out
                 if not self.multi:  # stream-input: one generation per socket, as ElevenLabs'
