@@ -181,8 +181,10 @@ def _engine_config(args: argparse.Namespace):
 
 def _admission_wait(value: str) -> float | str | None:
     """--max-admission-wait-ms: "auto", "off" (None) or a finite number of ms >= 0."""
-    if value in ("auto", "off"):
-        return None if value == "off" else value
+    if value == "off":
+        return None
+    if value == "auto":
+        return value
     try:
         wait = float(value)
     except ValueError:

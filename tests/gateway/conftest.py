@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import websockets
 
 from voxrt.protocol.frames import decode_audio_frame
-from voxrt_live import Live, live_server, run  # noqa: F401 (tests/support, on pytest's pythonpath)
+from voxrt_live import Live, live_server, metric, run  # noqa: F401 (tests/support, on pytest's pythonpath)
 
 
 async def recv_json(ws, timeout_s: float = 30) -> dict:
@@ -39,14 +38,6 @@ async def collect_context(ws, timeout_s: float = 60):
             messages.append(data)
             if data["type"] == "context.done":
                 return frames, messages
-
-
-def metric(live: Live, name: str) -> float:
-    text = httpx.get(f"{live.http}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)
 
 
 def connect(live: Live, **kwargs):

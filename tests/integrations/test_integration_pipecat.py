@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
 import pytest
 
 pytest.importorskip("pipecat", reason="pipecat-ai is not installed")
@@ -21,7 +20,7 @@ from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from voxrt.client import ContextState  # noqa: E402
 from voxrt.integrations.pipecat import VoxrtTTSService  # noqa: E402
-from voxrt_live import ONE_PLACE, busy_engine, live_server, run  # noqa: E402 (tests/support, on pytest's pythonpath)
+from voxrt_live import ONE_PLACE, busy_engine, live_server, metric, run  # noqa: E402 (tests/support, on pytest's pythonpath)
 
 LONG_TEXT = " ".join(["This sentence keeps the engine busy for a good while."] * 12)
 # Pipecat ends an audio context that gets no audio for stop_frame_timeout_s (3 s by default). The tiny model
@@ -32,15 +31,6 @@ QUIET_S = 60.0
 def _service(live, **kwargs) -> VoxrtTTSService:
     return VoxrtTTSService(url=live.ws, stop_frame_timeout_s=QUIET_S, **kwargs)
 
-
-
-def _metric(live, name: str) -> float:
-    """A metric's value in the server's /metrics (a name with its labels, as the scrape writes them); 0 when the
-    series is not there yet."""
-    for line in httpx.get(f"{live.http}/metrics", timeout=10).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 async def _start(*processors):
@@ -146,7 +136,7 @@ def test_cancelling_the_pipeline_aborts_the_voxrt_session(live):
     tts, context = run(main())
     assert tts._session is None and context.is_finished
     deadline = time.monotonic() + 30
-    while (_metric(live, "voxrt_sessions"), _metric(live, "voxrt_contexts")) != (0, 0):
+    while (metric(live, "voxrt_sessions"), metric(live, "voxrt_contexts")) != (0, 0):
         assert time.monotonic() < deadline, "the server still holds the cancelled pipeline's session"
         time.sleep(0.05)
 
@@ -175,7 +165,7 @@ def test_a_turn_the_server_refuses_is_reported_once_and_its_later_tokens_are_dro
                 worker, running = await _start(before, _service(live, pacing="burst"), after)
                 await worker.queue_frames([LLMFullResponseStartFrame(),
                                            *(LLMTextFrame(t) for t in ["Hello", " there,", " this", " turn"])])
-                while not await asyncio.to_thread(_metric, live, 'voxrt_errors_total{code="server_busy"}'):
+                while not await asyncio.to_thread(metric, live, 'voxrt_errors_total{code="server_busy"}', 0.0):
                     await asyncio.sleep(0.05)  # until the server refused the turn
                 await worker.queue_frames([*(LLMTextFrame(f" more{i}") for i in range(30)),
                                            LLMFullResponseEndFrame(), EndFrame()])

@@ -77,6 +77,19 @@ def live_server(engine_kwargs: dict | None = None, **gateway_kwargs):
         thread.join(30)
 
 
+def metric(live: Live, name: str, default: float | None = None) -> float:
+    """A metric's value in the server's /metrics: `name` alone or with its labels as the scrape writes them
+    (`voxrt_errors_total{code="server_busy"}`); a missing series is `default`, or KeyError without one."""
+    import httpx  # noqa: PLC0415
+
+    for line in httpx.get(f"{live.http}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    if default is None:
+        raise KeyError(name)
+    return default
+
+
 def run(coro, timeout_s: float = 120):
     """Runs a test's async scenario to completion, failing it after `timeout_s` instead of hanging."""
     import asyncio  # noqa: PLC0415
