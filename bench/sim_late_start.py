@@ -14,6 +14,11 @@ a stream not admitted within it is refused; its row counts the refused requests,
     # overload protection (bench/results/2026-12-06-h100-levers/):
     python bench/sim_late_start.py --rates 112,120,128,136,144 --lm-share 0.51 --bg-share 0.31 --urgent-pause 0.1 \
         --prefill-ms 0.06 --demotion 0 --max-wait none,100
+    # the deadline policy's late-chunk hold against a codec-bound collapse (Seed-TTS's short texts, the background
+    # lane on a small share; bench/results/2026-12-06-h100-capacity-bound/):
+    python bench/sim_late_start.py --workload bench/workloads/seedtts_eval_en.jsonl --rates 160,184,208 \
+        --duration 30 --lm-share 0.45 --bg-share 0.12 --codec-per-frame-ms 0.048 --urgent-pause 0.1 --prefill-ms 0.06 \
+        --demotion 0 --max-wait 100 --late-hold none,50,100,200
 
 LibriTTS test-clean texts, Poisson arrivals (seed 0: the same arrivals for every setting), the lanes runtime
 with the H200's start-up cost model (`COSTS`: measured at engine start on the whole GPU) on SM shares that put
@@ -47,6 +52,8 @@ def main() -> None:
     ap.add_argument("--demotion", default="0,2000,inf", help="late_start_demotion_ms values (0: off)")
     ap.add_argument("--max-wait", default="none", help="max_admission_wait_ms values (none: off; "
                     "comma-separated): a stream not admitted within it is refused")
+    ap.add_argument("--late-hold", default="none", help="late_chunk_hold_ms values (none: off; comma-separated): "
+                    "no stream is admitted while every chunk completed over that long was late")
     ap.add_argument("--tokens-per-s", type=float, default=None, help="stream each text at this rate (default: whole)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--live", type=int, default=256)
@@ -69,9 +76,11 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     demotions = [float(d) for d in args.demotion.split(",")]
     waits = [None if w == "none" else float(w) for w in args.max_wait.split(",")]
-    for first, rate, demotion, wait in itertools.product(firsts, rates, demotions, waits):
+    holds = [None if h == "none" else float(h) for h in args.late_hold.split(",")]
+    for first, rate, demotion, wait, hold in itertools.product(firsts, rates, demotions, waits, holds):
         config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
-                                 late_start_demotion_ms=demotion, max_admission_wait_ms=wait)
+                                 late_start_demotion_ms=demotion, max_admission_wait_ms=wait,
+                                 late_chunk_hold_ms=hold)
         result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
                           lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
                           tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause,
@@ -80,12 +89,14 @@ def main() -> None:
         pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
         row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
                    prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
-                   max_admission_wait_ms=wait, refused=sum(1 for r in result.records if r.status == "failed"),
+                   max_admission_wait_ms=wait, late_chunk_hold_ms=hold, refused=sum(1 for r in result.records if r.status == "failed"),
                    tokens_per_s=args.tokens_per_s, first_chunk_frames=first, requests=len(result.records),
                    attainment_pct=round(100 * result.attainment, 1),
                    late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),
                    stalled=sum(1 for s in result.stalls if s), ttfa_p50_ms=pick(0.5), ttfa_p99_ms=pick(0.99),
-                   ttfa_max_ms=round(ttfa[-1], 1) if ttfa else None, codec_errors=len(result.codec_errors))
+                   ttfa_max_ms=round(ttfa[-1], 1) if ttfa else None, codec_errors=len(result.codec_errors),
+                   lanes={lane: stats.as_dict() for lane, stats in result.lane_stats.items()},
+                   sim_s=round(result.end_ns / 1e9, 1))
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

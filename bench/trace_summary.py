@@ -90,7 +90,8 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
         waiting = np.array([r.get("waiting", 0) for r in plans])
         out["plan"] = {"plans": len(plans), "waiting_p50": _pct(waiting, 50), "waiting_p99": _pct(waiting, 99),
                        "waiting_max": int(waiting.max()),
-                       "deferred_p99": _pct(np.array([r.get("deferred", 0) for r in plans]), 99)}
+                       "deferred_p99": _pct(np.array([r.get("deferred", 0) for r in plans]), 99),
+                       "held_plans": sum(1 for r in plans if r.get("held"))}  # admission held: the engine behind
     steps = [r for r in recs if r.get("kind") == "step"]
     if steps:
         # the host's time per loop step by phase (core.py `_trace_step`): p50 / p99 / mean ms, and the loop

@@ -151,6 +151,25 @@ def test_late_start_demotion_flag_reaches_the_engine_config_and_rejects_negative
             _engine_config(args)
 
 
+def test_late_chunk_hold_flag_reaches_the_engine_config_and_rejects_bad_values():
+    """--deadline-late-chunk-hold-ms: off (None) by default, a value reaches EngineConfig; 0, < 0, NaN, inf and
+    words are clear errors (the deadline policy's overload detection, sched/deadline_policy.py)."""
+    from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
+
+    parser = build_parser()
+    for base in (["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"],
+                 ["serve", "--device", "cpu"]):
+        assert _engine_config(parser.parse_args(base)).late_chunk_hold_ms is None
+        args = parser.parse_args(base + ["--deadline-late-chunk-hold-ms", "off"])
+        assert _engine_config(args).late_chunk_hold_ms is None
+        args = parser.parse_args(base + ["--deadline-late-chunk-hold-ms", "100"])
+        assert _engine_config(args).late_chunk_hold_ms == 100.0
+        for bad in ("0", "-1", "nan", "inf", "soon", ""):
+            args = parser.parse_args(base + ["--deadline-late-chunk-hold-ms", bad])
+            with pytest.raises(SystemExit, match="late-chunk-hold-ms must be off or a finite number > 0"):
+                _engine_config(args)
+
+
 def test_max_admission_wait_flag_reaches_the_engine_config_and_rejects_bad_values():
     """--max-admission-wait-ms: auto by default for serve and loadgen (the engine picks: 100 ms on CUDA, off on the
     CPU) and off for bench and profile-split (their requests all arrive at once), off is None, a value reaches

@@ -60,6 +60,10 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
                    help="under overload, a waiting stream already past its first-audio deadline is admitted after "
                    "the streams that can still make theirs, for at most this long past it (0, the default: "
                    "earliest arrival first; sched/deadline_policy.py)")
+    p.add_argument("--deadline-late-chunk-hold-ms", default="off", metavar="H|off",
+                   help="overload detection, the deadline policy: while half the chunks that completed within H ms "
+                   "were late, no stream is admitted (they wait, and --max-admission-wait-ms refuses them); "
+                   "off (default): admission looks only at the live cap (sched/deadline_policy.py)")
     p.add_argument("--max-admission-wait-ms", default="auto" if realtime else "off", metavar="W|auto|off",
                    help="overload protection, every policy: a stream not admitted within W ms after it could "
                    "be (its arrival, or its text's) is refused with a non-fatal `server_busy` error at once "
@@ -152,6 +156,7 @@ def _engine_config(args: argparse.Namespace):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
     admission_wait = _admission_wait(args.max_admission_wait_ms)
+    late_hold = _late_chunk_hold(args.deadline_late_chunk_hold_ms)
     if args.dec_batch < 1 or args.max_codec_batch < 1:
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
     if args.first_chunk_frames is not None and args.first_chunk_frames < 1:
@@ -170,7 +175,7 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
                         late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
-                        max_admission_wait_ms=admission_wait,
+                        max_admission_wait_ms=admission_wait, late_chunk_hold_ms=late_hold,
                         first_chunk_frames=args.first_chunk_frames,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         trace_requests_only=args.trace_requests_only,
@@ -192,6 +197,19 @@ def _admission_wait(value: str) -> float | str | None:
     if not 0 <= wait < math.inf:
         raise SystemExit(f"error: --max-admission-wait-ms must be auto, off or a finite number >= 0, got {value!r}")
     return wait
+
+
+def _late_chunk_hold(value: str) -> float | None:
+    """--deadline-late-chunk-hold-ms: "off" (None) or a finite number of ms > 0."""
+    if value == "off":
+        return None
+    try:
+        hold = float(value)
+    except ValueError:
+        hold = math.nan
+    if not 0 < hold < math.inf:
+        raise SystemExit(f"error: --deadline-late-chunk-hold-ms must be off or a finite number > 0, got {value!r}")
+    return hold
 
 
 def _aliases(args: argparse.Namespace, env):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -290,6 +292,20 @@ def test_the_auto_admission_wait_is_off_on_the_cpu():
     assert make_core(max_admission_wait_ms="auto").scheduler.config.max_admission_wait_ms is None
     assert make_core().scheduler.config.max_admission_wait_ms is None
     assert make_core(max_admission_wait_ms=250.0).scheduler.config.max_admission_wait_ms == 250.0
+
+
+def test_the_late_chunk_hold_reaches_the_deadline_policy_and_is_off_by_default(caplog):
+    """EngineConfig.late_chunk_hold_ms reaches the scheduler (off by default); the engine says so in its log,
+    and warns that another policy ignores it. A step that held admission counts in `held_steps`."""
+    assert make_core().scheduler.config.late_chunk_hold_ms is None
+    with caplog.at_level(logging.INFO, logger="voxrt.engine"):
+        core = make_core(scheduler_type="deadline", late_chunk_hold_ms=100.0)
+    assert core.scheduler.config.late_chunk_hold_ms == 100.0
+    assert "no stream is admitted while half the chunks of the last 100 ms were late" in caplog.text
+    assert core.stats(token=0).held_steps == 0
+    with caplog.at_level(logging.WARNING, logger="voxrt.engine"):
+        make_core(scheduler_type="base", late_chunk_hold_ms=100.0)
+    assert "late_chunk_hold_ms=100 is ignored" in caplog.text
 
 
 def test_unknown_model_lists_the_available_ones():

@@ -20,13 +20,14 @@ def value(text: str, name: str) -> float:
 def test_engine_totals_become_counters_once():
     m = GatewayMetrics()
     m.update_engine(stats(early_chunks=4, sm_mode_switches=2, deferred_admissions=1, chunks_on_time=5,
-                          codec_launches=(("urgent", 3),)))
+                          held_steps=7, codec_launches=(("urgent", 3),)))
     m.update_engine(stats(early_chunks=6, sm_mode_switches=2, deferred_admissions=1, chunks_on_time=5,
-                          codec_launches=(("urgent", 3),)))  # only what is new counts
+                          held_steps=9, codec_launches=(("urgent", 3),)))  # only what is new counts
     text = m.render().decode()
     assert value(text, "voxrt_engine_early_chunks_total") == 6
     assert value(text, "voxrt_engine_sm_mode_switches_total") == 2
     assert value(text, "voxrt_engine_deferred_admissions_total") == 1
+    assert value(text, "voxrt_engine_held_steps_total") == 9
     assert value(text, 'voxrt_engine_codec_launches_total{lane="urgent"}') == 3
     assert value(text, "voxrt_engine_queue_depth") == 1
 

@@ -83,6 +83,9 @@ class EngineConfig:
     # a batch, the GPU checks); "auto": ADMISSION_WAIT_MS on CUDA, off on the CPU (`admission_wait_ms`), the
     # default of `voxrt serve` and `voxrt loadgen`
     max_admission_wait_ms: float | Literal["auto"] | None = None
+    # the deadline policy's overload detection (SchedulerConfig): no stream is admitted while half the chunks
+    # completed within this many ms were late. None (default): off
+    late_chunk_hold_ms: float | None = None
     dec_batch: int = 8
     # frames of every request's first audio chunk (the next ones double up to the program's chunk size); None: the
     # model program's own (Qwen3-TTS 2, Orpheus 4)
@@ -255,6 +258,7 @@ class EngineStats:
     deferred_admissions: int = 0
     early_chunks: int = 0
     sm_mode_switches: int = 0  # adaptive SM modes: moves between splits
+    held_steps: int = 0  # steps that admitted no stream because the engine was behind (late_chunk_hold_ms)
 
 
 @dataclass(frozen=True)

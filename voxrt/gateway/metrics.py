@@ -88,6 +88,8 @@ class GatewayMetrics:
                                        "protect running streams", registry=r)
         self.engine_sm_switches = Counter("voxrt_engine_sm_mode_switches", "moves between SM splits "
                                           "(--sm-mode adaptive)", registry=r)
+        self.engine_held = Counter("voxrt_engine_held_steps", "engine steps that admitted no stream because half "
+                                   "the recent chunks were late (--deadline-late-chunk-hold-ms)", registry=r)
         self.engine_early = Counter("voxrt_engine_early_chunks", "chunks the deadline policy cut before all their "
                                     "frames were there, so as not to be late", registry=r)
         self._last: dict[tuple[str, str], int] = {}  # engine totals already counted
@@ -150,6 +152,7 @@ class GatewayMetrics:
         self._advance(self.engine_chunks.labels("late"), ("chunks", "late"), stats.chunks_late)
         self._advance(self.engine_deferred, ("deferred", ""), stats.deferred_admissions)
         self._advance(self.engine_early, ("early", ""), stats.early_chunks)
+        self._advance(self.engine_held, ("held", ""), stats.held_steps)
         self._advance(self.engine_sm_switches, ("sm_switches", ""), stats.sm_mode_switches)
 
     def _advance(self, counter, key: tuple[str, str], total: int) -> None:

@@ -346,6 +346,73 @@ def test_deadline_late_start_demotion_admits_on_time_streams_before_lost_ones():
         SchedulerConfig(late_start_demotion_ms=math.nan)
 
 
+def test_deadline_holds_admission_while_half_the_recent_chunks_were_late():
+    """`late_chunk_hold_ms`: no stream is admitted while at least half of the chunks (and at least
+    MIN_COMPLETIONS) that completed within the bound were past their deadlines; on-time chunks or time lift the
+    hold; chunks without a deadline or audio say nothing; off by default, the same lateness holds nothing."""
+    from voxrt.engine.sched.deadline_policy import LATE_SHARE, MIN_COMPLETIONS  # noqa: PLC0415
+
+    assert LATE_SHARE == 0.5 and MIN_COMPLETIONS == 8
+
+    def complete(sched, request, now_ns, late, **job):
+        due_ns = now_ns - MS if late else now_ns + MS
+        job = {"deadline_ns": due_ns, "num_frames": 4, **job}
+        sched.complete_codec(CodecJob(request, 0, job["num_frames"], 1, False, job["deadline_ns"]), now_ns)
+
+    def admitted(sched, now_ns, rid):
+        add(sched, rid, num_words=3, arrival_ns=now_ns)
+        return [r.request_id for r in sched.schedule(now_ns).prefill]
+
+    for config, holds in (({}, False), ({"late_chunk_hold_ms": 100.0}, True)):
+        sched = make("deadline", **config)
+        r = hand_made(sched, "r", chunks=2, first_chunk_ns=NOW - 300 * MS)
+        for i in range(MIN_COMPLETIONS - 1):  # too few to judge
+            complete(sched, r, NOW + i * MS, late=True)
+        assert not sched.is_behind(NOW + 10 * MS)
+        complete(sched, r, NOW + 10 * MS, late=True)
+        assert sched.is_behind(NOW + 10 * MS) is holds
+        assert admitted(sched, NOW + 11 * MS, "held") == ([] if holds else ["held"])
+        assert sched.is_holding is holds
+    # (the holding scheduler from here) ignored: no deadline (a non-streaming request's chunk), no audio (an empty
+    # last chunk)
+    for _ in range(4):
+        complete(sched, r, NOW + 12 * MS, late=True, deadline_ns=None)
+        complete(sched, r, NOW + 12 * MS, late=True, num_frames=0)
+    assert sched.is_behind(NOW + 12 * MS)
+    # on-time chunks lift the hold once fewer than half of the window's chunks were late
+    for i in range(7):
+        complete(sched, r, NOW + 13 * MS, late=False)
+    assert sched.is_behind(NOW + 13 * MS)
+    complete(sched, r, NOW + 13 * MS, late=False)
+    assert sched.is_behind(NOW + 13 * MS)  # 8 of 16 late: LATE_SHARE reached
+    complete(sched, r, NOW + 13 * MS, late=False)
+    assert not sched.is_behind(NOW + 13 * MS)
+    assert admitted(sched, NOW + 14 * MS, "after") == ["held", "after"]  # by first-audio deadline
+    assert not sched.is_holding
+    # the window slides: late chunks older than the bound are forgotten
+    sched = make("deadline", late_chunk_hold_ms=100.0)
+    r = hand_made(sched, "r", chunks=2, first_chunk_ns=NOW - 300 * MS)
+    for i in range(MIN_COMPLETIONS):
+        complete(sched, r, NOW + i * MS, late=True)
+    assert sched.is_behind(NOW + 100 * MS)
+    assert not sched.is_behind(NOW + 101 * MS)  # the first one is now older than 100 ms: 7 left
+    # an engine held with nothing else to do wakes when the oldest completion leaves the window
+    sched = make("deadline", late_chunk_hold_ms=100.0)
+    r = hand_made(sched, "r", chunks=2, first_chunk_ns=NOW - 300 * MS)
+    for i in range(MIN_COMPLETIONS):
+        complete(sched, r, NOW + i * MS, late=True)
+    sched.cancel("r")
+    assert sched.wake_ns() is None
+    assert admitted(sched, NOW + 50 * MS, "waits") == [] and sched.is_holding
+    assert sched.wake_ns() == NOW + 100 * MS
+    assert [r.request_id for r in sched.schedule(NOW + 100 * MS + 1).prefill] == ["waits"]
+    assert not sched.is_holding and sched.wake_ns() is None
+    with pytest.raises(ValueError, match="late_chunk_hold_ms"):
+        SchedulerConfig(late_chunk_hold_ms=0.0)
+    with pytest.raises(ValueError, match="late_chunk_hold_ms"):
+        SchedulerConfig(late_chunk_hold_ms=math.inf)
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_max_admission_wait_refuses_streams_the_engine_kept_waiting(policy):
     """`max_admission_wait_ms` (every policy): a stream still waiting this long after it could have been admitted

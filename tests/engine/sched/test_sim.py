@@ -216,3 +216,41 @@ def test_the_admission_wait_keeps_an_overloaded_engine_serving_on_time(policy, h
     sched.check_integrity()
     assert not sched.requests and sched.pages.num_free == sched.pages.num_pages
     assert sched.slots.num_free == sched.slots.num_slots
+
+
+def test_the_late_chunk_hold_keeps_a_codec_bound_engine_serving_on_time():
+    """A codec behind its chunks (Seed-TTS's short texts at 184 requests/s, the background lane on a small
+    share): the live cap bounds only the requests still generating, so newcomers keep being admitted and every
+    stream is late with the rest (the collapse an H100 showed, bench/results/2026-12-06-h100-capacity-bound/).
+    With `late_chunk_hold_ms` no stream is admitted while half the recent chunks were late; the admission bound
+    refuses the ones held too long, and most of the others meet the SLO. The same arrivals; everything ends."""
+    import json
+    from pathlib import Path
+
+    from voxrt.engine.sched.scheduler import SchedulerConfig
+
+    workload = Path(__file__).resolve().parents[3] / "bench" / "workloads" / "seedtts_eval_en.jsonl"
+    texts = [json.loads(line)["text"] for line in workload.read_text().splitlines()[:4000]]
+    # the start-up costs of bench/sim_late_start.py (an H200's), with an H100's codec cost per frame
+    costs = CostModel(lm_base_ms=3.5, lm_per_request_ms=0.0104, prefill_per_token_ms=0.06, codec_base_ms=1.51,
+                      codec_per_frame_ms=0.048)
+
+    def run(hold_ms):
+        config = SchedulerConfig(max_batch_size=128, max_live_requests=256, max_admission_wait_ms=100.0,
+                                 late_chunk_hold_ms=hold_ms)
+        return simulate("deadline", rate=184.0, duration_s=10.0, seed=0, texts=texts, has_lanes=True,
+                        lm_share=0.45, bg_share=0.12, urgent_pause=0.1, costs=costs, num_slots=1024, config=config)
+
+    behind, held = run(None), run(100.0)
+    assert len(behind.records) == len(held.records) == 1807
+    assert behind.attainment < 0.5 and held.attainment >= 0.85
+    assert sum(1 for s in held.stalls if s) < 0.05 * len(held.records) < sum(1 for s in behind.stalls if s)
+    refused = [r for r in held.records if r.status == "failed"]
+    assert 0 < len(refused) < 0.15 * len(held.records) and {r.status for r in held.records} == {"ok", "failed"}
+    assert held.codec_errors == [] and behind.codec_errors == []
+    # the codec's lanes ran every chunk of the served requests: the background one busy most of the run
+    assert held.lane_stats["background"].busy_ms > 0.5 * held.end_ns / 1e6
+    sched = held.scheduler
+    sched.check_integrity()
+    assert not sched.requests and sched.pages.num_free == sched.pages.num_pages
+    assert sched.slots.num_free == sched.slots.num_slots

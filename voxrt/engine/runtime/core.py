@@ -187,6 +187,7 @@ class EngineCore:
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
                                               late_start_demotion_ms=config.late_start_demotion_ms,
                                               max_admission_wait_ms=admission_wait,
+                                              late_chunk_hold_ms=config.late_chunk_hold_ms,
                                               dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
                                               max_live_requests=max_live))
         self._cost_overrides = cost_overrides
@@ -207,6 +208,7 @@ class EngineCore:
         self.chunks_late = 0
         self.deferred_admissions = 0
         self.early_chunks = 0
+        self.held_steps = 0
         self.sm_mode_switches = 0
         self.decode_batch = 0  # requests the latest step decoded (the load report's)
         self.info = ModelInfo(  # the model's constants from its spec (checked_spec: the one source)
@@ -240,6 +242,13 @@ class EngineCore:
             else:  # only the deadline policy orders admission by first-audio deadline
                 log.warning("late_start_demotion_ms=%g is ignored: it applies to the deadline policy, not %s",
                             config.late_start_demotion_ms, config.scheduler_type)
+        if config.late_chunk_hold_ms is not None:
+            if config.scheduler_type == "deadline":
+                log.info("deadline policy: no stream is admitted while half the chunks of the last %g ms were late",
+                         config.late_chunk_hold_ms)
+            else:  # only the deadline policy gives every chunk a deadline
+                log.warning("late_chunk_hold_ms=%g is ignored: it applies to the deadline policy, not %s",
+                            config.late_chunk_hold_ms, config.scheduler_type)
 
     @staticmethod
     def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, max_live: int) -> int:
@@ -512,6 +521,7 @@ class EngineCore:
         """Counts the step's deferred admissions and early chunks, and traces the decision."""
         self.deferred_admissions += sum(1 for r in plan.prefill if r.deferred_since_ns is not None)
         self.early_chunks += sum(1 for job in plan.codec if job.is_early)
+        self.held_steps += self.scheduler.is_holding
         if self.request_tracer is not None:
             for request in plan.prefill:
                 if request.timeline is not None:
@@ -524,7 +534,8 @@ class EngineCore:
             lanes[job.lane] = lanes.get(job.lane, 0) + 1
         self.tracer.write(kind="plan", t_ms=now_ns / 1e6, prefill=len(plan.prefill), decode=len(plan.decode),
                           codec=lanes, early=sum(1 for job in plan.codec if job.is_early), waiting=len(waiting),
-                          deferred=sum(1 for r in waiting if r.deferred_since_ns is not None))
+                          deferred=sum(1 for r in waiting if r.deferred_since_ns is not None),
+                          held=self.scheduler.is_holding)
 
     def close(self) -> None:
         if self.gc_pauses is not None:
@@ -558,7 +569,7 @@ class EngineCore:
                            codec_launches=tuple(sorted(self.codec_launches.items())),
                            chunks_on_time=self.chunks_on_time, chunks_late=self.chunks_late,
                            deferred_admissions=self.deferred_admissions, early_chunks=self.early_chunks,
-                           sm_mode_switches=self.sm_mode_switches)
+                           sm_mode_switches=self.sm_mode_switches, held_steps=self.held_steps)
 
     def load(self, now_ns: int | None = None) -> EngineLoad:
         """The load report the engine process pushes to its clients (sched/load.py): host-side counts and the

@@ -17,6 +17,11 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    by arrival again. In the simulation (bench/sim_late_start.py: LibriTTS, 60 s, its knee near 88 req/s) a
    2 s bound held 98.6% instead of 91.4% at 88 req/s (tokens at 30/s, 80 req/s: 98.1% instead of 91.2%), the
    demoted requests' TTFA p99 rising to 1.2-1.7 s (bench/results/2026-12-04-late-start/); not yet on a GPU.
+   With `late_chunk_hold_ms` (off by default), no stream is admitted while the engine is behind: half the
+   chunks that completed within that long were past their deadline (`is_behind`). The live cap bounds only the
+   requests still generating; a codec behind its chunks (short texts: more chunks, first chunks on the urgent
+   lane) kept admitting newcomers, each as late as the rest (on an H100, Seed-TTS at 184 req/s: every request
+   stalled, TTFA ~335 ms, 6% refused by the admission bound; bench/results/2026-12-06-h100-capacity-bound/).
 2. The LM: every running request decodes a frame (as the base policy); when more are admitted than a batch
    holds (`max_live_requests` over `max_batch_size`), the ones whose next chunk has the least slack.
 3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within
@@ -44,6 +49,7 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable
@@ -94,6 +100,10 @@ class _LaunchRecord:
 
 
 _deadline = attrgetter("deadline_ns")
+# `late_chunk_hold_ms`: the engine is behind when at least this share of the chunks completed within the bound
+# were late, and at least this many completed (a lone late chunk on an idle engine is not an overload)
+LATE_SHARE = 0.5
+MIN_COMPLETIONS = 8
 _SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slowdown (an exponential average)
 
 
@@ -111,11 +121,17 @@ class DeadlineScheduler(Scheduler):
         # its frames, its codec ms): what `_slack_ns` derives from what changes only on events (a chunk cut, a
         # playback report, the first chunk's completion), kept until one of them changes
         self._chunk_parts: dict[str, tuple] = {}
+        # `late_chunk_hold_ms`: the chunks completed within that long (completion time, late), oldest first, and
+        # how many of them were late; `is_holding`: whether the last plan held admission back
+        self._completions: deque[tuple[int, bool]] = deque()
+        self._num_late = 0
+        self.is_holding = False
 
     def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
         running, waiting = self.running_and_waiting()
-        if waiting and len(running) < self.config.live_cap:  # else `admit` would take none
+        self.is_holding = bool(waiting) and self.is_behind(now_ns)
+        if waiting and len(running) < self.config.live_cap and not self.is_holding:  # else `admit` would take none
             # streams by first-audio deadline (arrival + startup), then the non-streaming ones
             by_first_audio = sorted(waiting, key=self._admission_key(now_ns))
             self.admit(plan, by_first_audio, len(running), self._deferral_rule(plan, running, now_ns))
@@ -245,7 +261,45 @@ class DeadlineScheduler(Scheduler):
 
         return may_admit
 
+    def is_behind(self, now_ns: int) -> bool:
+        """Whether the engine is behind the streams it runs: over the last `late_chunk_hold_ms`, at least
+        `LATE_SHARE` of the chunks that completed (and `MIN_COMPLETIONS` of them) were past their deadline.
+        `plan_step` then admits none (module docstring, 1). Always False when the bound is off."""
+        hold_ms = self.config.late_chunk_hold_ms
+        if hold_ms is None:
+            return False
+        self._forget_completions(now_ns - hold_ms * 1e6)
+        total = len(self._completions)
+        return total >= MIN_COMPLETIONS and self._num_late >= LATE_SHARE * total
+
+    def wake_ns(self) -> float | None:
+        """Also, while the last plan held admission (`is_behind`), when its oldest completion leaves the window,
+        the earliest the hold can lift with no chunk completing meanwhile (an engine with nothing else in flight
+        plans again then)."""
+        wake_ns = super().wake_ns()
+        if self.is_holding and self._completions:
+            lift_ns = self._completions[0][0] + self.config.late_chunk_hold_ms * 1e6
+            wake_ns = lift_ns if wake_ns is None else min(wake_ns, lift_ns)
+        return wake_ns
+
+    def _forget_completions(self, before_ns: float) -> None:
+        completions = self._completions
+        while completions and completions[0][0] < before_ns:
+            if completions.popleft()[1]:
+                self._num_late -= 1
+
+    def _note_lateness(self, job: CodecJob, now_ns: int) -> None:
+        """A completed chunk for `is_behind`: late or on time. Chunks without a deadline (non-streaming requests)
+        or audio (an empty last chunk) say nothing."""
+        if self.config.late_chunk_hold_ms is None or job.deadline_ns is None or not job.num_frames:
+            return
+        is_late = now_ns > job.deadline_ns
+        self._completions.append((now_ns, is_late))
+        self._num_late += is_late
+        self._forget_completions(now_ns - self.config.late_chunk_hold_ms * 1e6)
+
     def complete_codec(self, job: CodecJob, now_ns: int) -> None:
+        self._note_lateness(job, now_ns)
         batch = self._background_batch
         if batch is not None and (job.request.request_id, job.chunk_index) in batch.chunks:  # first one seen
             if batch.estimate_ns > 0:  # (a batch of empty last chunks costs nothing: nothing to learn)

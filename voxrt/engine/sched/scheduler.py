@@ -47,6 +47,12 @@ class SchedulerConfig:
     # req/s on an H100, 99.2% of the first 40 s within the SLO, then 0% after a burst). None (default): no
     # stream is refused.
     max_admission_wait_ms: float | None = None
+    # Overload detection, the deadline policy: while half the chunks that completed within this long were late
+    # (past their deadlines), the engine is behind the streams it runs whatever its bottleneck (the LM, the
+    # codec lanes), and no stream is admitted: the waiting ones wait (and with `max_admission_wait_ms` are
+    # refused) until the chunks are on time again. The live cap bounds only the requests still generating, so a
+    # codec behind its chunks let every newcomer in to be late with the rest. None (default): off.
+    late_chunk_hold_ms: float | None = None
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
     has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
     # Requests admitted at once (running or starved of text): None = max_batch_size. Above max_batch_size a
@@ -60,6 +66,8 @@ class SchedulerConfig:
             raise ValueError(f"late_start_demotion_ms must be >= 0, got {self.late_start_demotion_ms}")
         if self.max_admission_wait_ms is not None and not 0 <= self.max_admission_wait_ms < math.inf:
             raise ValueError(f"max_admission_wait_ms must be a finite number >= 0, got {self.max_admission_wait_ms}")
+        if self.late_chunk_hold_ms is not None and not 0 < self.late_chunk_hold_ms < math.inf:
+            raise ValueError(f"late_chunk_hold_ms must be a finite number > 0, got {self.late_chunk_hold_ms}")
         if self.max_live_requests is not None and self.max_live_requests < self.max_batch_size:
             raise ValueError(f"max_live_requests ({self.max_live_requests}) must be >= max_batch_size "
                              f"({self.max_batch_size})")
@@ -80,6 +88,9 @@ class Scheduler(abc.ABC):
     # Live requests per batch slot a policy is built with when the engine config leaves it open
     # (`EngineConfig.max_live_requests` None): 1 here; a policy that orders `decode` by urgency takes more.
     default_live_per_batch = 1
+    # Whether the latest plan admitted no stream because the engine was behind (`late_chunk_hold_ms`, the deadline
+    # policy's; False in the others): the runtime counts such steps
+    is_holding = False
 
     def __init__(self, spec: ProgramSpec, pages: PagePool, slots: SlotPool, build_prompt: PromptBuilder,
                  tokenize: Tokenizer, config: SchedulerConfig) -> None:

@@ -113,6 +113,8 @@ class SimResult:
     num_steps: int
     end_ns: int
     codec_errors: list[str]  # the stateful codec's rules broken (should be empty)
+    # per codec lane (the time-shared runtime's launches count as BACKGROUND): launches, chunks, frames, busy ms
+    lane_stats: dict[str, LaneStats] = field(default_factory=dict)
 
     @property
     def attainment(self) -> float:
@@ -134,6 +136,26 @@ class SimResult:
                 f"attainment {100 * self.attainment:.1f}%, stalled {sum(1 for s in self.stalls if s)}, "
                 f"late first audio {sum(1 for t in ttfa if t > TTFA_SLO_MS)}, TTFA p99 {p99:.0f} ms, "
                 f"{self.num_steps} steps")
+
+
+@dataclass
+class LaneStats:
+    """What one codec lane ran: launches, the chunks and frames in them, and the time they took."""
+
+    launches: int = 0
+    chunks: int = 0
+    frames: int = 0
+    busy_ms: float = 0.0
+
+    def add(self, jobs: list[CodecJob], duration_ms: float) -> None:
+        self.launches += 1
+        self.chunks += len(jobs)
+        self.frames += sum(job.num_frames for job in jobs)
+        self.busy_ms += duration_ms
+
+    def as_dict(self) -> dict:
+        return dict(launches=self.launches, chunks=self.chunks, frames=self.frames, busy_ms=round(self.busy_ms, 1),
+                    frames_per_chunk=round(self.frames / self.chunks, 2) if self.chunks else None)
 
 
 class SimulationStuck(AssertionError):
@@ -180,7 +202,8 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
                   lm_share, bg_share, round(report_ms * 1e6), tokens_per_s, urgent_pause)
     sim.run()
     return SimResult(policy=policy_name, rate=rate, has_lanes=has_lanes, records=list(sim.records.values()),
-                     scheduler=sched, num_steps=sim.num_steps, end_ns=sim.now, codec_errors=sim.codec_errors)
+                     scheduler=sched, num_steps=sim.num_steps, end_ns=sim.now, codec_errors=sim.codec_errors,
+                     lane_stats=sim.lane_stats)
 
 
 class _Engine:
@@ -214,6 +237,7 @@ class _Engine:
         self.slot_of_launch: dict[int, int] = {}  # id(job) -> slot at launch
         self.slot_busy: dict[int, str] = {}
         self.codec_errors: list[str] = []
+        self.lane_stats: dict[str, LaneStats] = {lane: LaneStats() for lane in LANES}
 
     # ---- the loop ----------------------------------------------------------------------------------------------
 
@@ -254,7 +278,9 @@ class _Engine:
             self._update_lm(plan)
         if plan.codec:
             self._launch_checks(plan.codec)
-            self.now += _ns(codec_launch_ms(self.costs, plan.codec, self.sched.spec, self.sched.config.max_codec_batch))
+            duration_ms = codec_launch_ms(self.costs, plan.codec, self.sched.spec, self.sched.config.max_codec_batch)
+            self.lane_stats[BACKGROUND].add(plan.codec, duration_ms)
+            self.now += _ns(duration_ms)
             for job in plan.codec:
                 self._deliver(job)
 
@@ -269,7 +295,9 @@ class _Engine:
         if background:
             queue = self.lanes[BACKGROUND]
             start = max(self.now, queue[-1].end_ns if queue else self.now, paused_until)
-            duration = _ns(codec_launch_ms(self.costs, background, spec, max_batch) / self.bg_share)
+            duration_ms = codec_launch_ms(self.costs, background, spec, max_batch) / self.bg_share
+            self.lane_stats[BACKGROUND].add(background, duration_ms)
+            duration = _ns(duration_ms)
             queue.append(_Batch(background, start, start + duration))
         if plan.prefill or plan.decode:
             start = max(self.now, paused_until)
@@ -277,7 +305,9 @@ class _Engine:
         if urgent:
             queue = self.lanes[URGENT]
             start = max(self.now, queue[-1].end_ns if queue else self.now)
-            duration = _ns(codec_launch_ms(self.costs, urgent, spec, max_batch))
+            duration_ms = codec_launch_ms(self.costs, urgent, spec, max_batch)
+            self.lane_stats[URGENT].add(urgent, duration_ms)
+            duration = _ns(duration_ms)
             queue.append(_Batch(urgent, start, start + duration))
             pause = round(self.urgent_pause * duration)
             for batch in self.lanes[BACKGROUND] + ([self.lm] if self.lm else []):  # the whole GPU: both pause
@@ -426,4 +456,4 @@ def _ns(ms: float) -> int:
     return round(ms * 1e6)
 
 
-__all__ = ["SIM_SPEC", "SimRecord", "SimResult", "SimulationStuck", "pinned_frames", "simulate", "synthetic_texts"]
+__all__ = ["SIM_SPEC", "LaneStats", "SimRecord", "SimResult", "SimulationStuck", "pinned_frames", "simulate", "synthetic_texts"]
