@@ -65,6 +65,8 @@ def main() -> None:
                     help="the codec's ms a frame on the whole GPU (COSTS: the start-up measurement)")
     ap.add_argument("--first-chunk", default="2", help="first chunk sizes in frames (comma-separated; the chunks "
                     "after it double up to 25, as Qwen3-TTS's)")
+    ap.add_argument("--async-lm", action="store_true", help="the asynchronous LM loop (the GPU's default): a "
+                    "step's frames reach the scheduler after it planned the next step")
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
     ap.add_argument("--out", default=None, help="JSON lines, one per run")
     args = ap.parse_args()
@@ -84,12 +86,12 @@ def main() -> None:
         result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
                           lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
                           tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause,
-                          spec=dataclasses.replace(SIM_SPEC, first_chunk_frames=first))
+                          spec=dataclasses.replace(SIM_SPEC, first_chunk_frames=first), async_lm=args.async_lm)
         ttfa = sorted(result.ttfa_ms)
         pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
         row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
                    prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
-                   max_admission_wait_ms=wait, late_chunk_hold_ms=hold, refused=sum(1 for r in result.records if r.status == "failed"),
+                   max_admission_wait_ms=wait, late_chunk_hold_ms=hold, async_lm=args.async_lm, refused=sum(1 for r in result.records if r.status == "failed"),
                    tokens_per_s=args.tokens_per_s, first_chunk_frames=first, requests=len(result.records),
                    attainment_pct=round(100 * result.attainment, 1),
                    late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),

@@ -15,7 +15,10 @@ that policies are compared in milliseconds of CPU without a GPU. What it models:
   partitions, an LM step taking `lm_ms / lm_share` and a background launch `codec_ms / bg_share`; an urgent
   launch takes `codec_ms` on the whole GPU and pauses both others for its duration (`urgent_pause` of it:
   1.0 by default; on the H200 an urgent launch at high priority beside the partitions slowed the LM step far
-  less than a full pause would, bench/results/2026-12-04-late-start/). Each lane runs its batches
+  less than a full pause would, bench/results/2026-12-04-late-start/). With `async_lm` (the GPU's default LM
+  loop, `--lm-loop async`) the next LM step is planned and queued while one runs: the scheduler sees a step's
+  frames when it ends, after it planned the next one (a frame reaches a chunk a step later than in the
+  synchronous loop). Each lane runs its batches
   in order (a policy that ignores `lanes_free` queues behind the lane's batch). The engine thread schedules
   when no LM step is in flight (after each step, or at the next arrival or launch completion while idle) and
   only then observes completed codec launches: their audio goes out, `complete_codec` is called, and the lane
@@ -175,10 +178,10 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
              has_lanes: bool = False, lm_share: float = 0.9, bg_share: float = 0.3, texts: list[str] | None = None,
              config: SchedulerConfig | None = None, spec: ProgramSpec = SIM_SPEC, report_ms: float = 100.0,
              tokens_per_s: float | None = None, num_slots: int | None = None,
-             urgent_pause: float = 1.0) -> SimResult:
+             urgent_pause: float = 1.0, async_lm: bool = False) -> SimResult:
     """Runs `policy_name` under Poisson load (`rate` requests/s for `duration_s`, arrivals seeded) until every
     request is done. `texts` are used in turn (default: `synthetic_texts`), whole or streamed at
-    `tokens_per_s` (None: whole). Deterministic for a seed."""
+    `tokens_per_s` (None: whole). `async_lm` (with lanes): the asynchronous LM loop. Deterministic for a seed."""
     if not (0 < lm_share <= 1 and 0 < bg_share <= 1):
         raise ValueError(f"shares must be in (0, 1], got lm_share={lm_share}, bg_share={bg_share}")
     if not 0 <= urgent_pause <= 1:
@@ -199,7 +202,7 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
     sim = _Engine(sched, [(t, f"r{i}", pool[i % len(pool)]) for i, t in enumerate(arrivals)], has_lanes,
-                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s, urgent_pause)
+                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s, urgent_pause, async_lm and has_lanes)
     sim.run()
     return SimResult(policy=policy_name, rate=rate, has_lanes=has_lanes, records=list(sim.records.values()),
                      scheduler=sched, num_steps=sim.num_steps, end_ns=sim.now, codec_errors=sim.codec_errors,
@@ -211,7 +214,7 @@ class _Engine:
 
     def __init__(self, sched: Scheduler, arrivals: list[tuple[int, str, str]], has_lanes: bool, lm_share: float,
                  bg_share: float, report_ns: int, tokens_per_s: float | None = None,
-                 urgent_pause: float = 1.0) -> None:
+                 urgent_pause: float = 1.0, async_lm: bool = False) -> None:
         self.sched = sched
         self.costs = sched.costs
         self.arrivals = arrivals  # (arrival_ns, request id, text), in time order
@@ -221,6 +224,7 @@ class _Engine:
         self.bg_share = bg_share
         self.report_ns = report_ns
         self.urgent_pause = urgent_pause
+        self.async_lm = async_lm
         self.token_gap_ns = None if tokens_per_s is None else round(1e9 / tokens_per_s)
         self.text_due: list[tuple[int, int, str, str, bool]] = []  # heap: (due, seq, request id, piece, final)
         self.num_text_pieces = 0
@@ -232,6 +236,7 @@ class _Engine:
         self.earliest_tick_ns: float = math.inf
         self.lanes: dict[str, list[_Batch]] = {lane: [] for lane in LANES}  # launched, not yet observed
         self.lm: _Batch | None = None  # the LM step in flight (lanes): its end moves with urgent launches
+        self.lm_plan: StepPlan | None = None  # with `async_lm`: the plan of `lm`, whose frames the scheduler awaits
         # the stateful codec's bookkeeping: launches per request, and which request has a launch on each slot
         self.num_launched: dict[str, int] = {}
         self.slot_of_launch: dict[int, int] = {}  # id(job) -> slot at launch
@@ -244,7 +249,7 @@ class _Engine:
     def run(self) -> None:
         limit_ns = (self.arrivals[-1][0] if self.arrivals else 0) + round(3600e9)
         while (self.next_arrival < len(self.arrivals) or self.sched.requests or any(self.lanes.values())
-               or self.text_due):
+               or self.text_due or self.lm is not None):
             if self.now > limit_ns:
                 raise SimulationStuck(f"not done an hour of simulated time after the last arrival: "
                                       f"{[(r.request_id, r.state.name) for r in self.sched.requests.values()]}")
@@ -261,8 +266,8 @@ class _Engine:
             for failure in failures:
                 self.records[failure.request.request_id].status = "failed"
             if self.has_lanes:
-                self._run_with_lanes(plan)
-                if not (plan.prefill or plan.decode or failures):  # the engine thread waits for the next event
+                collected = self._run_with_lanes(plan)
+                if not (plan.prefill or plan.decode or failures or collected):  # waits for the next event
                     self._wait()
             else:
                 self._run_time_shared(plan)
@@ -284,7 +289,9 @@ class _Engine:
             for job in plan.codec:
                 self._deliver(job)
 
-    def _run_with_lanes(self, plan: StepPlan) -> None:
+    def _run_with_lanes(self, plan: StepPlan) -> bool:
+        """Launches the plan; returns whether the engine thread collected an LM step's frames (`async_lm`: the
+        previous step's, which it waited for)."""
         spec, max_batch = self.sched.spec, self.sched.config.max_codec_batch
         urgent = [job for job in plan.codec if job.lane == URGENT]
         background = [job for job in plan.codec if job.lane != URGENT]
@@ -299,9 +306,11 @@ class _Engine:
             self.lane_stats[BACKGROUND].add(background, duration_ms)
             duration = _ns(duration_ms)
             queue.append(_Batch(background, start, start + duration))
+        previous, previous_plan = (self.lm, self.lm_plan) if self.async_lm else (None, None)
+        self.lm, self.lm_plan = None, None
         if plan.prefill or plan.decode:
-            start = max(self.now, paused_until)
-            self.lm = _Batch([], start, start + _ns(self._lm_ms(plan) / self.lm_share))
+            start = max(self.now, paused_until, previous.end_ns if previous else 0)  # queued behind the one running
+            self.lm, self.lm_plan = _Batch([], start, start + _ns(self._lm_ms(plan) / self.lm_share)), plan
         if urgent:
             queue = self.lanes[URGENT]
             start = max(self.now, queue[-1].end_ns if queue else self.now)
@@ -310,13 +319,29 @@ class _Engine:
             duration = _ns(duration_ms)
             queue.append(_Batch(urgent, start, start + duration))
             pause = round(self.urgent_pause * duration)
-            for batch in self.lanes[BACKGROUND] + ([self.lm] if self.lm else []):  # the whole GPU: both pause
+            for batch in self.lanes[BACKGROUND]:  # the whole GPU: the background lane pauses
                 if batch.end_ns > start:
                     batch.end_ns += pause
+            # and the LM step running then: the one before this plan's (which, queued behind it, moves with it)
+            # when it is still running, else this plan's
+            if previous is not None and previous.end_ns > start:
+                previous.end_ns += pause
+                if self.lm is not None:
+                    self.lm.start_ns += pause
+                    self.lm.end_ns += pause
+            elif self.lm is not None and self.lm.end_ns > start:
+                self.lm.end_ns += pause
+        if self.async_lm:  # the engine thread waits for the previous step (the new one queued behind it)
+            if previous is None:
+                return False
+            self.now = max(self.now, previous.end_ns)
+            self._update_lm(previous_plan)
+            return True
         if self.lm is not None:  # the engine thread waits for its LM step
             self.now = self.lm.end_ns
-            self.lm = None
+            self.lm, self.lm_plan = None, None
             self._update_lm(plan)
+        return False
 
     def _wait(self) -> None:
         """Idle engine thread: on to the next arrival or codec launch completion."""
