@@ -62,7 +62,7 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
                    "earliest arrival first; sched/deadline_policy.py)")
     p.add_argument("--deadline-late-chunk-hold-ms", default="off", metavar="H|off",
                    help="overload detection, the deadline policy: while half the chunks that completed within H ms "
-                   "were late, no stream is admitted (they wait, and --max-admission-wait-ms refuses them); "
+                   "were late (not counting streams just starved of text), no stream is admitted (they wait, and --max-admission-wait-ms refuses them); "
                    "off (default): admission looks only at the live cap (sched/deadline_policy.py)")
     p.add_argument("--max-admission-wait-ms", default="auto" if realtime else "off", metavar="W|auto|off",
                    help="overload protection, every policy: a stream not admitted within W ms after it could "

@@ -407,6 +407,29 @@ def test_deadline_holds_admission_while_half_the_recent_chunks_were_late():
     assert sched.wake_ns() == NOW + 100 * MS
     assert [r.request_id for r in sched.schedule(NOW + 100 * MS + 1).prefill] == ["waits"]
     assert not sched.is_holding and sched.wake_ns() is None
+    # a stream starved of text (its agent's text slower than speech) within STARVED_GRACE_MS: not counted
+    from voxrt.engine.sched.deadline_policy import STARVED_GRACE_MS  # noqa: PLC0415
+
+    sched = make("deadline", late_chunk_hold_ms=100.0)
+    r = hand_made(sched, "r", chunks=2, first_chunk_ns=NOW - 300 * MS)
+    r.starved_ns = NOW - round(STARVED_GRACE_MS * MS) + 20 * MS
+    for i in range(MIN_COMPLETIONS):
+        complete(sched, r, NOW + i * MS, late=True)
+    assert not sched.is_behind(NOW + 10 * MS)
+    for i in range(MIN_COMPLETIONS):  # its starvation now longer ago than the grace
+        complete(sched, r, NOW + 20 * MS + i * MS, late=True)
+    assert sched.is_behind(NOW + 30 * MS)
+    # the plan stamps the streams it finds starved (only with the hold on)
+    sched = make("deadline", late_chunk_hold_ms=100.0)
+    starved = add(sched, "s", num_words=3, final=False)
+    step_ns = NOW
+    while starved.state is not S.STARVED:  # admitted, then each step reads a word until none is left
+        assert step_ns < NOW + 100 * MS, starved.state
+        sched.schedule(step_ns)
+        step_ns += 10 * MS
+    assert starved.starved_ns is None  # stamped by the next plan that finds it starved
+    sched.schedule(step_ns)
+    assert starved.starved_ns == step_ns
     with pytest.raises(ValueError, match="late_chunk_hold_ms"):
         SchedulerConfig(late_chunk_hold_ms=0.0)
     with pytest.raises(ValueError, match="late_chunk_hold_ms"):

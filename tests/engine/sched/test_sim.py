@@ -273,3 +273,22 @@ def test_the_late_chunk_hold_keeps_a_codec_bound_engine_serving_on_time():
     sched.check_integrity()
     assert not sched.requests and sched.pages.num_free == sched.pages.num_pages
     assert sched.slots.num_free == sched.slots.num_slots
+
+
+def test_the_late_chunk_hold_ignores_lateness_from_an_agents_slow_text():
+    """Text streamed slower than speech (2 words a second) makes a stream's chunks late on an engine with time
+    to spare; the hold does not count the chunks of a stream starved of text shortly before, so it refuses no
+    more than the admission bound does alone (none at this load) and serves the same audio."""
+    from voxrt.engine.sched.scheduler import SchedulerConfig
+
+    def run(hold_ms):
+        config = SchedulerConfig(max_batch_size=64, max_live_requests=128, max_admission_wait_ms=100.0,
+                                 late_chunk_hold_ms=hold_ms)
+        return simulate("deadline", rate=10.0, duration_s=6.0, seed=2, has_lanes=True, tokens_per_s=2.0,
+                        urgent_pause=0.1, config=config)
+
+    alone, held = run(None), run(100.0)
+    assert sum(1 for s in alone.stalls if s) > 0.5 * len(alone.records)  # the agent's text starves them
+    assert {r.status for r in held.records} == {"ok"}
+    assert [(r.ttfa_ms, r.num_stalls) for r in held.records] == [(r.ttfa_ms, r.num_stalls) for r in alone.records]
+    assert held.scheduler.is_holding is False

@@ -18,7 +18,8 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    2 s bound held 98.6% instead of 91.4% at 88 req/s (tokens at 30/s, 80 req/s: 98.1% instead of 91.2%), the
    demoted requests' TTFA p99 rising to 1.2-1.7 s (bench/results/2026-12-04-late-start/); not yet on a GPU.
    With `late_chunk_hold_ms` (off by default), no stream is admitted while the engine is behind: half the
-   chunks that completed within that long were past their deadline (`is_behind`). The live cap bounds only the
+   chunks that completed within that long were past their deadline (`is_behind`; not counting the chunks of
+   a stream starved of text shortly before: a slow agent's text makes chunks late on an idle engine). The live cap bounds only the
    requests still generating; a codec behind its chunks (short texts: more chunks, first chunks on the urgent
    lane) kept admitting newcomers, each as late as the rest (on an H100, Seed-TTS at 184 req/s: every request
    stalled, TTFA ~335 ms, 6% refused by the admission bound; bench/results/2026-12-06-h100-capacity-bound/).
@@ -104,6 +105,7 @@ _deadline = attrgetter("deadline_ns")
 # were late, and at least this many completed (a lone late chunk on an idle engine is not an overload)
 LATE_SHARE = 0.5
 MIN_COMPLETIONS = 8
+STARVED_GRACE_MS = 500.0  # a stream starved of text this recently: its late chunks are not counted
 _SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slowdown (an exponential average)
 
 
@@ -130,6 +132,11 @@ class DeadlineScheduler(Scheduler):
     def plan_step(self, now_ns: int) -> StepPlan:
         plan = StepPlan()
         running, waiting = self.running_and_waiting()
+        if self.config.late_chunk_hold_ms is not None:
+            starved = RequestState.STARVED
+            for request in running:
+                if request.state is starved:
+                    request.starved_ns = now_ns
         self.is_holding = bool(waiting) and self.is_behind(now_ns)
         if waiting and len(running) < self.config.live_cap and not self.is_holding:  # else `admit` would take none
             # streams by first-audio deadline (arrival + startup), then the non-streaming ones
@@ -290,8 +297,12 @@ class DeadlineScheduler(Scheduler):
 
     def _note_lateness(self, job: CodecJob, now_ns: int) -> None:
         """A completed chunk for `is_behind`: late or on time. Chunks without a deadline (non-streaming requests)
-        or audio (an empty last chunk) say nothing."""
+        or audio (an empty last chunk) say nothing, nor do those of a stream starved of text within the last
+        `STARVED_GRACE_MS`: an agent whose text comes slower than speech makes its chunks late on an idle engine."""
         if self.config.late_chunk_hold_ms is None or job.deadline_ns is None or not job.num_frames:
+            return
+        starved_ns = job.request.starved_ns
+        if starved_ns is not None and now_ns - starved_ns < STARVED_GRACE_MS * 1e6:
             return
         is_late = now_ns > job.deadline_ns
         self._completions.append((now_ns, is_late))
