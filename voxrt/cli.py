@@ -186,30 +186,27 @@ def _engine_config(args: argparse.Namespace):
 
 def _admission_wait(value: str) -> float | str | None:
     """--max-admission-wait-ms: "auto", "off" (None) or a finite number of ms >= 0."""
-    if value == "off":
-        return None
     if value == "auto":
         return value
-    try:
-        wait = float(value)
-    except ValueError:
-        wait = math.nan
-    if not 0 <= wait < math.inf:
-        raise SystemExit(f"error: --max-admission-wait-ms must be auto, off or a finite number >= 0, got {value!r}")
-    return wait
+    return _ms_or_off(value, "--max-admission-wait-ms", "auto, off or a finite number >= 0", allow_zero=True)
 
 
 def _late_chunk_hold(value: str) -> float | None:
     """--deadline-late-chunk-hold-ms: "off" (None) or a finite number of ms > 0."""
+    return _ms_or_off(value, "--deadline-late-chunk-hold-ms", "off or a finite number > 0", allow_zero=False)
+
+
+def _ms_or_off(value: str, flag: str, expected: str, allow_zero: bool) -> float | None:
+    """A flag's "off" (None) or finite number of ms (>= 0, or > 0); anything else is a clear error."""
     if value == "off":
         return None
     try:
-        hold = float(value)
+        ms = float(value)
     except ValueError:
-        hold = math.nan
-    if not 0 < hold < math.inf:
-        raise SystemExit(f"error: --deadline-late-chunk-hold-ms must be off or a finite number > 0, got {value!r}")
-    return hold
+        ms = math.nan
+    if not (0 <= ms if allow_zero else 0 < ms) or not ms < math.inf:
+        raise SystemExit(f"error: {flag} must be {expected}, got {value!r}")
+    return ms
 
 
 def _aliases(args: argparse.Namespace, env):
