@@ -14,6 +14,9 @@ a stream not admitted within it is refused; its row counts the refused requests,
     # overload protection (bench/results/2026-12-06-h100-levers/):
     python bench/sim_late_start.py --rates 112,120,128,136,144 --lm-share 0.51 --bg-share 0.31 --urgent-pause 0.1 \
         --prefill-ms 0.06 --demotion 0 --max-wait none,100
+    # set from the H100 trace of bench/results/2026-12-06-h100-capacity-bound/ (still optimistic: no host time):
+    python bench/sim_late_start.py --costs h100 --lm-share 0.73 --bg-share 0.6 --urgent-share 0.9 --urgent-pause 0.25 \
+        --prefill-ms 0.06 --demotion 0 --max-wait 100 --async-lm --duration 30 --rates 112,120,128,136
     # the deadline policy's late-chunk hold against a codec-bound collapse (Seed-TTS's short texts, the background
     # lane on a small share; bench/results/2026-12-06-h100-capacity-bound/):
     python bench/sim_late_start.py --workload bench/workloads/seedtts_eval_en.jsonl --rates 160,184,208 \
@@ -45,6 +48,11 @@ COSTS = CostModel(lm_base_ms=3.5, lm_per_request_ms=0.0104, prefill_per_token_ms
                   codec_per_frame_ms=0.0256)
 
 
+# measured at engine start-up on the H100 of bench/results/2026-12-06-h100-capacity-bound/ (its engine log)
+COSTS_H100 = CostModel(lm_base_ms=3.906, lm_per_request_ms=0.02747, prefill_per_token_ms=0.02, codec_base_ms=1.743,
+                       codec_per_frame_ms=0.0480)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rates", default="80,88,96")
@@ -59,10 +67,14 @@ def main() -> None:
     ap.add_argument("--live", type=int, default=256)
     ap.add_argument("--lm-share", type=float, default=0.55)
     ap.add_argument("--bg-share", type=float, default=0.31)
+    ap.add_argument("--urgent-share", type=float, default=1.0, help="an urgent launch takes the cost model's "
+                    "codec time over this (1: the whole GPU's time)")
+    ap.add_argument("--costs", default="h200", choices=["h200", "h100"], help="the start-up cost model: the H200's "
+                    "(COSTS) or the H100's (COSTS_H100)")
     ap.add_argument("--urgent-pause", type=float, default=1.0, help="sim.simulate's urgent_pause")
     ap.add_argument("--prefill-ms", type=float, default=COSTS.prefill_per_token_ms, help="prefill ms a prompt token")
-    ap.add_argument("--codec-per-frame-ms", type=float, default=COSTS.codec_per_frame_ms,
-                    help="the codec's ms a frame on the whole GPU (COSTS: the start-up measurement)")
+    ap.add_argument("--codec-per-frame-ms", type=float, default=None,
+                    help="the codec's ms a frame on the whole GPU (default: the --costs model's start-up measurement)")
     ap.add_argument("--first-chunk", default="2", help="first chunk sizes in frames (comma-separated; the chunks "
                     "after it double up to 25, as Qwen3-TTS's)")
     ap.add_argument("--async-lm", action="store_true", help="the asynchronous LM loop (the GPU's default): a "
@@ -72,7 +84,9 @@ def main() -> None:
     args = ap.parse_args()
     with open(args.workload) as f:
         texts = [json.loads(line)["text"] for line in f][:4000]
-    costs = dataclasses.replace(COSTS, prefill_per_token_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms)
+    base = COSTS_H100 if args.costs == "h100" else COSTS
+    costs = dataclasses.replace(base, prefill_per_token_ms=args.prefill_ms,
+                                codec_per_frame_ms=args.codec_per_frame_ms or base.codec_per_frame_ms)
     rows = []
     firsts = [int(f) for f in args.first_chunk.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
@@ -86,11 +100,13 @@ def main() -> None:
         result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
                           lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
                           tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause,
-                          spec=dataclasses.replace(SIM_SPEC, first_chunk_frames=first), async_lm=args.async_lm)
+                          spec=dataclasses.replace(SIM_SPEC, first_chunk_frames=first), async_lm=args.async_lm,
+                          urgent_share=args.urgent_share)
         ttfa = sorted(result.ttfa_ms)
         pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
         row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
-                   prefill_ms=args.prefill_ms, codec_per_frame_ms=args.codec_per_frame_ms, demotion_ms=demotion if math.isfinite(demotion) else "inf",
+                   prefill_ms=args.prefill_ms, codec_per_frame_ms=costs.codec_per_frame_ms, costs=args.costs,
+                   urgent_share=args.urgent_share, demotion_ms=demotion if math.isfinite(demotion) else "inf",
                    max_admission_wait_ms=wait, late_chunk_hold_ms=hold, async_lm=args.async_lm, refused=sum(1 for r in result.records if r.status == "failed"),
                    tokens_per_s=args.tokens_per_s, first_chunk_frames=first, requests=len(result.records),
                    attainment_pct=round(100 * result.attainment, 1),

@@ -213,6 +213,19 @@ def test_urgent_pause_is_validated_and_a_lighter_pause_never_slows_the_engine():
     assert light.end_ns <= full.end_ns
 
 
+def test_urgent_share_is_validated_and_a_slower_urgent_lane_takes_longer():
+    """`urgent_share`: an urgent launch takes the cost model's codec time over it (1.0: the whole GPU's time, as
+    before); below 1 the urgent lane is busy longer for the same chunks, and the codec's rules still hold."""
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="urgent_share"):
+            simulate("deadline", rate=10, duration_s=1, seed=0, has_lanes=True, urgent_share=bad)
+    whole = simulate("deadline", rate=20, duration_s=3, seed=3, has_lanes=True, urgent_pause=0.1)
+    slower = simulate("deadline", rate=20, duration_s=3, seed=3, has_lanes=True, urgent_pause=0.1, urgent_share=0.5)
+    assert_clean(slower)
+    per_chunk = [r.lane_stats["urgent"].busy_ms / r.lane_stats["urgent"].chunks for r in (whole, slower)]
+    assert per_chunk[1] > 1.5 * per_chunk[0]
+
+
 @pytest.mark.parametrize("policy, has_lanes", [("base", False), ("deadline", True)])
 def test_the_admission_wait_keeps_an_overloaded_engine_serving_on_time(policy, has_lanes):
     """At 40 requests/s, past what the simulated engine makes, earliest-first admission makes most requests late

@@ -13,7 +13,7 @@ that policies are compared in milliseconds of CPU without a GPU. What it models:
   on one clock; the chunks complete, and their audio goes out, at the end of the step.
 - The runtime with lanes (`has_lanes=True`): the LM and the background codec lane share the GPU on static SM
   partitions, an LM step taking `lm_ms / lm_share` and a background launch `codec_ms / bg_share`; an urgent
-  launch takes `codec_ms` on the whole GPU and pauses both others for its duration (`urgent_pause` of it:
+  launch takes `codec_ms / urgent_share` (1: the whole GPU's time) and pauses both others for its duration (`urgent_pause` of it:
   1.0 by default; on the H200 an urgent launch at high priority beside the partitions slowed the LM step far
   less than a full pause would, bench/results/2026-12-04-late-start/). With `async_lm` (the GPU's default LM
   loop, `--lm-loop async`) the next LM step is planned and queued while one runs: the scheduler sees a step's
@@ -178,7 +178,7 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
              has_lanes: bool = False, lm_share: float = 0.9, bg_share: float = 0.3, texts: list[str] | None = None,
              config: SchedulerConfig | None = None, spec: ProgramSpec = SIM_SPEC, report_ms: float = 100.0,
              tokens_per_s: float | None = None, num_slots: int | None = None,
-             urgent_pause: float = 1.0, async_lm: bool = False) -> SimResult:
+             urgent_pause: float = 1.0, async_lm: bool = False, urgent_share: float = 1.0) -> SimResult:
     """Runs `policy_name` under Poisson load (`rate` requests/s for `duration_s`, arrivals seeded) until every
     request is done. `texts` are used in turn (default: `synthetic_texts`), whole or streamed at
     `tokens_per_s` (None: whole). `async_lm` (with lanes): the asynchronous LM loop. Deterministic for a seed."""
@@ -186,6 +186,8 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
         raise ValueError(f"shares must be in (0, 1], got lm_share={lm_share}, bg_share={bg_share}")
     if not 0 <= urgent_pause <= 1:
         raise ValueError(f"urgent_pause must be in [0, 1], got {urgent_pause}")
+    if not 0 < urgent_share <= 1:
+        raise ValueError(f"urgent_share must be in (0, 1], got {urgent_share}")
     if tokens_per_s is not None and not tokens_per_s > 0:
         raise ValueError(f"tokens_per_s must be > 0 (or None: whole texts), got {tokens_per_s}")
     rng = random.Random(seed)
@@ -202,7 +204,8 @@ def simulate(policy_name: str, rate: float, duration_s: float, seed: int, costs:
                                       _build_prompt, _tokenize, config)
     sched.costs = costs or CostModel()
     sim = _Engine(sched, [(t, f"r{i}", pool[i % len(pool)]) for i, t in enumerate(arrivals)], has_lanes,
-                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s, urgent_pause, async_lm and has_lanes)
+                  lm_share, bg_share, round(report_ms * 1e6), tokens_per_s, urgent_pause, async_lm and has_lanes,
+                  urgent_share)
     sim.run()
     return SimResult(policy=policy_name, rate=rate, has_lanes=has_lanes, records=list(sim.records.values()),
                      scheduler=sched, num_steps=sim.num_steps, end_ns=sim.now, codec_errors=sim.codec_errors,
@@ -214,7 +217,7 @@ class _Engine:
 
     def __init__(self, sched: Scheduler, arrivals: list[tuple[int, str, str]], has_lanes: bool, lm_share: float,
                  bg_share: float, report_ns: int, tokens_per_s: float | None = None,
-                 urgent_pause: float = 1.0, async_lm: bool = False) -> None:
+                 urgent_pause: float = 1.0, async_lm: bool = False, urgent_share: float = 1.0) -> None:
         self.sched = sched
         self.costs = sched.costs
         self.arrivals = arrivals  # (arrival_ns, request id, text), in time order
@@ -224,6 +227,7 @@ class _Engine:
         self.bg_share = bg_share
         self.report_ns = report_ns
         self.urgent_pause = urgent_pause
+        self.urgent_share = urgent_share
         self.async_lm = async_lm
         self.token_gap_ns = None if tokens_per_s is None else round(1e9 / tokens_per_s)
         self.text_due: list[tuple[int, int, str, str, bool]] = []  # heap: (due, seq, request id, piece, final)
@@ -314,7 +318,7 @@ class _Engine:
         if urgent:
             queue = self.lanes[URGENT]
             start = max(self.now, queue[-1].end_ns if queue else self.now)
-            duration_ms = codec_launch_ms(self.costs, urgent, spec, max_batch)
+            duration_ms = codec_launch_ms(self.costs, urgent, spec, max_batch) / self.urgent_share
             self.lane_stats[URGENT].add(urgent, duration_ms)
             duration = _ns(duration_ms)
             queue.append(_Batch(urgent, start, start + duration))
