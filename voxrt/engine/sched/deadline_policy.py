@@ -19,10 +19,11 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    demoted requests' TTFA p99 rising to 1.2-1.7 s (bench/results/2026-12-04-late-start/); not yet on a GPU.
    With `late_chunk_hold_ms` (off by default), no stream is admitted while the engine is behind: half the
    chunks that completed within that long were past their deadline (`is_behind`; not counting the chunks of
-   a stream starved of text shortly before: a slow agent's text makes chunks late on an idle engine). The live cap bounds only the
-   requests still generating; a codec behind its chunks (short texts: more chunks, first chunks on the urgent
-   lane) kept admitting newcomers, each as late as the rest (on an H100, Seed-TTS at 184 req/s: every request
-   stalled, TTFA ~335 ms, 6% refused by the admission bound; bench/results/2026-12-06-h100-capacity-bound/).
+   a stream starved of text shortly before: a slow agent's text makes chunks late on an idle engine). The
+   live cap bounds only the requests still generating; an engine behind its chunks with short texts (requests
+   leave the LM quickly) kept admitting newcomers, each as late as the rest (on an H100, Seed-TTS at 184
+   req/s: every request stalled, TTFA ~336 ms, 6% refused by the admission bound;
+   bench/results/2026-12-06-h100-capacity-bound/).
 2. The LM: every running request decodes a frame (as the base policy); when more are admitted than a batch
    holds (`max_live_requests` over `max_batch_size`), the ones whose next chunk has the least slack.
 3. The codec, in deadline order, every job with its `deadline_ns`. First chunks, and chunks due within

@@ -50,8 +50,8 @@ class SchedulerConfig:
     # Overload detection, the deadline policy: while half the chunks that completed within this long were late
     # (past their deadlines), the engine is behind the streams it runs whatever its bottleneck (the LM, the
     # codec lanes), and no stream is admitted: the waiting ones wait (and with `max_admission_wait_ms` are
-    # refused) until the chunks are on time again. The live cap bounds only the requests still generating, so a
-    # codec behind its chunks let every newcomer in to be late with the rest. None (default): off.
+    # refused) until the chunks are on time again. The live cap bounds only the requests still generating, so an
+    # engine behind its chunks with short texts let every newcomer in to be late with the rest. None (default): off.
     late_chunk_hold_ms: float | None = None
     dec_batch: int = 8  # the background codec lane launches when this many chunks are ready (or earlier)
     has_lanes: bool = False  # the runtime runs codec lanes beside the LM (else the time-shared loop)
