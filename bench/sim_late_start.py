@@ -14,8 +14,9 @@ a stream not admitted within it is refused; its row counts the refused requests,
     # overload protection (bench/results/2026-12-06-h100-levers/):
     python bench/sim_late_start.py --rates 112,120,128,136,144 --lm-share 0.51 --bg-share 0.31 --urgent-pause 0.1 \
         --prefill-ms 0.06 --demotion 0 --max-wait none,100
-    # set from the H100 trace of bench/results/2026-12-06-h100-capacity-bound/ (still optimistic: no host time):
-    python bench/sim_late_start.py --costs h100 --lm-share 0.73 --bg-share 0.6 --urgent-share 0.9 --urgent-pause 0.25 \
+    # set from the H100 trace of bench/results/2026-12-06-h100-capacity-bound/: LibriTTS past the knee within ~3
+    # points of that GPU at 120-136 req/s (not Seed-TTS's collapse: no host time, a codec too fast for short texts):
+    python bench/sim_late_start.py --costs h100 --lm-share 0.73 --bg-share 0.6 --urgent-share 0.9 --urgent-pause 0.6 \
         --prefill-ms 0.06 --demotion 0 --max-wait 100 --async-lm --duration 30 --rates 112,120,128,136
     # the deadline policy's late-chunk hold against a codec-bound collapse (Seed-TTS's short texts, the background
     # lane on a small share; bench/results/2026-12-06-h100-capacity-bound/):
