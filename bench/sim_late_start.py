@@ -54,6 +54,29 @@ COSTS_H100 = CostModel(lm_base_ms=3.906, lm_per_request_ms=0.02747, prefill_per_
                        codec_per_frame_ms=0.0480)
 
 
+# SchedulerConfig fields that have flags of their own here (--batch, --live, --demotion, --max-wait, --late-hold)
+_FLAGGED = {"max_batch_size", "max_live_requests", "late_start_demotion_ms", "max_admission_wait_ms",
+            "late_chunk_hold_ms", "has_lanes"}
+
+
+def _overrides(settings: list[str]) -> dict:
+    """`--set FIELD=VALUE` as SchedulerConfig keyword arguments, each value parsed as its field's type."""
+    fields = {name: type(getattr(SchedulerConfig(), name)) for name in
+              (field.name for field in dataclasses.fields(SchedulerConfig)) if name not in _FLAGGED}
+    overrides = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name not in fields or not value:
+            raise SystemExit(f"error: --set {setting!r}: expected FIELD=VALUE, FIELD one of {sorted(fields)} "
+                             "(the others have flags of their own)")
+        kind = fields[name]
+        try:
+            overrides[name] = kind(value) if kind in (int, float) else float(value)
+        except ValueError:
+            raise SystemExit(f"error: --set {setting!r}: {value!r} is not {kind.__name__}") from None
+    return overrides
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rates", default="80,88,96")
@@ -80,6 +103,8 @@ def main() -> None:
                     "after it double up to 25, as Qwen3-TTS's)")
     ap.add_argument("--async-lm", action="store_true", help="the asynchronous LM loop (the GPU's default): a "
                     "step's frames reach the scheduler after it planned the next step")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a SchedulerConfig field for every run, e.g. urgent_ms=50 (repeatable)")
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
     ap.add_argument("--out", default=None, help="JSON lines, one per run")
     args = ap.parse_args()
@@ -94,10 +119,11 @@ def main() -> None:
     demotions = [float(d) for d in args.demotion.split(",")]
     waits = [None if w == "none" else float(w) for w in args.max_wait.split(",")]
     holds = [None if h == "none" else float(h) for h in args.late_hold.split(",")]
+    overrides = _overrides(args.set)
     for first, rate, demotion, wait, hold in itertools.product(firsts, rates, demotions, waits, holds):
         config = SchedulerConfig(max_batch_size=args.batch, max_live_requests=args.live,
                                  late_start_demotion_ms=demotion, max_admission_wait_ms=wait,
-                                 late_chunk_hold_ms=hold)
+                                 late_chunk_hold_ms=hold, **overrides)
         result = simulate("deadline", rate=rate, duration_s=args.duration, seed=0, texts=texts, has_lanes=True,
                           lm_share=args.lm_share, bg_share=args.bg_share, costs=costs, num_slots=8 * args.batch,
                           tokens_per_s=args.tokens_per_s, config=config, urgent_pause=args.urgent_pause,
@@ -109,7 +135,8 @@ def main() -> None:
                    prefill_ms=args.prefill_ms, codec_per_frame_ms=costs.codec_per_frame_ms, costs=args.costs,
                    urgent_share=args.urgent_share, demotion_ms=demotion if math.isfinite(demotion) else "inf",
                    max_admission_wait_ms=wait, late_chunk_hold_ms=hold, async_lm=args.async_lm, refused=sum(1 for r in result.records if r.status == "failed"),
-                   tokens_per_s=args.tokens_per_s, first_chunk_frames=first, requests=len(result.records),
+                   tokens_per_s=args.tokens_per_s, first_chunk_frames=first, config=overrides,
+                   requests=len(result.records),
                    attainment_pct=round(100 * result.attainment, 1),
                    late_first_audio=sum(1 for t in ttfa if t > TTFA_SLO_MS),
                    stalled=sum(1 for s in result.stalls if s), ttfa_p50_ms=pick(0.5), ttfa_p99_ms=pick(0.99),
