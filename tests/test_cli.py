@@ -152,21 +152,24 @@ def test_late_start_demotion_flag_reaches_the_engine_config_and_rejects_negative
 
 
 def test_late_chunk_hold_flag_reaches_the_engine_config_and_rejects_bad_values():
-    """--deadline-late-chunk-hold-ms: off (None) by default, a value reaches EngineConfig; 0, < 0, NaN, inf and
-    words are clear errors (the deadline policy's overload detection, sched/deadline_policy.py)."""
+    """--deadline-late-chunk-hold-ms: auto by default for serve and loadgen (the engine picks: 100 ms on CUDA with
+    the deadline policy, else off) and off for bench (its requests all arrive at once), a value reaches
+    EngineConfig; 0, < 0, NaN, inf and words are clear errors (the deadline policy's overload detection,
+    sched/deadline_policy.py)."""
     from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
 
     parser = build_parser()
+    assert _engine_config(parser.parse_args(["bench", "--device", "cpu"])).late_chunk_hold_ms is None
     for base in (["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"],
                  ["serve", "--device", "cpu"]):
-        assert _engine_config(parser.parse_args(base)).late_chunk_hold_ms is None
+        assert _engine_config(parser.parse_args(base)).late_chunk_hold_ms == "auto"
         args = parser.parse_args(base + ["--deadline-late-chunk-hold-ms", "off"])
         assert _engine_config(args).late_chunk_hold_ms is None
         args = parser.parse_args(base + ["--deadline-late-chunk-hold-ms", "100"])
         assert _engine_config(args).late_chunk_hold_ms == 100.0
         for bad in ("0", "-1", "nan", "inf", "soon", ""):
             args = parser.parse_args(base + ["--deadline-late-chunk-hold-ms", bad])
-            with pytest.raises(SystemExit, match="late-chunk-hold-ms must be off or a finite number > 0"):
+            with pytest.raises(SystemExit, match="late-chunk-hold-ms must be auto, off or a finite number > 0"):
                 _engine_config(args)
 
 
@@ -207,6 +210,23 @@ def test_the_default_overload_bound_is_on_for_cuda_only():
     assert admission_wait_ms(40.0, "cpu") == 40.0 and admission_wait_ms(0.0, "cuda") == 0.0
     with pytest.raises(ValueError, match="max_admission_wait_ms"):
         admission_wait_ms("soon", "cuda")
+
+
+def test_the_default_late_chunk_hold_is_on_for_the_deadline_policy_on_cuda_only():
+    """EngineConfig's "auto" late-chunk hold resolves by device and policy: LATE_CHUNK_HOLD_MS on CUDA with the
+    deadline policy (the only one whose chunks all have deadlines), off on the CPU and with the other policies;
+    explicit values are kept (the engine warns that another policy ignores them). EngineConfig defaults to off."""
+    from voxrt.engine.messages import LATE_CHUNK_HOLD_MS, EngineConfig, late_chunk_hold_ms  # noqa: PLC0415
+
+    assert EngineConfig().late_chunk_hold_ms is None
+    assert late_chunk_hold_ms("auto", "cuda", "deadline") == LATE_CHUNK_HOLD_MS == 100.0
+    assert late_chunk_hold_ms("auto", "cpu", "deadline") is None
+    for policy in ("base", "online", "offline"):
+        assert late_chunk_hold_ms("auto", "cuda", policy) is None
+    assert late_chunk_hold_ms(None, "cuda", "deadline") is None
+    assert late_chunk_hold_ms(40.0, "cpu", "deadline") == 40.0 and late_chunk_hold_ms(40.0, "cuda", "base") == 40.0
+    with pytest.raises(ValueError, match="late_chunk_hold_ms"):
+        late_chunk_hold_ms("soon", "cuda", "deadline")
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -39,7 +39,8 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--num-pages", type=int, default=None, help="KV pages (default: sized from memory)")
     p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--max-codec-batch", type=int, default=16, help="chunks per codec launch")
+    p.add_argument("--max-codec-batch", type=int, default=32, help="chunks per codec launch (default 32; its CUDA "
+                   "graphs take GPU memory with it: 64 did not fit an H100 with max batch 128)")
     p.add_argument("--scheduler-type", default="base", help="base, online, offline or deadline (see ARCHITECTURE.md)")
     p.add_argument("--lanes", default="auto", choices=["auto", "off", "green", "streams", "inline"],
                    help="codec lanes beside the LM: auto (green contexts, else streams, on a GPU; off on the CPU); "
@@ -60,10 +61,12 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
                    help="under overload, a waiting stream already past its first-audio deadline is admitted after "
                    "the streams that can still make theirs, for at most this long past it (0, the default: "
                    "earliest arrival first; sched/deadline_policy.py)")
-    p.add_argument("--deadline-late-chunk-hold-ms", default="off", metavar="H|off",
+    p.add_argument("--deadline-late-chunk-hold-ms", default="auto" if realtime else "off", metavar="H|auto|off",
                    help="overload detection, the deadline policy: while half the chunks that completed within H ms "
-                   "were late (not counting streams just starved of text), no stream is admitted (they wait, and --max-admission-wait-ms refuses them); "
-                   "off (default): admission looks only at the live cap (sched/deadline_policy.py)")
+                   "were late (not counting streams just starved of text), no stream is admitted (they wait, and "
+                   "--max-admission-wait-ms refuses them); off: admission looks only at the live cap; auto: 100 on "
+                   "a GPU, off on the CPU (sched/deadline_policy.py, docs/serving.md). Default: " + ("auto" if realtime
+                   else "off (every request of this command arrives at once)"))
     p.add_argument("--max-admission-wait-ms", default="auto" if realtime else "off", metavar="W|auto|off",
                    help="overload protection, every policy: a stream not admitted within W ms after it could "
                    "be (its arrival, or its text's) is refused with a non-fatal `server_busy` error at once "
@@ -191,9 +194,11 @@ def _admission_wait(value: str) -> float | str | None:
     return _ms_or_off(value, "--max-admission-wait-ms", "auto, off or a finite number >= 0", allow_zero=True)
 
 
-def _late_chunk_hold(value: str) -> float | None:
-    """--deadline-late-chunk-hold-ms: "off" (None) or a finite number of ms > 0."""
-    return _ms_or_off(value, "--deadline-late-chunk-hold-ms", "off or a finite number > 0", allow_zero=False)
+def _late_chunk_hold(value: str) -> float | str | None:
+    """--deadline-late-chunk-hold-ms: "auto", "off" (None) or a finite number of ms > 0."""
+    if value == "auto":
+        return value
+    return _ms_or_off(value, "--deadline-late-chunk-hold-ms", "auto, off or a finite number > 0", allow_zero=False)
 
 
 def _ms_or_off(value: str, flag: str, expected: str, allow_zero: bool) -> float | None:

@@ -306,6 +306,15 @@ def test_the_late_chunk_hold_reaches_the_deadline_policy_and_is_off_by_default(c
     with caplog.at_level(logging.WARNING, logger="voxrt.engine"):
         make_core(scheduler_type="base", late_chunk_hold_ms=100.0)
     assert "late_chunk_hold_ms=100 is ignored" in caplog.text
+    caplog.clear()
+    # "auto" (serve's and loadgen's default): off on the CPU, said once for the deadline policy, silent for others
+    with caplog.at_level(logging.INFO, logger="voxrt.engine"):
+        assert make_core(scheduler_type="deadline", late_chunk_hold_ms="auto").scheduler.config.late_chunk_hold_ms is None
+    assert "late-chunk hold auto, on the CPU" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="voxrt.engine"):
+        assert make_core(scheduler_type="base", late_chunk_hold_ms="auto").scheduler.config.late_chunk_hold_ms is None
+    assert "late_chunk_hold" not in caplog.text and "late-chunk hold" not in caplog.text
 
 
 def test_unknown_model_lists_the_available_ones():

@@ -13,7 +13,7 @@ import pytest
 
 from voxrt.engine.messages import (AppendText, CancelRequest, EngineStats, GetStats, Heartbeat, HeartbeatAck,
                                    RequestCancelled, RequestFailed, SubmitRequest)
-from voxrt.engine.process import _Hub, scrub_text
+from voxrt.engine.process import OUT_OF_MEMORY_HINT, _Hub, scrub_text, start_failure_message
 from voxrt.engine.supervisor import SupervisorConfig, Supervision
 from voxrt.gateway.admission import Admission, Busy, TokenBucket
 from voxrt.gateway.auth import Authenticator
@@ -71,6 +71,17 @@ def test_engine_text_is_scrubbed_of_lone_surrogates():
 
 def _closes(actions, code: int) -> bool:
     return any(isinstance(a, CloseConnection) and a.code == code for a in actions)
+
+
+def test_an_engine_out_of_gpu_memory_at_start_up_says_what_to_change():
+    """A GPU out of memory while the graphs are captured (64 chunks a codec launch on an H100) names the flags that
+    free memory; any other start-up failure is reported as it is."""
+    import torch  # noqa: PLC0415
+
+    message = start_failure_message(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 610.00 MiB."))
+    assert message.startswith(f"engine failed to start: {OUT_OF_MEMORY_HINT}. OutOfMemoryError: CUDA out of memory")
+    assert "--max-codec-batch" in message and "--num-pages" in message
+    assert start_failure_message(ValueError("bad checkpoint")) == "engine failed to start: ValueError: bad checkpoint"
 
 
 def test_a_socket_that_never_starts_a_session_is_closed_after_the_start_timeout():

@@ -20,15 +20,36 @@ from voxrt.engine.params import SamplingParams
 ADMISSION_WAIT_MS = 100.0
 
 
+# The deadline policy's overload detection `late_chunk_hold_ms="auto"` gives on CUDA. Chosen on an H100
+# (bench/results/2026-12-06-h100-hold-codec-batch/): Seed-TTS at 184 req/s, where the engine had collapsed (every
+# request late, 10.1% within the SLO), held 80.0% (96.8% with 32 chunks a codec launch); LibriTTS 120-136 req/s,
+# where it had not, moved by -1.5 to +2.2 points.
+LATE_CHUNK_HOLD_MS = 100.0
+
+
+def _auto_ms(value: float | Literal["auto"] | None, device_type: str, on_cuda: float, name: str) -> float | None:
+    """"auto" is `on_cuda` on CUDA and off (None) elsewhere, where a step of a model on a busy CPU can take longer
+    than the bound itself and a realtime SLO is not the point; a number or None is taken as it is (SchedulerConfig
+    checks its range)."""
+    if value == "auto":
+        return on_cuda if device_type == "cuda" else None
+    if isinstance(value, str):
+        raise ValueError(f'{name} must be a number of ms, None (off) or "auto", got {value!r}')
+    return value
+
+
 def admission_wait_ms(value: float | Literal["auto"] | None, device_type: str) -> float | None:
     """The overload bound an engine on `device_type` ("cuda", "cpu", ...) runs with: "auto" is ADMISSION_WAIT_MS
-    on CUDA and off (None) elsewhere, where a step of a model on a busy CPU can take longer than the bound itself
-    and a realtime SLO is not the point; a number or None is taken as it is (SchedulerConfig checks its range)."""
-    if value == "auto":
-        return ADMISSION_WAIT_MS if device_type == "cuda" else None
-    if isinstance(value, str):
-        raise ValueError(f'max_admission_wait_ms must be a number of ms, None (off) or "auto", got {value!r}')
-    return value
+    on CUDA, off elsewhere (`_auto_ms`)."""
+    return _auto_ms(value, device_type, ADMISSION_WAIT_MS, "max_admission_wait_ms")
+
+
+def late_chunk_hold_ms(value: float | Literal["auto"] | None, device_type: str, scheduler_type: str) -> float | None:
+    """The late-chunk hold an engine runs with: "auto" is LATE_CHUNK_HOLD_MS on CUDA with the deadline policy
+    (the one that gives every chunk a deadline), off elsewhere; a number or None as it is."""
+    if value == "auto" and scheduler_type != "deadline":
+        return None
+    return _auto_ms(value, device_type, LATE_CHUNK_HOLD_MS, "late_chunk_hold_ms")
 
 
 @dataclass(frozen=True)
@@ -62,7 +83,8 @@ class EngineConfig:
     # (after its generation ends, while its later chunks wait for the codec). None: 8 x max_batch_size
     # (sched/pages.py, SLOTS_PER_BATCH_ROW: why).
     codec_slots: int | None = None
-    max_codec_batch: int = 16  # audio chunks decoded in one codec launch (larger groups are split)
+    # audio chunks decoded in one codec launch (larger groups are split); 32: SchedulerConfig says why
+    max_codec_batch: int = 32
     max_seq_len: int = 4096  # tokens of KV per request (prompt + frames)
     max_prefill_tokens: int = 4096  # prompt tokens admitted in one step
     seed: int = 0
@@ -84,8 +106,9 @@ class EngineConfig:
     # default of `voxrt serve` and `voxrt loadgen`
     max_admission_wait_ms: float | Literal["auto"] | None = None
     # the deadline policy's overload detection (SchedulerConfig): no stream is admitted while half the chunks
-    # completed within this many ms were late. None (default): off
-    late_chunk_hold_ms: float | None = None
+    # completed within this many ms were late. None (default here): off; "auto": LATE_CHUNK_HOLD_MS on CUDA with
+    # the deadline policy, else off (`late_chunk_hold_ms`), the default of `voxrt serve` and `voxrt loadgen`
+    late_chunk_hold_ms: float | Literal["auto"] | None = None
     dec_batch: int = 8
     # frames of every request's first audio chunk (the next ones double up to the program's chunk size); None: the
     # model program's own (Qwen3-TTS 2, Orpheus 4)

@@ -62,6 +62,21 @@ def scrub_text(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else ""
 
 
+# what to change when the GPU runs out of memory at start-up: the KV pages take half the memory free after the
+# weights load (`runtime/core.py`, _default_num_pages), the CUDA graphs what they need after that (the codec's
+# grow with --max-codec-batch x frames; on an H100 with max batch 128, 64 chunks did not fit:
+# bench/results/2026-12-06-h100-hold-codec-batch/)
+OUT_OF_MEMORY_HINT = ("the GPU ran out of memory at start-up: lower --max-codec-batch or --max-batch-size, or give the "
+                      "KV cache fewer pages (--num-pages)")
+
+
+def start_failure_message(exc: Exception) -> str:
+    """The message an engine that could not start sends its parent: the exception, and for a GPU out of memory
+    (torch.OutOfMemoryError, matched by name: this module imports no torch) what to change."""
+    hint = f"{OUT_OF_MEMORY_HINT}. " if type(exc).__name__ == "OutOfMemoryError" else ""
+    return f"engine failed to start: {hint}{type(exc).__name__}: {exc}"
+
+
 def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging.INFO,
                 listen: tuple[str, bytes] | None = None) -> None:
     """Entry point of the spawned engine process. `listen`: (Unix socket path, authkey) for more clients."""
@@ -82,7 +97,7 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
         return
     except Exception as exc:  # noqa: BLE001 (report any start-up failure to the parent, then exit)
         log.exception("engine failed to start")
-        conn.send(EngineFatal("engine_unavailable", f"engine failed to start: {type(exc).__name__}: {exc}"))
+        conn.send(EngineFatal("engine_unavailable", start_failure_message(exc)))
         return
     conn.send(EngineReady(core.info))
     hub = _Hub(core, conn, listener)

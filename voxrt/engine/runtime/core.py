@@ -22,7 +22,8 @@ import torch
 
 from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
 from voxrt.engine.messages import (AudioChunk, EngineConfig, EngineLoad, EngineMessage, EngineStats, ModelInfo,
-                                   RequestFailed, SubmitRequest, admission_wait_ms)
+                                   RequestFailed, SubmitRequest, admission_wait_ms,
+                                   late_chunk_hold_ms)
 from voxrt.engine.params import instructions_problem, max_instructions_bytes
 from voxrt.engine.runtime.attention import bytes_per_page
 from voxrt.engine.runtime.executor import Finished, LaneExecutor, make_executor
@@ -177,6 +178,7 @@ class EngineCore:
         self.program = self.runner.program
         spec = checked_spec(program)
         admission_wait = admission_wait_ms(config.max_admission_wait_ms, device.type)
+        late_hold = late_chunk_hold_ms(config.late_chunk_hold_ms, device.type, config.scheduler_type)
         self.scheduler = policy(
             spec, PagePool(num_pages, config.page_size), SlotPool(num_slots), program.build_prompt,
             program.tokenize, SchedulerConfig(config.max_batch_size, config.max_seq_len, config.max_prefill_tokens,
@@ -187,7 +189,7 @@ class EngineCore:
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
                                               late_start_demotion_ms=config.late_start_demotion_ms,
                                               max_admission_wait_ms=admission_wait,
-                                              late_chunk_hold_ms=config.late_chunk_hold_ms,
+                                              late_chunk_hold_ms=late_hold,
                                               dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
                                               max_live_requests=max_live))
         self._cost_overrides = cost_overrides
@@ -242,13 +244,16 @@ class EngineCore:
             else:  # only the deadline policy orders admission by first-audio deadline
                 log.warning("late_start_demotion_ms=%g is ignored: it applies to the deadline policy, not %s",
                             config.late_start_demotion_ms, config.scheduler_type)
-        if config.late_chunk_hold_ms is not None:
+        is_auto_hold = config.late_chunk_hold_ms == "auto"
+        if late_hold is not None:
             if config.scheduler_type == "deadline":
-                log.info("deadline policy: no stream is admitted while half the chunks of the last %g ms were late",
-                         config.late_chunk_hold_ms)
+                log.info("deadline policy: no stream is admitted while half the chunks of the last %g ms were late%s",
+                         late_hold, " (auto, on CUDA)" if is_auto_hold else "")
             else:  # only the deadline policy gives every chunk a deadline
                 log.warning("late_chunk_hold_ms=%g is ignored: it applies to the deadline policy, not %s",
-                            config.late_chunk_hold_ms, config.scheduler_type)
+                            late_hold, config.scheduler_type)
+        elif is_auto_hold and config.scheduler_type == "deadline":
+            log.info("deadline policy: admission does not wait for late chunks (late-chunk hold auto, on the CPU)")
 
     @staticmethod
     def _default_num_pages(config: EngineConfig, device: torch.device, page_bytes: int, max_live: int) -> int:

@@ -126,7 +126,7 @@ class RunnerConfig:
     num_slots: int
     max_batch_size: int
     max_seq_len: int
-    max_codec_batch: int = 16  # chunks per codec launch: its activations grow with batch x frames x 1920
+    max_codec_batch: int = 32  # chunks per codec launch: its activations grow with batch x frames x 1920
     frame_path: str = "auto"  # ModelProgram.use_frame_path: "auto", "reference" or "fused"
     mixed_prefill: bool = False  # prompts of <= MIXED_LENGTH tokens join the decode batch's LM pass
 

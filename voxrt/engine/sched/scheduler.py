@@ -30,7 +30,9 @@ class SchedulerConfig:
     max_batch_size: int = 64
     max_seq_len: int = 4096
     max_prefill_tokens: int = 4096
-    max_codec_batch: int = 16  # chunks in one codec launch
+    # chunks in one codec launch: 32, not 16, since an H100 run where every background launch was full at 16 and
+    # the chunks that waited turned urgent (bench/results/2026-12-06-h100-hold-codec-batch/)
+    max_codec_batch: int = 32
     # deadline-aware policies (online, deadline):
     deadline_startup_ms: float = 200.0  # a first chunk is due this long after the request arrived
     deadline_margin_ms: float = 50.0  # chunks are due this long before the listener needs them (delivery)
