@@ -28,7 +28,9 @@
 # SPLIT_VARIANTS (the split job's levers: NAME=flags;..., VAR=value words among the flags set the engine's
 # environment, e.g. "skinny=VOXRT_SKINNY=1"), MODEL=tiny (a CPU dry run: a, b, c and ws only).
 # Every config runs with `voxrt loadgen`'s / `voxrt serve`'s default overload bound (`--max-admission-wait-ms auto`:
-# 100 ms on a GPU, refusals counted as misses; results dated 2026-12-06 or earlier ran without it).
+# 100 ms on a GPU, refusals counted as misses; results before bench/results/2026-12-06-h100-capacity-bound ran without it).
+# From bench/results/2026-12-06-h100-hold-codec-batch on, also with 32 chunks a codec launch (was 16) and, for (c),
+# the late-chunk hold (`--deadline-late-chunk-hold-ms auto`: 100 ms on a GPU): the defaults since that run.
 set -uo pipefail
 OUT=${OUT:-out/capacity}
 JOBS=${JOBS:-libritts:a}
