@@ -14,19 +14,19 @@ def _chunk(i: int, last: bool = False) -> AudioChunk:
 
 
 def test_messages_go_out_in_order_and_put_does_not_wait_for_the_reader():
-    """16 chunks of ~130 KB (a background launch's delivery) and a cancel acknowledgement: `put` returns while
-    nothing reads the pipe (a send would block: its buffer holds far less), then the reader gets them all in
-    the loop's order, the acknowledgement after the chunks."""
+    """32 chunks of ~130 KB (a background launch's delivery at the default --max-codec-batch) and a cancel
+    acknowledgement: `put` returns while nothing reads the pipe (a send would block: its buffer holds far less),
+    then the reader gets them all in the loop's order, the acknowledgement after the chunks."""
     ours, theirs = Pipe()
     box = _Outbox()
     start = time.monotonic()
-    for i in range(16):
-        box.put(ours, _chunk(i, last=i == 15))
+    for i in range(32):
+        box.put(ours, _chunk(i, last=i == 31))
     box.put(ours, RequestCancelled("r"))
     assert time.monotonic() - start < 1.0  # queued, not sent: a blocked send would wait for the reader forever
-    got = [theirs.recv() for _ in range(17)]
-    assert [m.chunk_index for m in got[:16]] == list(range(16)) and got[15].is_last
-    assert got[16] == RequestCancelled("r")
+    got = [theirs.recv() for _ in range(33)]
+    assert [m.chunk_index for m in got[:32]] == list(range(32)) and got[31].is_last
+    assert got[32] == RequestCancelled("r")
     assert box.broken() == []
     box.close()
 
