@@ -63,7 +63,8 @@ def test_profile_split_without_a_gpu_says_why(capsys):
 
 @pytest.mark.parametrize("flags", [["--scheduler-type", "fastest"], ["--costs", "lm_base_ms"],
                                    ["--sm-modes", "32,x"], ["--sm-modes", "32,48", "--sm-mode", "5"],
-                                   ["--sm-modes", "32", "--sm-mode", "adaptive"], ["--dec-batch", "0"]])
+                                   ["--sm-modes", "32", "--sm-mode", "adaptive"], ["--dec-batch", "0"],
+                                   ["--max-codec-batch", "0"]])
 def test_bad_engine_flags_are_clear_errors(flags):
     from voxrt.cli import main  # noqa: PLC0415
 
@@ -149,6 +150,16 @@ def test_late_start_demotion_flag_reaches_the_engine_config_and_rejects_negative
         args = parser.parse_args(base + ["--deadline-late-start-demotion-ms", bad])
         with pytest.raises(SystemExit, match="late-start-demotion-ms"):
             _engine_config(args)
+
+
+def test_the_codec_batch_flag_is_left_to_the_engine_unless_given():
+    """--max-codec-batch unset: None, the engine picks by device (runtime/core.py, default_max_codec_batch)."""
+    from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
+
+    parser = build_parser()
+    assert _engine_config(parser.parse_args(["serve", "--device", "cpu"])).max_codec_batch is None
+    args = parser.parse_args(["serve", "--device", "cpu", "--max-codec-batch", "24"])
+    assert _engine_config(args).max_codec_batch == 24
 
 
 def test_late_chunk_hold_flag_reaches_the_engine_config_and_rejects_bad_values():

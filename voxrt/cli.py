@@ -39,8 +39,9 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--num-pages", type=int, default=None, help="KV pages (default: sized from memory)")
     p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--max-codec-batch", type=int, default=32, help="chunks per codec launch (default 32; its CUDA "
-                   "graphs take GPU memory with it: 64 did not fit an H100 with max batch 128)")
+    p.add_argument("--max-codec-batch", type=int, default=None, help="chunks per codec launch (default: 32, or 16 "
+                   "on a GPU under 64 GiB: the codec's CUDA graphs grow with it; 64 did not fit an H100 with max "
+                   "batch 128)")
     p.add_argument("--scheduler-type", default="base", help="base, online, offline or deadline (see ARCHITECTURE.md)")
     p.add_argument("--lanes", default="auto", choices=["auto", "off", "green", "streams", "inline"],
                    help="codec lanes beside the LM: auto (green contexts, else streams, on a GPU; off on the CPU); "
@@ -160,7 +161,7 @@ def _engine_config(args: argparse.Namespace):
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
     admission_wait = _admission_wait(args.max_admission_wait_ms)
     late_hold = _late_chunk_hold(args.deadline_late_chunk_hold_ms)
-    if args.dec_batch < 1 or args.max_codec_batch < 1:
+    if args.dec_batch < 1 or (args.max_codec_batch is not None and args.max_codec_batch < 1):
         raise SystemExit("error: --dec-batch and --max-codec-batch must be >= 1")
     if args.first_chunk_frames is not None and args.first_chunk_frames < 1:
         raise SystemExit("error: --first-chunk-frames must be >= 1")

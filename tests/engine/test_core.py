@@ -13,7 +13,8 @@ from voxrt.engine.errors import (InvalidParamsError, ServerBusyError, UnknownMod
                                  error_from_code)
 from voxrt.engine.messages import EngineConfig, RequestFailed
 from voxrt.engine.params import SamplingParams
-from voxrt.engine.runtime.core import EngineCore
+from voxrt.engine.runtime.core import (CODEC_BATCH_32_MIN_BYTES, EngineCore, codec_batch_for_memory,
+                                       default_max_codec_batch)
 from voxrt.engine.sched.plan import chunk_schedule, codec_sizes
 from voxrt.engine.sched.request import RequestState
 
@@ -335,6 +336,22 @@ def test_unknown_voice_and_bad_params_are_typed_errors(core):
 def test_stats_report_pools(core):
     stats = core.stats()
     assert stats.pool_ok and stats.num_pages_free == stats.num_pages_total and stats.num_requests == 0
+
+
+def test_the_codec_batch_defaults_by_device_and_bad_values_are_refused():
+    """EngineConfig.max_codec_batch None: 32 chunks a launch on the CPU and on a GPU of 64 GiB or more, 16 on a
+    smaller GPU (the codec's CUDA graphs grow with it); the resolved value reaches the runner and the scheduler;
+    an explicit value is kept, and one under 1 is a typed error."""
+    assert EngineConfig().max_codec_batch is None
+    assert default_max_codec_batch(torch.device("cpu")) == 32
+    assert codec_batch_for_memory(80 * 10**9) == codec_batch_for_memory(CODEC_BATCH_32_MIN_BYTES) == 32  # H100
+    assert codec_batch_for_memory(CODEC_BATCH_32_MIN_BYTES - 1) == codec_batch_for_memory(48 * 2**30) == 16
+    core = make_core()
+    assert core.config.max_codec_batch == core.runner.cfg.max_codec_batch == core.scheduler.config.max_codec_batch == 32
+    core = make_core(max_codec_batch=4)
+    assert core.runner.cfg.max_codec_batch == core.scheduler.config.max_codec_batch == 4
+    with pytest.raises(InvalidParamsError, match="max_codec_batch must be >= 1"):
+        make_core(max_codec_batch=0)
 
 
 def test_codec_groups_larger_than_max_codec_batch_are_split_with_equal_audio():

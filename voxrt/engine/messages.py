@@ -83,8 +83,10 @@ class EngineConfig:
     # (after its generation ends, while its later chunks wait for the codec). None: 8 x max_batch_size
     # (sched/pages.py, SLOTS_PER_BATCH_ROW: why).
     codec_slots: int | None = None
-    # audio chunks decoded in one codec launch (larger groups are split); 32: SchedulerConfig says why
-    max_codec_batch: int = 32
+    # audio chunks decoded in one codec launch (larger groups are split). None (default): the device's, resolved in
+    # the engine process (`runtime/core.py`'s default_max_codec_batch: 32, or 16 on a GPU under 64 GiB, whose
+    # memory may not hold the codec's graphs for 32; SchedulerConfig says why 32)
+    max_codec_batch: int | None = None
     max_seq_len: int = 4096  # tokens of KV per request (prompt + frames)
     max_prefill_tokens: int = 4096  # prompt tokens admitted in one step
     seed: int = 0

@@ -121,6 +121,24 @@ def default_max_batch_size(device: torch.device) -> int:
     return 128 if device.type == "cuda" else 64
 
 
+# The GPU memory from which a codec launch takes up to 32 chunks by default (else 16): the codec's CUDA graphs grow
+# with the launch (batch x frames) on each lane. An 80 GB H100 with max batch 128 held 32 (and not 64); 16 is what
+# every GPU ran before (bench/results/2026-12-06-h100-hold-codec-batch/).
+CODEC_BATCH_32_MIN_BYTES = 64 * 2**30
+
+
+def codec_batch_for_memory(total_bytes: int) -> int:
+    """The default `max_codec_batch` of a GPU with `total_bytes` of memory (CODEC_BATCH_32_MIN_BYTES)."""
+    return 32 if total_bytes >= CODEC_BATCH_32_MIN_BYTES else 16
+
+
+def default_max_codec_batch(device: torch.device) -> int:
+    """32 chunks a codec launch (SchedulerConfig: why), or 16 on a GPU under 64 GiB; 32 on the CPU (no graphs)."""
+    if device.type != "cuda":
+        return 32
+    return codec_batch_for_memory(torch.cuda.get_device_properties(device).total_memory)
+
+
 class EngineCore:
     def __init__(self, config: EngineConfig, program: ModelProgram | None = None) -> None:
         device = resolve_device(config.device)
@@ -128,6 +146,10 @@ class EngineCore:
             config = dataclasses.replace(config, max_batch_size=default_max_batch_size(device))
         elif config.max_batch_size < 1:
             raise InvalidParamsError(f"max_batch_size must be >= 1, got {config.max_batch_size}")
+        if config.max_codec_batch is None:  # the device's default (messages.py)
+            config = dataclasses.replace(config, max_codec_batch=default_max_codec_batch(device))
+        elif config.max_codec_batch < 1:
+            raise InvalidParamsError(f"max_codec_batch must be >= 1, got {config.max_codec_batch}")
         self.config = config
         if device.type == "cuda" and device.index is not None:
             # a replica on cuda:i (--dp-size): streams, graphs and workspaces made without a device (graphs.py's
@@ -227,10 +249,10 @@ class EngineCore:
         self.num_steps = 0
         self.num_failed_steps = 0
         log.info("engine: model %s on %s (%s), attention %s, cuda graphs %s, %d KV pages of %d tokens, "
-                 "%s LM loop, %s policy: up to %d live requests, %d decoded a step",
+                 "%s LM loop, %s policy: up to %d live requests, %d decoded a step, up to %d chunks a codec launch",
                  program.name, device, str(dtype).removeprefix("torch."), backend, self.runner.use_graphs,
                  num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
-                 config.scheduler_type, max_live, config.max_batch_size)
+                 config.scheduler_type, max_live, config.max_batch_size, config.max_codec_batch)
         if admission_wait is not None:
             log.info("overload protection: a stream not admitted within %g ms is refused (server_busy)%s",
                      admission_wait, " (auto, on CUDA)" if config.max_admission_wait_ms == "auto" else "")

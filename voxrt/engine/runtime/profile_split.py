@@ -87,16 +87,19 @@ def _measure(core, batch: int, codec_batch: int, context: int, iters: int) -> di
                 pipeline_audio_s_per_s=round(min(lm_rate, codec_rate), 1))
 
 
-def profile_split(config: EngineConfig, sm_modes: list[int] | None, batch: int = 64, codec_batch: int = 16,
+def profile_split(config: EngineConfig, sm_modes: list[int] | None, batch: int = 64, codec_batch: int | None = None,
                   context: int = 128, iters: int = 20) -> tuple[list[dict], dict | None]:
-    """Rows (the time-shared whole GPU first, then one per split) and the recommended row."""
-    from voxrt.engine.runtime.core import EngineCore  # noqa: PLC0415
+    """Rows (the time-shared whole GPU first, then one per split) and the recommended row. `codec_batch` None:
+    the engine's default on this GPU (`default_max_codec_batch`)."""
+    from voxrt.engine.runtime.core import EngineCore, default_max_codec_batch  # noqa: PLC0415
     from voxrt.models.registry import build_program  # noqa: PLC0415
 
     if not torch.cuda.is_available():
         raise RuntimeError("profile-split needs a CUDA GPU (green contexts split its SMs)")
     device = torch.device(config.device if config.device.startswith("cuda") else "cuda")
     total = torch.cuda.get_device_properties(device).multi_processor_count
+    if codec_batch is None:
+        codec_batch = default_max_codec_batch(device)
     if not sm_modes:
         sm_modes = list(range(16, total - 15, 16))
     program = build_program(config.model, config.checkpoint)
