@@ -133,8 +133,12 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
         slack = [s for r in rs for s in (r.get("slack_ms") or []) if s is not None]
         first_slack = [s for r in rs for s, f in zip(r.get("slack_ms") or [], r.get("first") or []) if s is not None and f]
         frames = [f for r in rs for f in (r.get("frames") or [])]
+        jobs = [r.get("jobs", 0) for r in rs]
         out["codec"][lane] = {
-            "launches": len(rs), "jobs_per_launch": round(float(np.mean([r.get("jobs", 0) for r in rs])), 2),
+            "launches": len(rs), "jobs_per_launch": round(float(np.mean(jobs)), 2),
+            # launches as big as the lane's biggest (at a knee: the `--max-codec-batch` cap, every launch full:
+            # chunks wait for the lane and turn urgent, bench/results/2026-12-06-h100-hold-codec-batch/)
+            "jobs_max": max(jobs), "at_jobs_max_pct": round(100 * jobs.count(max(jobs)) / len(jobs), 1),
             "frames_per_job": round(float(np.mean(frames)), 2) if frames else None,
             "busy_pct": None if len(g) == 0 else round(100 * g.sum() / window_ms, 1),
             "gpu_ms_p50": _pct(g, 50), "host_ms_p50": _pct(host, 50), "host_ms_p99": _pct(host, 99),

@@ -87,3 +87,18 @@ def test_the_host_totals_count_the_wait_once():
     host = trace_summary.summarize([step, dict(step, t_ms=2.0)], skip_s=0)["host"]["p50_p99_mean_ms"]
     assert host["total"][2] == 11.0  # 1 + 0.5 + 2 + 1.5 + 0.5 + 5 + 0.5
     assert host["total_less_wait"][2] == 7.0
+
+
+def test_the_codec_lanes_say_how_often_a_launch_was_as_big_as_their_biggest():
+    """Every background launch at the cap (16 chunks, Seed-TTS's collapse on an H100) is the sign that the lane
+    could not take more chunks a launch: `jobs_max` and `at_jobs_max_pct` per lane."""
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_summary)
+    launch = dict(kind="codec", lane="background", gpu_ms=20.0, host_ms=22.0, slack_ms=[5.0], first=[False],
+                  frames=[16])
+    records = [dict(launch, t_ms=float(t), jobs=jobs) for t, jobs in ((1, 16), (2, 16), (3, 8))]
+    records.append(dict(launch, t_ms=4.0, lane="urgent", jobs=2))
+    codec = trace_summary.summarize(records, skip_s=0)["codec"]
+    assert codec["background"]["jobs_max"] == 16 and codec["background"]["at_jobs_max_pct"] == 66.7
+    assert codec["urgent"]["jobs_max"] == 2 and codec["urgent"]["at_jobs_max_pct"] == 100.0
