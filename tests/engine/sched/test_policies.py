@@ -407,18 +407,22 @@ def test_deadline_holds_admission_while_half_the_recent_chunks_were_late():
     assert sched.wake_ns() == NOW + 100 * MS
     assert [r.request_id for r in sched.schedule(NOW + 100 * MS + 1).prefill] == ["waits"]
     assert not sched.is_holding and sched.wake_ns() is None
-    # a stream starved of text (its agent's text slower than speech) within STARVED_GRACE_MS: not counted
-    from voxrt.engine.sched.deadline_policy import STARVED_GRACE_MS  # noqa: PLC0415
+    # a late chunk of a stream found starved of text (its agent's text slower than speech) from
+    # STARVED_BEFORE_DEADLINE_MS before the chunk's deadline on: the text's lateness, not counted; a chunk due
+    # later than that after the stream's last starvation is the engine's (a token-streamed request starves early on
+    # however fast its text comes, and its later chunks must count)
+    from voxrt.engine.sched.deadline_policy import STARVED_BEFORE_DEADLINE_MS  # noqa: PLC0415
 
+    margin_ns = round(STARVED_BEFORE_DEADLINE_MS * MS)
     sched = make("deadline", late_chunk_hold_ms=100.0)
     r = hand_made(sched, "r", chunks=2, first_chunk_ns=NOW - 300 * MS)
-    r.starved_ns = NOW - round(STARVED_GRACE_MS * MS) + 20 * MS
-    for i in range(MIN_COMPLETIONS):
-        complete(sched, r, NOW + i * MS, late=True)
-    assert not sched.is_behind(NOW + 10 * MS)
-    for i in range(MIN_COMPLETIONS):  # its starvation now longer ago than the grace
-        complete(sched, r, NOW + 20 * MS + i * MS, late=True)
-    assert sched.is_behind(NOW + 30 * MS)
+    r.starved_ns = NOW
+    for i in range(MIN_COMPLETIONS):  # each due 1 ms before it completes: at NOW + margin - 1 ms, or earlier
+        complete(sched, r, NOW + margin_ns - i * MS, late=True)
+    assert not sched.is_behind(NOW + margin_ns)
+    for i in range(MIN_COMPLETIONS):  # due more than the margin after the starvation
+        complete(sched, r, NOW + margin_ns + 2 * MS + i * MS, late=True)
+    assert sched.is_behind(NOW + margin_ns + 10 * MS)
     # the plan stamps the streams it finds starved (only with the hold on)
     sched = make("deadline", late_chunk_hold_ms=100.0)
     starved = add(sched, "s", num_words=3, final=False)

@@ -250,14 +250,9 @@ def test_the_admission_wait_keeps_an_overloaded_engine_serving_on_time(policy, h
     assert sched.slots.num_free == sched.slots.num_slots
 
 
-def test_the_late_chunk_hold_keeps_a_codec_bound_engine_serving_on_time():
-    """A codec behind its chunks (Seed-TTS's short texts at 184 requests/s, the background lane on a small
-    share): the live cap bounds only the requests still generating, so newcomers keep being admitted and every
-    stream is late with the rest (the collapse an H100 showed, bench/results/2026-12-06-h100-capacity-bound/).
-    With `late_chunk_hold_ms` no stream is admitted while half the recent chunks were late; the admission bound
-    refuses the ones held too long, and most of the others meet the SLO. The same arrivals; everything ends.
-    Launches of 16 chunks, as on that H100: 32 (the default since, bench/results/2026-12-06-h100-hold-codec-batch/)
-    keep this background lane up without the hold."""
+def _seedtts_codec_bound(hold_ms, max_codec_batch=16, tokens_per_s=None, duration_s=10.0):
+    """A codec behind its chunks (Seed-TTS's short texts at 184 requests/s, the background lane on a small share),
+    as an H100 showed with 16 chunks a launch (bench/results/2026-12-06-h100-capacity-bound/)."""
     import json
     from pathlib import Path
 
@@ -268,14 +263,22 @@ def test_the_late_chunk_hold_keeps_a_codec_bound_engine_serving_on_time():
     # the start-up costs of bench/sim_late_start.py (an H200's), with an H100's codec cost per frame
     costs = CostModel(lm_base_ms=3.5, lm_per_request_ms=0.0104, prefill_per_token_ms=0.06, codec_base_ms=1.51,
                       codec_per_frame_ms=0.048)
+    config = SchedulerConfig(max_batch_size=128, max_live_requests=256, max_admission_wait_ms=100.0,
+                             late_chunk_hold_ms=hold_ms, max_codec_batch=max_codec_batch)
+    return simulate("deadline", rate=184.0, duration_s=duration_s, seed=0, texts=texts, has_lanes=True,
+                    lm_share=0.45, bg_share=0.12, urgent_pause=0.1, costs=costs, num_slots=1024, config=config,
+                    tokens_per_s=tokens_per_s)
 
-    def run(hold_ms, max_codec_batch=16):
-        config = SchedulerConfig(max_batch_size=128, max_live_requests=256, max_admission_wait_ms=100.0,
-                                 late_chunk_hold_ms=hold_ms, max_codec_batch=max_codec_batch)
-        return simulate("deadline", rate=184.0, duration_s=10.0, seed=0, texts=texts, has_lanes=True,
-                        lm_share=0.45, bg_share=0.12, urgent_pause=0.1, costs=costs, num_slots=1024, config=config)
 
-    behind, held, wider = run(None), run(100.0), run(None, max_codec_batch=32)
+def test_the_late_chunk_hold_keeps_a_codec_bound_engine_serving_on_time():
+    """A codec behind its chunks: the live cap bounds only the requests still generating, so newcomers keep being
+    admitted and every stream is late with the rest (the collapse an H100 showed). With `late_chunk_hold_ms` no
+    stream is admitted while half the recent chunks were late; the admission bound refuses the ones held too long,
+    and most of the others meet the SLO. The same arrivals; everything ends. Launches of 16 chunks, as on that
+    H100: 32 (the default since, bench/results/2026-12-06-h100-hold-codec-batch/) keep this background lane up
+    without the hold."""
+    behind, held = _seedtts_codec_bound(None), _seedtts_codec_bound(100.0)
+    wider = _seedtts_codec_bound(None, max_codec_batch=32)
     assert len(behind.records) == len(held.records) == len(wider.records) == 1807
     assert behind.attainment < 0.5 and held.attainment >= 0.85 and wider.attainment >= 0.9
     assert sum(1 for s in held.stalls if s) < 0.05 * len(held.records) < sum(1 for s in behind.stalls if s)
@@ -290,9 +293,23 @@ def test_the_late_chunk_hold_keeps_a_codec_bound_engine_serving_on_time():
     assert sched.slots.num_free == sched.slots.num_slots
 
 
+def test_the_late_chunk_hold_counts_a_token_streamed_requests_later_chunks():
+    """Text streamed at 30 tokens/s (faster than speech) starves the LM for a token-streamed request's first few
+    hundred ms however fast it comes; the hold does not count a late chunk only when its stream was starved near
+    the chunk's deadline (`STARVED_BEFORE_DEADLINE_MS`), so an engine behind every stream still stops admitting:
+    81.0% within the SLO over 20 s (72.4% when every chunk within 500 ms of a starvation went uncounted), 22.5%
+    without the hold."""
+    behind, held = _seedtts_codec_bound(None, tokens_per_s=30.0, duration_s=20.0), \
+        _seedtts_codec_bound(100.0, tokens_per_s=30.0, duration_s=20.0)
+    assert len(behind.records) == len(held.records) == 3618
+    assert behind.attainment < 0.3 and held.attainment >= 0.78
+    assert sum(1 for s in held.stalls if s) < 0.1 * len(held.records) < sum(1 for s in behind.stalls if s)
+    assert held.codec_errors == [] and not held.scheduler.requests
+
+
 def test_the_late_chunk_hold_ignores_lateness_from_an_agents_slow_text():
     """Text streamed slower than speech (2 words a second) makes a stream's chunks late on an engine with time
-    to spare; the hold does not count the chunks of a stream starved of text shortly before, so it refuses no
+    to spare; the hold does not count the late chunks of a stream starved of text near their deadlines, so it refuses no
     more than the admission bound does alone (none at this load) and serves the same audio."""
     from voxrt.engine.sched.scheduler import SchedulerConfig
 

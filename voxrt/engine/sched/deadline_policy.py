@@ -19,7 +19,7 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    demoted requests' TTFA p99 rising to 1.2-1.7 s (bench/results/2026-12-04-late-start/); not yet on a GPU.
    With `late_chunk_hold_ms` (off by default), no stream is admitted while the engine is behind: half the
    chunks that completed within that long were past their deadline (`is_behind`; not counting the chunks of
-   a stream starved of text shortly before: a slow agent's text makes chunks late on an idle engine). The
+   a stream starved of text near the chunk's deadline: a slow agent's text makes chunks late on an idle engine). The
    live cap bounds only the requests still generating; an engine behind its chunks with short texts (requests
    leave the LM quickly) kept admitting newcomers, each as late as the rest (on an H100, Seed-TTS at 184
    req/s: every request stalled, TTFA ~336 ms, 6% refused by the admission bound;
@@ -106,7 +106,14 @@ _deadline = attrgetter("deadline_ns")
 # were late, and at least this many completed (a lone late chunk on an idle engine is not an overload)
 LATE_SHARE = 0.5
 MIN_COMPLETIONS = 8
-STARVED_GRACE_MS = 500.0  # a stream starved of text this recently: its late chunks are not counted
+# A late chunk of a stream found starved of text at a step from this long before the chunk's deadline on is the
+# text's lateness, not the engine's: not counted. (Counting from the last starvation instead, within 500 ms of the
+# chunk's completion, hid the early chunks of every token-streamed request, whose text starves the LM for its first
+# few hundred ms however fast it comes: in the simulation, Seed-TTS at 184 req/s with text at 30 tokens/s and a
+# codec behind (tests/engine/sched/test_sim.py's codec-bound case, 16 chunks a launch, 30 s) held 62.5% with the hold, 76.3% with this rule, 77.8% counting every chunk; an agent at 2 words/s on
+# an idle engine, 20 req/s: no request refused by either rule, 124 by this one with 0 ms, since a chunk waits for
+# its frames and the codec after the text arrives.)
+STARVED_BEFORE_DEADLINE_MS = 160.0
 _SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slowdown (an exponential average)
 
 
@@ -298,12 +305,13 @@ class DeadlineScheduler(Scheduler):
 
     def _note_lateness(self, job: CodecJob, now_ns: int) -> None:
         """A completed chunk for `is_behind`: late or on time. Chunks without a deadline (non-streaming requests)
-        or audio (an empty last chunk) say nothing, nor do those of a stream starved of text within the last
-        `STARVED_GRACE_MS`: an agent whose text comes slower than speech makes its chunks late on an idle engine."""
+        or audio (an empty last chunk) say nothing, nor do those of a stream found starved of text at a step from
+        `STARVED_BEFORE_DEADLINE_MS` before the chunk's deadline on: an agent whose text comes slower than speech
+        makes its chunks late on an idle engine."""
         if self.config.late_chunk_hold_ms is None or job.deadline_ns is None or not job.num_frames:
             return
         starved_ns = job.request.starved_ns
-        if starved_ns is not None and now_ns - starved_ns < STARVED_GRACE_MS * 1e6:
+        if starved_ns is not None and starved_ns >= job.deadline_ns - STARVED_BEFORE_DEADLINE_MS * 1e6:
             return
         is_late = now_ns > job.deadline_ns
         self._completions.append((now_ns, is_late))

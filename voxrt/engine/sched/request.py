@@ -88,8 +88,8 @@ class Request:
     # The last step at which a waiting request could not be admitted for want of text (None: it could be from
     # its arrival): its wait for the engine counts from then (`SchedulerConfig.max_admission_wait_ms`)
     text_wait_ns: int | None = None
-    # The last step a policy saw it starved of text (the deadline policy with `late_chunk_hold_ms`): its chunks'
-    # lateness shortly after may be its agent's, not the engine's
+    # The last step a policy saw it starved of text (the deadline policy with `late_chunk_hold_ms`): a chunk due
+    # shortly after it (`STARVED_BEFORE_DEADLINE_MS`) that is late may be late for its agent, not the engine
     starved_ns: int | None = None
     is_streaming: bool = True  # False: nobody plays its audio as it comes (no chunk deadlines)
     finish_reason: str | None = None
