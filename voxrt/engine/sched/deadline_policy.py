@@ -17,9 +17,10 @@ Chunks are due when the listener needs them (`deadlines.chunk_deadline_ns`). Eac
    by arrival again. In the simulation (bench/sim_late_start.py: LibriTTS, 60 s, its knee near 88 req/s) a
    2 s bound held 98.6% instead of 91.4% at 88 req/s (tokens at 30/s, 80 req/s: 98.1% instead of 91.2%), the
    demoted requests' TTFA p99 rising to 1.2-1.7 s (bench/results/2026-12-04-late-start/); not yet on a GPU.
-   With `late_chunk_hold_ms` (off by default), no stream is admitted while the engine is behind: half the
-   chunks that completed within that long were past their deadline (`is_behind`; not counting the chunks of
-   a stream starved of text near the chunk's deadline: a slow agent's text makes chunks late on an idle engine). The
+   With `late_chunk_hold_ms` (off in SchedulerConfig; `voxrt serve` and `voxrt loadgen` run 100 ms on a GPU), no
+   stream is admitted while the engine is behind: half the chunks that completed within that long were past
+   their deadline (`is_behind`; not counting the chunks of a stream starved of text near the chunk's deadline: a
+   slow agent's text makes chunks late on an idle engine). The
    live cap bounds only the requests still generating; an engine behind its chunks with short texts (requests
    leave the LM quickly) kept admitting newcomers, each as late as the rest (on an H100, Seed-TTS at 184
    req/s: every request stalled, TTFA ~336 ms, 6% refused by the admission bound;
@@ -110,9 +111,10 @@ MIN_COMPLETIONS = 8
 # text's lateness, not the engine's: not counted. (Counting from the last starvation instead, within 500 ms of the
 # chunk's completion, hid the early chunks of every token-streamed request, whose text starves the LM for its first
 # few hundred ms however fast it comes: in the simulation, Seed-TTS at 184 req/s with text at 30 tokens/s and a
-# codec behind (tests/engine/sched/test_sim.py's codec-bound case, 16 chunks a launch, 30 s) held 62.5% with the hold, 76.3% with this rule, 77.8% counting every chunk; an agent at 2 words/s on
-# an idle engine, 20 req/s: no request refused by either rule, 124 by this one with 0 ms, since a chunk waits for
-# its frames and the codec after the text arrives.)
+# codec behind (tests/engine/sched/test_sim.py's codec-bound case, 16 chunks a launch, 30 s) held 62.5% with the
+# hold, 76.3% with this rule, 77.8% counting every chunk; an agent at 2 words/s on an idle engine, 20 req/s: no
+# request refused by either rule, 124 by this one with 0 ms, since a chunk waits for its frames and the codec
+# after the text arrives.)
 STARVED_BEFORE_DEADLINE_MS = 160.0
 _SLOWDOWN_WEIGHT = 0.3  # of the newest observation in the background lane's slowdown (an exponential average)
 
