@@ -103,6 +103,9 @@ def main() -> None:
                     "after it double up to 25, as Qwen3-TTS's)")
     ap.add_argument("--async-lm", action="store_true", help="the asynchronous LM loop (the GPU's default): a "
                     "step's frames reach the scheduler after it planned the next step")
+    ap.add_argument("--lm-cost", default=None, metavar="BASE_MS,PER_REQUEST_MS",
+                    help="the LM step's cost model instead of the --costs one's (e.g. 5.19,0.0174: the start-up "
+                    "model's 7.42 ms at batch 128 with the H100 frame's measured growth to batch 256, 1.30x)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a SchedulerConfig field for every run, e.g. urgent_ms=50 (repeatable)")
     ap.add_argument("--workload", default="bench/workloads/libritts_test_clean.jsonl")
@@ -113,6 +116,14 @@ def main() -> None:
     base = COSTS_H100 if args.costs == "h100" else COSTS
     costs = dataclasses.replace(base, prefill_per_token_ms=args.prefill_ms,
                                 codec_per_frame_ms=args.codec_per_frame_ms or base.codec_per_frame_ms)
+    if args.lm_cost:
+        try:
+            lm_base, lm_per_request = (float(x) for x in args.lm_cost.split(","))
+        except ValueError:
+            ap.error(f"--lm-cost must be BASE_MS,PER_REQUEST_MS, got {args.lm_cost!r}")
+        if lm_base < 0 or lm_per_request < 0:
+            ap.error("--lm-cost values must be >= 0")
+        costs = dataclasses.replace(costs, lm_base_ms=lm_base, lm_per_request_ms=lm_per_request)
     rows = []
     firsts = [int(f) for f in args.first_chunk.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
@@ -133,6 +144,7 @@ def main() -> None:
         pick = lambda q: round(ttfa[min(len(ttfa) - 1, int(q * len(ttfa)))], 1) if ttfa else None  # noqa: E731
         row = dict(rate=rate, lm_share=args.lm_share, bg_share=args.bg_share, urgent_pause=args.urgent_pause,
                    prefill_ms=args.prefill_ms, codec_per_frame_ms=costs.codec_per_frame_ms, costs=args.costs,
+                   lm_cost=[costs.lm_base_ms, costs.lm_per_request_ms], batch=args.batch,
                    urgent_share=args.urgent_share, demotion_ms=demotion if math.isfinite(demotion) else "inf",
                    max_admission_wait_ms=wait, late_chunk_hold_ms=hold, async_lm=args.async_lm, refused=sum(1 for r in result.records if r.status == "failed"),
                    tokens_per_s=args.tokens_per_s, first_chunk_frames=first, config=overrides,
