@@ -13,6 +13,9 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
                   timing both in a graph (codec.set_kernel_impl)
   triton-bf16-products-all  triton-bf16 with every conv with taps as products
   triton-bf16-outconv  triton-bf16 with the output conv (one channel, clamp, float32) as one kernel too
+  triton-bf16-tapconv  triton-bf16 with the dilated convs' one-kernel form (kernels/tap_conv.py) a third
+                  candidate of the per-shape timed choice (`VOXRT_CODEC_CONV=timed`)
+  triton-bf16-tapconv-all  every conv with taps as that kernel (`VOXRT_CODEC_CONV=all`)
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
 streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
 a CUDA graph per (frames, batch), median of 20 replays, the whole GPU.
@@ -34,12 +37,14 @@ from voxrt.models.qwen3_tts.loader import codec_dir
 
 from graph_timing import graph_ms
 
-SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16)]
+SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16), (25, 32)]  # 32: a codec launch's most chunks since 2026-12-06
 VARIANTS = [("torch-fp32", "torch", torch.float32, {}), ("torch-bf16", "torch", torch.bfloat16, {}),
             ("triton-bf16-cudnn-only", "triton", torch.bfloat16, dict(fold=False, conv_products="off")),
-            ("triton-bf16", "triton", torch.bfloat16, {}),
-            ("triton-bf16-products-all", "triton", torch.bfloat16, dict(conv_products="all")),
-            ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True))]
+            ("triton-bf16", "triton", torch.bfloat16, dict(conv_kernel="off")),
+            ("triton-bf16-products-all", "triton", torch.bfloat16, dict(conv_products="all", conv_kernel="off")),
+            ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True, conv_kernel="off")),
+            ("triton-bf16-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed")),
+            ("triton-bf16-tapconv-all", "triton", torch.bfloat16, dict(conv_kernel="all"))]
 
 
 def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:

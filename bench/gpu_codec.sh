@@ -4,7 +4,8 @@
 # 2 x 1), the profile of a 25 x 16 chunk by kernel and by op shape (profile2: of a 2 x 1 chunk), and the PDL micro-benchmark (gpu_pdl.py).
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_codec.sh
 # Env: STEPS (default "codec convs profile pdl"; also profile2, split = `voxrt profile-split`), CKPT (/tmp/q17),
-# CODEC_SMS (72: the partition gpu_codec.py also times the default variant on). Results under $OUT/codec, tarred to
+# CODEC_SMS (72: the partition gpu_codec.py also times the default variant on), CONVS_SHAPES ("25 16;2 1": the
+# frames x batch shapes gpu_codec_convs.py runs, `;`-separated). Results under $OUT/codec, tarred to
 # $OUT/codec.tgz (the device tool brings back a few files only).
 set -u
 R=$OUT/codec; CKPT=${CKPT:-/tmp/q17}; mkdir -p "$R"
@@ -16,7 +17,8 @@ for step in ${STEPS:-codec convs profile pdl}; do
            tail -18 "$R/codec.log" ;;
     split) python -m voxrt.cli profile-split --model qwen3-tts --checkpoint "$CKPT" --out "$R/split.json" > "$R/split.log" 2>&1
            tail -20 "$R/split.log" ;;
-    convs) for shape in "25 16" "2 1"; do set -- $shape
+    convs) IFS=';' read -ra shapes <<< "${CONVS_SHAPES:-25 16;2 1}"
+           for shape in "${shapes[@]}"; do set -- $shape
              python -u bench/gpu_codec_convs.py --checkpoint "$CKPT" --frames $1 --batch $2 --out "$R" \
                > "$R/convs-$1x$2.log" 2>&1; grep -v Warning "$R/convs-$1x$2.log" | tail -40; done ;;
     profile) python -u bench/gpu_codec_profile.py --checkpoint "$CKPT" --output-kernel > "$R/profile.log" 2>&1

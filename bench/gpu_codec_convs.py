@@ -13,6 +13,9 @@ distinct shape, each formulation is captured in a CUDA graph and timed (median o
             a transposed conv (k = 2r, stride r) one product to [B*T, k*Cout] plus the overlap-add
   module    CausalConv.forward with set_products(True): the codec's own products path (NCL in and out:
             a channels-last copy of the padded input, then k batched products)
+  tap       a conv with taps as one Triton kernel (kernels/tap_conv.py: NCL in and out, every tap summed in
+            float32), the best of TAP_CONFIGS (the default `tap_conv_config` first; the JSON keeps each
+            config's time as `tap_configs` and the best as `tap_best`)
 Each row also checks that the formulation's output equals ncl's (max abs error, bf16). Then each residual
 unit shape alone: as the reference composes it (cuDNN convs, bias and residual passes) against the folded
 path (codec_layers.ResidualUnit.set_folded, conv1 choosing cuDNN or products by timing).
@@ -29,11 +32,41 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from voxrt.engine.runtime.kernels.tap_conv import tap_conv, tap_conv_config
 from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv, ResidualUnit
 from voxrt.models.qwen3_tts.loader import codec_dir
 
 from graph_timing import graph_ms
+
+
+# block sizes tried for the tap kernel past its default (BLOCK_O, BLOCK_T, BLOCK_I, warps, stages)
+TAP_CONFIGS = [(64, 128, 32, 4, 3), (128, 64, 32, 4, 3), (128, 128, 64, 8, 3), (128, 256, 32, 8, 3),
+               (64, 256, 32, 8, 4), (32, 128, 32, 4, 4), (128, 128, 32, 8, 4)]
+
+
+def tap_rows(conv: torch.nn.Conv1d, xpad: torch.Tensor, ref: torch.Tensor) -> tuple[tuple[float, float], dict]:
+    """The tap kernel at its default config and at each of TAP_CONFIGS: ((best ms, its max abs error), times)."""
+    taps = conv.weight.detach().permute(2, 0, 1).contiguous()
+    d = conv.dilation[0]
+    c_out, c_in = taps.shape[1], taps.shape[2]
+    configs = [None] + [dict(BLOCK_O=o, BLOCK_T=t, BLOCK_I=i, num_warps=w, num_stages=st)
+                        for o, t, i, w, st in TAP_CONFIGS]
+    times, best = {}, (float("inf"), float("nan"), None)
+    for cfg in configs:
+        name = "default" if cfg is None else "o{BLOCK_O}t{BLOCK_T}i{BLOCK_I}w{num_warps}s{num_stages}".format(**cfg)
+        try:
+            got = tap_conv(xpad, taps, conv.bias, d, "triton", config=cfg)
+            ms = graph_ms(lambda cfg=cfg: tap_conv(xpad, taps, conv.bias, d, "triton", config=cfg))
+        except Exception as exc:  # noqa: BLE001 (a config the GPU cannot run, e.g. out of shared memory)
+            times[name] = f"{type(exc).__name__}"
+            continue
+        times[name] = round(ms, 4)
+        if ms < best[0]:
+            best = (ms, (got - ref).abs().max().item(), name)
+    times["default_config"] = tap_conv_config(c_in, c_out, ref.shape[-1])
+    times["best"] = best[2]
+    return (best[0], best[1]), times
 
 
 def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:
@@ -82,6 +115,7 @@ def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:
         mod.set_products(True)
         y = mod(x)
         out["module"] = (graph_ms(lambda: mod(x)), (y - ref).abs().max().item())
+        out["tap"], out["_tap_configs"] = tap_rows(conv, xpad, ref)
     return out
 
 
@@ -148,8 +182,8 @@ def main() -> int:
     results = []
     print(f"== codec convs, frames {args.frames} batch {args.batch}, bf16, CUDA graphs, ms (max abs err vs ncl)")
     print(f"{'kind':<16} {'input':<18} {'weight':<18} {'d':>2} {'g':>4} {'ncl':>8} {'nhwc':>16} {'gemm':>16} "
-          f"{'module':>16}  layers")
-    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0, "module": 0.0}
+          f"{'module':>16} {'tap':>16}  layers")
+    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0, "module": 0.0, "tap": 0.0}
     with torch.inference_mode():
         for key, (names, mod, x) in seen.items():
             kind, xshape, wshape, d, groups = key
@@ -160,16 +194,20 @@ def main() -> int:
                 row = conv_rows(mod.conv, mod.context, x)
             else:
                 row = trans_rows(mod, x)
+            tap_configs = row.pop("_tap_configs", None)
             for m, (ms, _) in row.items():
                 totals[m] += ms * count
             for m in totals:
                 if m not in row:
                     totals[m] += row["ncl"][0] * count
-            cells = {m: f"{row[m][0]:.3f} ({row[m][1]:.0e})" if m in row else "-" for m in ("nhwc", "gemm", "module")}
+            cells = {m: f"{row[m][0]:.3f} ({row[m][1]:.0e})" if m in row else "-"
+                     for m in ("nhwc", "gemm", "module", "tap")}
             print(f"{kind:<16} {str(xshape):<18} {str(wshape):<18} {d:>2} {groups:>4} {row['ncl'][0]:>8.3f} "
-                  f"{cells['nhwc']:>16} {cells['gemm']:>16} {cells['module']:>16}  x{count} {names[:60]}", flush=True)
+                  f"{cells['nhwc']:>16} {cells['gemm']:>16} {cells['module']:>16} {cells['tap']:>16}  x{count} "
+                  f"{names[:60]}", flush=True)
             results.append(dict(kind=kind, input=xshape, weight=wshape, dilation=d, groups=groups, count=count,
-                                layers=names, **{m: dict(ms=v[0], max_abs=v[1]) for m, v in row.items()}))
+                                layers=names, **{m: dict(ms=v[0], max_abs=v[1]) for m, v in row.items()},
+                                **({"tap_configs": tap_configs} if tap_configs else {})))
     print("sum over the decoder's convs (x count; depthwise at ncl in every column): " +
           ", ".join(f"{m} {v:.2f} ms" for m, v in totals.items()))
     units = []

@@ -37,6 +37,7 @@ from torch import nn
 
 from voxrt.engine.errors import CheckpointError
 from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
+from voxrt.engine.runtime.knobs import codec_conv
 from voxrt.models.common.checkpoint import key_listing
 from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, SnakeBeta,
                                                  StatefulLayer, UpsampleStage)
@@ -215,7 +216,7 @@ class Qwen3TTSCodec(nn.Module):
     _out_impl = "torch"
 
     def set_kernel_impl(self, impl: str, output_kernel: bool = False, conv_products: str = "auto",
-                        fold: bool | None = None) -> None:
+                        fold: bool | None = None, conv_kernel: str | None = None) -> None:
         """"triton": SnakeBeta as one kernel each (on CUDA; voxrt/engine/runtime/kernels/snake.py); "torch": the
         reference's ops. `output_kernel` (with "triton"): the output conv (one channel, clamp, float32) as one
         kernel too (kernels/conv_out.py); off by default: on the H200 it bought 0.18 ms of a 20 ms chunk and
@@ -227,7 +228,10 @@ class Qwen3TTSCodec(nn.Module):
         which convs run as cuBLAS products instead of cuDNN (CausalConv / CausalTransConv.set_products):
         "auto" (unless impl is "torch") every plain conv chooses per input shape by timing both once on
         CUDA (cuDNN hits a fallback kernel for one released shape and pays layout conversions at small
-        shapes; it is faster for the narrow convs of big chunks); "all" every one (tests); "off" none."""
+        shapes; it is faster for the narrow convs of big chunks); "all" every one (tests); "off" none.
+        `conv_kernel`: the dilated convs as one Triton kernel each (CausalConv.set_tap_kernel: "off", "timed":
+        a third candidate of the "auto" products' timed choice, "all"); default `VOXRT_CODEC_CONV` with impl
+        "triton" (off unless set), "off" with "torch"."""
         if conv_products not in ("auto", "all", "off"):
             raise ValueError(f"conv_products must be auto, all or off, got {conv_products!r}")
         for module in self.modules():
@@ -241,9 +245,13 @@ class Qwen3TTSCodec(nn.Module):
         self.quantizer.rvq_first.cache_table(fold)
         self.quantizer.rvq_rest.cache_table(fold)
         products = {"all": True, "auto": "timed" if impl != "torch" else False, "off": False}[conv_products]
+        if conv_kernel is None:
+            conv_kernel = codec_conv() if impl == "triton" else "off"
         for module in self.modules():
             if isinstance(module, (CausalConv, CausalTransConv)):
                 module.set_products(products)
+            if isinstance(module, CausalConv):
+                module.set_tap_kernel(conv_kernel)
         self._out_impl = impl if output_kernel else "torch"
         if self._out_impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move)
             out_conv = self.decoder[-1].conv

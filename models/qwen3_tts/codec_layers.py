@@ -27,6 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxrt.engine.runtime.kernels.snake import snake_beta
+from voxrt.engine.runtime.kernels.tap_conv import tap_conv
+
+TAP_KERNEL_MODES = ("off", "timed", "all")
 
 log = logging.getLogger("voxrt.models.qwen3_tts")
 
@@ -66,6 +69,7 @@ class CausalConv(StatefulLayer):
     """Qwen3TTSTokenizerV2CausalConvNet at stride 1 (the only stride the decoder uses): left pad (k-1)*d."""
 
     products: bool | str = False  # True: cuBLAS products over channels-last rows, not cuDNN; "timed": per shape
+    tap_kernel: str = "off"  # the one-kernel conv (kernels/tap_conv.py): "off", "timed" (a candidate), "all"
 
     def __init__(self, c_in: int, c_out: int, kernel_size: int, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
@@ -86,10 +90,15 @@ class CausalConv(StatefulLayer):
             h = x if act is None else act(x, in_bias=in_bias)
             return F.conv1d(h, self.conv.weight, b, groups=self.conv.groups)
         padded = self.padded_input(x, carry, act, in_bias)
-        if self.products is True or (self.products == "timed" and _timed_choice(
-                self, padded, b is None, ("cudnn", lambda: self._cudnn(padded, b)),
-                ("products", lambda: self._products(padded, b)))):
+        if self.tap_kernel == "all":
+            return self._tap_kernel(padded, b)
+        if self.products is True:
             return self._products(padded, b)
+        if self.products == "timed":
+            candidates = {"cudnn": lambda: self._cudnn(padded, b), "products": lambda: self._products(padded, b)}
+            if self.tap_kernel == "timed":
+                candidates["tap-kernel"] = lambda: self._tap_kernel(padded, b)
+            return candidates[_timed_choice(self, padded, b is None, candidates)]()
         return self._cudnn(padded, b)
 
     def _cudnn(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -108,11 +117,28 @@ class CausalConv(StatefulLayer):
             raise ValueError(f"set_products takes True, False or 'timed', got {on!r}")
         on = on if self.context > 0 and self.conv.groups == 1 else False
         self.products = on
-        self._choices: dict[tuple, bool] = {}
+        self._choices: dict[tuple, str] = {}
         if on:
-            with torch.no_grad():  # [k, C_out, C_in], moving with the module
-                self.register_buffer("taps", self.conv.weight.detach().permute(2, 0, 1).contiguous(),
-                                     persistent=False)
+            self._make_taps()
+
+    def set_tap_kernel(self, mode: str) -> None:
+        """The conv as one Triton kernel summing every tap in float32 (kernels/tap_conv.py), on CUDA: "all"
+        (every call: tests, benchmarks), "timed" (a third candidate of `set_products("timed")`'s per-shape
+        choice, so a shape where it loses keeps cuDNN or the products), "off". Only for plain (groups 1) convs
+        with taps; the others keep "off"."""
+        if mode not in TAP_KERNEL_MODES:
+            raise ValueError(f"set_tap_kernel takes {', '.join(TAP_KERNEL_MODES)}, got {mode!r}")
+        self.tap_kernel = mode if self.context > 0 and self.conv.groups == 1 else "off"
+        self._choices = {}
+        if self.tap_kernel != "off":
+            self._make_taps()
+
+    def _make_taps(self) -> None:
+        with torch.no_grad():  # [k, C_out, C_in], moving with the module
+            self.register_buffer("taps", self.conv.weight.detach().permute(2, 0, 1).contiguous(), persistent=False)
+
+    def _tap_kernel(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return tap_conv(padded, self.taps, bias, self.conv.dilation[0])
 
     def _products(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         batch, _, length = padded.shape
@@ -149,20 +175,21 @@ class CausalConv(StatefulLayer):
         return padded
 
 
-def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, cudnn: tuple, products: tuple) -> bool:
-    """Whether `layer` should run as products for this input: measured once per (shape, dtype, flag) on CUDA
-    outside graph capture and cached in `layer._choices`; cuDNN when not cached and it cannot time (a
-    capture, the CPU)."""
+def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dict) -> str:
+    """Which of `candidates` ({name: fn}, the first one the fallback: cuDNN) `layer` runs for this input: the
+    fastest, measured once per (shape, dtype, flag) on CUDA outside graph capture and cached in
+    `layer._choices`; the first when not cached and it cannot time (a capture, the CPU)."""
     key = (tuple(x.shape), x.dtype, flag)
     choice = layer._choices.get(key)
     if choice is not None:
         return choice
+    first = next(iter(candidates))
     if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return False
-    ms = {name: _time_ms(fn) for name, fn in (cudnn, products)}
-    choice = layer._choices[key] = ms["products"] < ms["cudnn"]
-    log.debug("codec %s %s: %s (cuDNN %.3f ms, products %.3f ms)", type(layer).__name__, list(x.shape),
-              "products" if choice else "cuDNN", ms["cudnn"], ms["products"])
+        return first
+    ms = {name: _time_ms(fn) for name, fn in candidates.items()}
+    choice = layer._choices[key] = min(ms, key=ms.get)
+    log.debug("codec %s %s: %s (%s)", type(layer).__name__, list(x.shape), choice,
+              ", ".join(f"{name} {t:.3f} ms" for name, t in ms.items()))
     return choice
 
 
@@ -212,7 +239,7 @@ class CausalTransConv(StatefulLayer):
         """`bias=False`: leave the bias out (the caller folds it into what reads the output)."""
         num_out = x.shape[-1] * self.stride
         use_products = self.products is True or (self.products == "timed" and _timed_choice(
-            self, x, bias, ("cudnn", lambda: self._cudnn(x)), ("products", lambda: self._products(x))))
+            self, x, bias, {"cudnn": lambda: self._cudnn(x), "products": lambda: self._products(x)}) == "products")
         full = self._products(x) if use_products else self._cudnn(x)  # [B, C', T*s + overlap], no bias
         if self.overlap and carry is not None:
             # Overlap-add: the previous inputs' contributions (the tail) plus this chunk's; the tail handed on
@@ -234,7 +261,7 @@ class CausalTransConv(StatefulLayer):
             raise ValueError(f"set_products takes True, False or 'timed', got {on!r}")
         kernel = self.conv.kernel_size[0]
         self.products = on if kernel % self.stride == 0 else False
-        self._choices: dict[tuple, bool] = {}
+        self._choices: dict[tuple, str] = {}
         if self.products:
             with torch.no_grad():  # [C_out * K, C_in], rows (c_out, tap), moving with the module
                 self.register_buffer("taps", self.conv.weight.detach().permute(1, 2, 0).reshape(

@@ -344,6 +344,25 @@ def test_triton_snake_codec_streams_equal_to_offline(triton_codec):
                                triton_codec.decode_offline(codes), atol=ATOL, rtol=0)
 
 
+def test_tap_kernel_codec_equals_reference_offline_and_streaming(ref, codec, monkeypatch):
+    """Every conv with taps as one Triton kernel (kernels/tap_conv.py; `VOXRT_CODEC_CONV=all`, Triton's interpreter
+    here): the reference decoder's output offline, and streaming equal to offline."""
+    monkeypatch.setenv("VOXRT_CODEC_CONV", "all")
+    codec.set_kernel_impl("triton")
+    try:
+        convs = [m for m in codec.modules() if type(m).__name__ == "CausalConv"]
+        assert any(m.tap_kernel == "all" for m in convs)
+        assert all(m.tap_kernel == "off" for m in convs if m.context == 0 or m.conv.groups != 1)
+        codes = _codes(2, 10, seed=8)
+        offline = codec.decode_offline(codes)
+        torch.testing.assert_close(offline, _ref_decode(ref, codes), atol=1e-4, rtol=0)
+        state = codec.new_state(2, "cpu", torch.float32)
+        torch.testing.assert_close(_stream(codec, codes[:1], (2, 3, 5), 0, state), offline[:1], atol=1e-4, rtol=0)
+    finally:
+        codec.set_kernel_impl("torch")
+    assert all(m.tap_kernel == "off" for m in codec.modules() if type(m).__name__ == "CausalConv")
+
+
 def test_timed_products_route_by_the_cached_choice_and_fall_back_to_cudnn_on_cpu():
     """A "timed" conv runs cuDNN's op on the CPU (nothing timed or cached there), and follows a cached choice
     per input shape where one was measured (on CUDA); both give the plain conv's output."""
@@ -359,7 +378,7 @@ def test_timed_products_route_by_the_cached_choice_and_fall_back_to_cudnn_on_cpu
         assert conv._choices == {}  # the CPU never times
         calls = []
         conv._products = lambda padded, bias: calls.append(padded.shape) or CausalConv._products(conv, padded, bias)
-        conv._choices[((2, 8, 18 + 11), torch.float32, False)] = True
+        conv._choices[((2, 8, 18 + 11), torch.float32, False)] = "products"
         torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
         assert calls == [(2, 8, 29)]
         with pytest.raises(ValueError, match="set_products"):
@@ -367,3 +386,40 @@ def test_timed_products_route_by_the_cached_choice_and_fall_back_to_cudnn_on_cpu
         depthwise = CausalConv(8, 8, 7, groups=8)
         depthwise.set_products(True)
         assert depthwise.products is False  # grouped convs stay on cuDNN
+
+
+def test_the_tap_kernel_is_a_third_timed_candidate_and_runs_every_call_when_forced():
+    """`set_tap_kernel("timed")` adds the one-kernel conv (kernels/tap_conv.py) to the timed choice: the CPU still
+    runs cuDNN's op (nothing timed), a cached choice of it routes there; "all" runs it every call (Triton's
+    interpreter here). Every route gives the plain conv's output; grouped convs and bad modes are refused."""
+    from voxrt.models.qwen3_tts.codec_layers import CausalConv  # noqa: PLC0415
+
+    torch.manual_seed(4)
+    conv = CausalConv(16, 24, 7, dilation=3).eval()
+    x = torch.randn(2, 16, 13)
+    with torch.no_grad():
+        expected = conv(x)
+        conv.set_products("timed")
+        conv.set_tap_kernel("timed")
+        calls = []
+        conv._tap_kernel = lambda padded, bias: calls.append(padded.shape) or CausalConv._tap_kernel(conv, padded, bias)
+        torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
+        assert calls == [] and conv._choices == {}  # the CPU never times: cuDNN's op
+        conv._choices[((2, 16, 18 + 13), torch.float32, False)] = "tap-kernel"
+        torch.testing.assert_close(conv(x), expected, atol=1e-4, rtol=1e-4)
+        assert calls == [(2, 16, 31)]
+        conv.set_tap_kernel("all")
+        assert conv._choices == {}
+        torch.testing.assert_close(conv(x), expected, atol=1e-4, rtol=1e-4)
+        assert len(calls) == 2
+        conv.set_tap_kernel("off")
+        torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
+        assert len(calls) == 2
+        with pytest.raises(ValueError, match="set_tap_kernel"):
+            conv.set_tap_kernel("on")
+        depthwise = CausalConv(8, 8, 7, groups=8)
+        depthwise.set_tap_kernel("all")
+        assert depthwise.tap_kernel == "off"  # grouped convs stay on cuDNN
+        pointwise = CausalConv(8, 8, 1)
+        pointwise.set_tap_kernel("all")
+        assert pointwise.tap_kernel == "off"  # no taps, no context: a plain product

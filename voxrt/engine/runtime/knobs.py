@@ -9,6 +9,9 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
+- `VOXRT_CODEC_CONV`: the Qwen3-TTS codec's dilated convs as one Triton kernel each (kernels/tap_conv.py):
+  `off` (default), `timed` (a third candidate of the per-shape timed choice beside cuDNN and the cuBLAS
+  products: a shape where it loses keeps the faster), `all` (every such conv). Not yet measured on a GPU.
 - `VOXRT_BLAS_SM_TARGET`: `off` (default) or `lanes`: each green-context lane's graphs captured with cuBLAS
   choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py). Measured slower
   on an H100 (the frame on the LM's 68-SM partition 6.34 -> 7.27 ms at batch 64, 8.34 -> 9.19 at 128;
@@ -26,6 +29,7 @@ GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pi
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 BLAS_SM_TARGETS = ("off", "lanes")
+CODEC_CONV_MODES = ("off", "timed", "all")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -108,6 +112,16 @@ def blas_sm_target() -> str:
     return mode
 
 
+def codec_conv() -> str:
+    """`VOXRT_CODEC_CONV`: `off` (the default), `timed` or `all` (models/qwen3_tts/codec_layers.py,
+    CausalConv.set_tap_kernel)."""
+    raw = os.environ.get("VOXRT_CODEC_CONV", "off").strip().lower() or "off"
+    mode = {"0": "off", "no": "off", "false": "off"}.get(raw, raw)
+    if mode not in CODEC_CONV_MODES:
+        raise ValueError(f"VOXRT_CODEC_CONV={raw!r}; expected off, timed or all")
+    return mode
+
+
 def check_env() -> None:
     """Every knob above, parsed: a bad one raises ValueError (`voxrt serve` turns it into a usage error)."""
     decode_attention()
@@ -116,3 +130,4 @@ def check_env() -> None:
     sampler_search()
     paged_decode_config()
     blas_sm_target()
+    codec_conv()
