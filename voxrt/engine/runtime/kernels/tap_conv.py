@@ -7,8 +7,8 @@ under cuDNN on the H200 (0.84 and 0.54-0.73 ms for 99 and 132 GFLOP; bench/resul
 convs-25x16.log), against 446 at 768 channels: a small output dimension that cuDNN's tiles fit badly. The codec's other formulation, k cuBLAS
 products (`CausalConv.set_products`), writes and re-reads the output once a tap and sums the taps in bf16.
 
-Here one program computes a [BLOCK_O output channels, BLOCK_T samples] tile of one batch row: for each tap k and
-each block of input channels, acc += W_k[o, i] @ x[i, t + k * dilation] with `tl.dot` (tensor cores in bf16,
+Here one program computes a [BLOCK_O output channels, BLOCK_T samples] tile of one batch row: for each (tap k,
+block of input channels) in one loop, acc += W_k[o, i] @ x[i, t + k * dilation] with `tl.dot` (tensor cores in bf16,
 float32 accumulation); the taps' shifted windows overlap, so their loads hit the cache. `padded` is the conv's
 input with its left context already in front ([B, C_in, (K - 1) * dilation + T], time contiguous:
 `CausalConv.padded_input`), `taps` the weight as [K, C_out, C_in] (contiguous: `CausalConv`'s `taps` buffer),
@@ -40,20 +40,22 @@ if triton_available():
         t_ok = t < n_out
         row = x_ptr + b * x_batch_stride
         acc = tl.zeros((BLOCK_O, BLOCK_T), dtype=tl.float32)
-        # taps outside, input channels inside: each tap's loop holds two tiles a pipeline stage (with the taps
-        # inside one loop, 2 x KERNEL tiles a stage would not fit the shared memory at 3 stages)
-        for k in tl.static_range(KERNEL):
-            for i0 in range(0, c_in, BLOCK_I):
-                i = i0 + tl.arange(0, BLOCK_I)
-                i_ok = i < c_in
-                w = tl.load(w_ptr + k * w_tap_stride + o[:, None] * w_out_stride + i[None, :],
-                            mask=o_ok[:, None] & i_ok[None, :], other=0.0)
-                x = tl.load(row + i[:, None] * x_chan_stride + (t[None, :] + k * dilation),
-                            mask=i_ok[:, None] & t_ok[None, :], other=0.0)
-                if DOT_F32:
-                    acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
-                else:
-                    acc = tl.dot(w, x, acc)
+        # One loop over (tap, input-channel block) pairs: two tiles a pipeline stage (a static loop over the taps
+        # inside would hold 2 x KERNEL tiles a stage, past the shared memory at 3 stages), and one long loop for
+        # Triton's software pipeline rather than KERNEL short ones (3 channel blocks a tap at 96 channels).
+        blocks = tl.cdiv(c_in, BLOCK_I)
+        for step in range(0, KERNEL * blocks):
+            k = step // blocks
+            i = (step - k * blocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+            i_ok = i < c_in
+            w = tl.load(w_ptr + k * w_tap_stride + o[:, None] * w_out_stride + i[None, :],
+                        mask=o_ok[:, None] & i_ok[None, :], other=0.0)
+            x = tl.load(row + i[:, None] * x_chan_stride + (t[None, :] + k * dilation),
+                        mask=i_ok[:, None] & t_ok[None, :], other=0.0)
+            if DOT_F32:
+                acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(w, x, acc)
         if HAS_BIAS:
             acc += tl.load(bias_ptr + o, mask=o_ok, other=0.0).to(tl.float32)[:, None]
         dst = out_ptr + b * out_batch_stride + o[:, None] * out_chan_stride + t[None, :]
