@@ -186,7 +186,16 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     first = next(iter(candidates))
     if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return first
-    ms = {name: _time_ms(fn) for name, fn in candidates.items()}
+    ms = {}
+    for name, fn in candidates.items():
+        if name == first:
+            ms[name] = _time_ms(fn)
+            continue
+        try:  # a candidate that fails here (a kernel that does not compile for this GPU) is left out, said once
+            ms[name] = _time_ms(fn)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("codec %s %s: %s failed (%s: %s); choosing among the others", type(layer).__name__,
+                        list(x.shape), name, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
     choice = layer._choices[key] = min(ms, key=ms.get)
     log.debug("codec %s %s: %s (%s)", type(layer).__name__, list(x.shape), choice,
               ", ".join(f"{name} {t:.3f} ms" for name, t in ms.items()))

@@ -363,6 +363,31 @@ def test_tap_kernel_codec_equals_reference_offline_and_streaming(ref, codec, mon
     assert all(m.tap_kernel == "off" for m in codec.modules() if type(m).__name__ == "CausalConv")
 
 
+def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fails(monkeypatch, caplog):
+    """On CUDA (faked here: the input's device and the timer) the choice is the fastest candidate, cached per
+    shape; a candidate whose timing raises (a kernel that does not compile for the GPU) is left out with a
+    warning instead of failing the engine's warm-up."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    monkeypatch.setattr(codec_layers, "_time_ms", lambda fn: fn())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    layer = SimpleNamespace(_choices={})
+    x = SimpleNamespace(shape=(2, 8, 29), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"))
+
+    def broken():
+        raise RuntimeError("out of resource: shared memory")
+    candidates = {"cudnn": lambda: 2.0, "products": lambda: 1.0, "tap-kernel": broken}
+    with caplog.at_level("WARNING", logger="voxrt.models.qwen3_tts"):
+        assert codec_layers._timed_choice(layer, x, False, candidates) == "products"
+    assert "tap-kernel failed (RuntimeError: out of resource" in caplog.text
+    assert layer._choices == {((2, 8, 29), torch.bfloat16, False): "products"}
+    candidates["tap-kernel"] = lambda: 0.5  # cached: not timed again
+    assert codec_layers._timed_choice(layer, x, False, candidates) == "products"
+    assert codec_layers._timed_choice(layer, x, True, candidates) == "tap-kernel"
+
+
 def test_timed_products_route_by_the_cached_choice_and_fall_back_to_cudnn_on_cpu():
     """A "timed" conv runs cuDNN's op on the CPU (nothing timed or cached there), and follows a cached choice
     per input shape where one was measured (on CUDA); both give the plain conv's output."""
