@@ -15,7 +15,7 @@ distinct shape, each formulation is captured in a CUDA graph and timed (median o
             a channels-last copy of the padded input, then k batched products)
   tap       a conv with taps as one Triton kernel (kernels/tap_conv.py: NCL in and out, every tap summed in
             float32), the best of TAP_CONFIGS (the default `tap_conv_config` first; the JSON keeps each
-            config's time as `tap_configs` and the best as `tap_best`)
+            config's time, the default config and the best one's name as `tap_configs`)
 Each row also checks that the formulation's output equals ncl's (max abs error, bf16). Then each residual
 unit shape alone: as the reference composes it (cuDNN convs, bias and residual passes) against the folded
 path (codec_layers.ResidualUnit.set_folded, conv1 choosing cuDNN or products by timing).

@@ -188,12 +188,11 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
         return first
     ms = {}
     for name, fn in candidates.items():
-        if name == first:
-            ms[name] = _time_ms(fn)
-            continue
         try:  # a candidate that fails here (a kernel that does not compile for this GPU) is left out, said once
             ms[name] = _time_ms(fn)
         except Exception as exc:  # noqa: BLE001
+            if name == first:  # the fallback itself: nothing to fall back to
+                raise
             log.warning("codec %s %s: %s failed (%s: %s); choosing among the others", type(layer).__name__,
                         list(x.shape), name, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
     choice = layer._choices[key] = min(ms, key=ms.get)

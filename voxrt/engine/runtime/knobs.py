@@ -102,24 +102,26 @@ def decode_attention() -> str:
     return kernel
 
 
+def _off_by_default(name: str, modes: tuple[str, ...]) -> str:
+    """An environment knob whose first mode is `off`, the default (unset, empty, 0, no, false); ValueError naming
+    the modes for anything else not among them."""
+    raw = os.environ.get(name, "off").strip().lower() or "off"
+    mode = {"0": "off", "no": "off", "false": "off"}.get(raw, raw)
+    if mode not in modes:
+        raise ValueError(f"{name}={raw!r}; expected {', '.join(modes[:-1])} or {modes[-1]}")
+    return mode
+
+
 def blas_sm_target() -> str:
     """`VOXRT_BLAS_SM_TARGET`: `off` (the default: cuBLAS picks its kernels for the whole GPU) or `lanes` (for the
     SMs of the green-context lane a graph is captured on)."""
-    raw = os.environ.get("VOXRT_BLAS_SM_TARGET", "off").strip().lower() or "off"
-    mode = {"0": "off", "no": "off", "false": "off"}.get(raw, raw)
-    if mode not in BLAS_SM_TARGETS:
-        raise ValueError(f"VOXRT_BLAS_SM_TARGET={raw!r}; expected off or lanes")
-    return mode
+    return _off_by_default("VOXRT_BLAS_SM_TARGET", BLAS_SM_TARGETS)
 
 
 def codec_conv() -> str:
     """`VOXRT_CODEC_CONV`: `off` (the default), `timed` or `all` (models/qwen3_tts/codec_layers.py,
     CausalConv.set_tap_kernel)."""
-    raw = os.environ.get("VOXRT_CODEC_CONV", "off").strip().lower() or "off"
-    mode = {"0": "off", "no": "off", "false": "off"}.get(raw, raw)
-    if mode not in CODEC_CONV_MODES:
-        raise ValueError(f"VOXRT_CODEC_CONV={raw!r}; expected off, timed or all")
-    return mode
+    return _off_by_default("VOXRT_CODEC_CONV", CODEC_CONV_MODES)
 
 
 def check_env() -> None:
