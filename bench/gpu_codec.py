@@ -16,6 +16,9 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
   triton-bf16-tapconv  triton-bf16 with the dilated convs' one-kernel form (kernels/tap_conv.py) a third
                   candidate of the per-shape timed choice (`VOXRT_CODEC_CONV=timed`)
   triton-bf16-tapconv-all  every conv with taps as that kernel (`VOXRT_CODEC_CONV=all`)
+  triton-bf16-cl  triton-bf16 with the decoder blocks on channels-last activations (`VOXRT_CODEC_CHANNELS_LAST=on`:
+                  cuDNN's channels-last kernels, products over the samples' rows, the channels-last SnakeBeta)
+  triton-bf16-cl-tapconv  triton-bf16-cl with the tap kernel a third timed candidate
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
 streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
 a CUDA graph per (frames, batch), median of 20 replays, the whole GPU.
@@ -44,7 +47,9 @@ VARIANTS = [("torch-fp32", "torch", torch.float32, {}), ("torch-bf16", "torch", 
             ("triton-bf16-products-all", "triton", torch.bfloat16, dict(conv_products="all", conv_kernel="off")),
             ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True, conv_kernel="off")),
             ("triton-bf16-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed")),
-            ("triton-bf16-tapconv-all", "triton", torch.bfloat16, dict(conv_kernel="all"))]
+            ("triton-bf16-tapconv-all", "triton", torch.bfloat16, dict(conv_kernel="all")),
+            ("triton-bf16-cl", "triton", torch.bfloat16, dict(conv_kernel="off", channels_last=True)),
+            ("triton-bf16-cl-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed", channels_last=True))]
 
 
 def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:

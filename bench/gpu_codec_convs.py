@@ -16,6 +16,7 @@ distinct shape, each formulation is captured in a CUDA graph and timed (median o
   tap       a conv with taps as one Triton kernel (kernels/tap_conv.py: NCL in and out, every tap summed in
             float32), the best of TAP_CONFIGS (the default `tap_conv_config` first; the JSON keeps each
             config's time, the default config and the best one's name as `tap_configs`)
+  tapcl     the tap kernel on channels-last data ([B, C, L] over [B, L, C] memory in and out), at tap's best config
 Each row also checks that the formulation's output equals ncl's (max abs error, bf16). Then each residual
 unit shape alone: as the reference composes it (cuDNN convs, bias and residual passes) against the folded
 path (codec_layers.ResidualUnit.set_folded, conv1 choosing cuDNN or products by timing).
@@ -69,6 +70,17 @@ def tap_rows(conv: torch.nn.Conv1d, xpad: torch.Tensor, ref: torch.Tensor) -> tu
     return (best[0], best[1]), times
 
 
+def tap_cl_row(conv: torch.nn.Conv1d, xpad: torch.Tensor, ref: torch.Tensor, config: dict | None
+               ) -> tuple[float, float]:
+    """The tap kernel on channels-last data (the codec's channels-last decoder): [B, C, L] over [B, L, C]
+    memory in and out, at the config `tap_rows` found best."""
+    taps = conv.weight.detach().permute(2, 0, 1).contiguous()
+    xcl = xpad.transpose(1, 2).contiguous().transpose(1, 2)
+    d = conv.dilation[0]
+    got = tap_conv(xcl, taps, conv.bias, d, "triton", config=config)
+    return graph_ms(lambda: tap_conv(xcl, taps, conv.bias, d, "triton", config=config)), (got - ref).abs().max().item()
+
+
 def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:
     """x: [B, C, T] (the conv's input before padding)."""
     batch, cin, time = x.shape
@@ -116,6 +128,14 @@ def conv_rows(conv: torch.nn.Conv1d, context: int, x: torch.Tensor) -> dict:
         y = mod(x)
         out["module"] = (graph_ms(lambda: mod(x)), (y - ref).abs().max().item())
         out["tap"], out["_tap_configs"] = tap_rows(conv, xpad, ref)
+        best = out["_tap_configs"]["best"]
+        config = None if best in (None, "default") else next(
+            dict(BLOCK_O=o, BLOCK_T=t, BLOCK_I=i, num_warps=w, num_stages=st) for o, t, i, w, st in TAP_CONFIGS
+            if f"o{o}t{t}i{i}w{w}s{st}" == best)
+        try:
+            out["tapcl"] = tap_cl_row(conv, xpad, ref, config)
+        except Exception as exc:  # noqa: BLE001 (reported, the other columns kept)
+            print(f"tap kernel on channels-last data failed: {type(exc).__name__}: {exc}", flush=True)
     return out
 
 
@@ -182,8 +202,8 @@ def main() -> int:
     results = []
     print(f"== codec convs, frames {args.frames} batch {args.batch}, bf16, CUDA graphs, ms (max abs err vs ncl)")
     print(f"{'kind':<16} {'input':<18} {'weight':<18} {'d':>2} {'g':>4} {'ncl':>8} {'nhwc':>16} {'gemm':>16} "
-          f"{'module':>16} {'tap':>16}  layers")
-    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0, "module": 0.0, "tap": 0.0}
+          f"{'module':>16} {'tap':>16} {'tapcl':>16}  layers")
+    totals = {"ncl": 0.0, "nhwc": 0.0, "gemm": 0.0, "module": 0.0, "tap": 0.0, "tapcl": 0.0}
     with torch.inference_mode():
         for key, (names, mod, x) in seen.items():
             kind, xshape, wshape, d, groups = key
@@ -201,9 +221,9 @@ def main() -> int:
                 if m not in row:
                     totals[m] += row["ncl"][0] * count
             cells = {m: f"{row[m][0]:.3f} ({row[m][1]:.0e})" if m in row else "-"
-                     for m in ("nhwc", "gemm", "module", "tap")}
+                     for m in ("nhwc", "gemm", "module", "tap", "tapcl")}
             print(f"{kind:<16} {str(xshape):<18} {str(wshape):<18} {d:>2} {groups:>4} {row['ncl'][0]:>8.3f} "
-                  f"{cells['nhwc']:>16} {cells['gemm']:>16} {cells['module']:>16} {cells['tap']:>16}  x{count} "
+                  f"{cells['nhwc']:>16} {cells['gemm']:>16} {cells['module']:>16} {cells['tap']:>16} {cells['tapcl']:>16}  x{count} "
                   f"{names[:60]}", flush=True)
             results.append(dict(kind=kind, input=xshape, weight=wshape, dilation=d, groups=groups, count=count,
                                 layers=names, **{m: dict(ms=v[0], max_abs=v[1]) for m, v in row.items()},

@@ -37,7 +37,7 @@ from torch import nn
 
 from voxrt.engine.errors import CheckpointError
 from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
-from voxrt.engine.runtime.knobs import codec_conv
+from voxrt.engine.runtime.knobs import codec_channels_last, codec_conv
 from voxrt.models.common.checkpoint import key_listing
 from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, SnakeBeta,
                                                  StatefulLayer, UpsampleStage)
@@ -204,6 +204,8 @@ class Qwen3TTSCodec(nn.Module):
         for stage in self.upsample:
             x = stage(x, carry)  # [B, latent, T * r]
         *blocks, act, conv = self.decoder
+        if self._channels_last:  # the decoder on [B, T, C] memory from here on (every layer keeps its input's layout)
+            x = x.transpose(1, 2).contiguous().transpose(1, 2)
         for layer in blocks:
             x = layer(x, carry)
         # the last SnakeBeta into the last conv's padded input, then the conv to one channel, clamp, float32
@@ -214,9 +216,11 @@ class Qwen3TTSCodec(nn.Module):
                                self.out_bias_f32)
 
     _out_impl = "torch"
+    _channels_last = False
 
     def set_kernel_impl(self, impl: str, output_kernel: bool = False, conv_products: str = "auto",
-                        fold: bool | None = None, conv_kernel: str | None = None) -> None:
+                        fold: bool | None = None, conv_kernel: str | None = None,
+                        channels_last: bool | None = None) -> None:
         """"triton": SnakeBeta as one kernel each (on CUDA; voxrt/engine/runtime/kernels/snake.py); "torch": the
         reference's ops. `output_kernel` (with "triton"): the output conv (one channel, clamp, float32) as one
         kernel too (kernels/conv_out.py); off by default: on the H200 it bought 0.18 ms of a 20 ms chunk and
@@ -231,7 +235,9 @@ class Qwen3TTSCodec(nn.Module):
         shapes; it is faster for the narrow convs of big chunks); "all" every one (tests); "off" none.
         `conv_kernel`: the dilated convs as one Triton kernel each (CausalConv.set_tap_kernel: "off", "timed":
         a third candidate of the "auto" products' timed choice, "all"); default `VOXRT_CODEC_CONV` with impl
-        "triton" (off unless set), "off" with "torch"."""
+        "triton" (off unless set), "off" with "torch". `channels_last`: the decoder blocks on channels-last
+        activations ([B, C, T] views of [B, T, C] memory: cuDNN's channels-last conv kernels, products over the
+        samples' rows, the channels-last SnakeBeta kernel); default `VOXRT_CODEC_CHANNELS_LAST` (off unless set)."""
         if conv_products not in ("auto", "all", "off"):
             raise ValueError(f"conv_products must be auto, all or off, got {conv_products!r}")
         for module in self.modules():
@@ -247,9 +253,14 @@ class Qwen3TTSCodec(nn.Module):
         products = {"all": True, "auto": "timed" if impl != "torch" else False, "off": False}[conv_products]
         if conv_kernel is None:
             conv_kernel = codec_conv() if impl == "triton" else "off"
+        if channels_last is None:
+            channels_last = codec_channels_last()
+        self._channels_last = bool(channels_last)
+        decoder_layers = set(self.decoder.modules())  # channels-last weights only where channels-last data runs
         for module in self.modules():
             if isinstance(module, (CausalConv, CausalTransConv)):
                 module.set_products(products)
+                module.set_channels_last(self._channels_last and module in decoder_layers)
             if isinstance(module, CausalConv):
                 module.set_tap_kernel(conv_kernel)
         self._out_impl = impl if output_kernel else "torch"

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from voxrt.engine.runtime.kernels.snake import snake_beta
+from voxrt.engine.runtime.kernels.snake import channels_last, snake_beta
 from voxrt.engine.runtime.kernels.tap_conv import tap_conv
 
 TAP_KERNEL_MODES = ("off", "timed", "all")
@@ -70,6 +70,7 @@ class CausalConv(StatefulLayer):
 
     products: bool | str = False  # True: cuBLAS products over channels-last rows, not cuDNN; "timed": per shape
     tap_kernel: str = "off"  # the one-kernel conv (kernels/tap_conv.py): "off", "timed" (a candidate), "all"
+    cl = False  # set_channels_last: channels-last input runs channels-last formulations
 
     def __init__(self, c_in: int, c_out: int, kernel_size: int, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
@@ -88,6 +89,9 @@ class CausalConv(StatefulLayer):
         b = self.conv.bias if bias else None
         if self.context == 0:
             h = x if act is None else act(x, in_bias=in_bias)
+            if self.cl and channels_last(h) and self.conv.groups == 1:  # a product over [B, T, C] rows: the layout stays
+                out = torch.matmul(h.transpose(1, 2), self.conv.weight[:, :, 0].t().to(h.dtype))
+                return (out if b is None else out.add_(b.to(h.dtype))).transpose(1, 2)
             return F.conv1d(h, self.conv.weight, b, groups=self.conv.groups)
         padded = self.padded_input(x, carry, act, in_bias)
         if self.tap_kernel == "all":
@@ -102,7 +106,18 @@ class CausalConv(StatefulLayer):
         return self._cudnn(padded, b)
 
     def _cudnn(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.cl and channels_last(padded):  # cuDNN's channels-last kernels: conv2d over [B, C, 1, L]
+            return F.conv2d(padded.unsqueeze(2), _weight_cl(self, padded.dtype), bias,
+                            dilation=(1, self.conv.dilation[0]), groups=self.conv.groups).squeeze(2)
         return F.conv1d(padded, self.conv.weight, bias, dilation=self.conv.dilation, groups=self.conv.groups)
+
+    def set_channels_last(self, on: bool) -> None:
+        """On: channels-last input ([B, C, T] over [B, T, C] memory) runs channels-last formulations (cuDNN's
+        channels-last kernels with a channels-last copy of the weight, products over the samples' rows, the tap
+        kernel through its strides) and gives channels-last output (the codec's channels-last decoder:
+        `Qwen3TTSCodec.set_kernel_impl(channels_last=True)`). Off (the default), or plain input: the plain
+        formulations whatever the input's strides, as before."""
+        _set_weight_cl(self, on)
 
     def set_products(self, on: bool | str) -> None:
         """Run this conv as k accumulated products (one per tap) over a channels-last copy of its padded
@@ -143,6 +158,17 @@ class CausalConv(StatefulLayer):
     def _products(self, padded: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         batch, _, length = padded.shape
         time, step = length - self.context, self.conv.dilation[0]
+        if self.cl and channels_last(padded):  # the rows are there: out[b] = sum_j rows[b, j*d : j*d + T] @ W_j^T
+            rows = padded.transpose(1, 2)  # [B, context + T, C], contiguous
+            taps = self.taps.to(padded.dtype).transpose(1, 2)  # [k, C_in, C_out]: W_j^T, read transposed
+            first = rows[:, :time]
+            if bias is None:
+                out = torch.bmm(first, taps[0].expand(batch, -1, -1))
+            else:
+                out = torch.baddbmm(bias.to(padded.dtype)[None, None], first, taps[0].expand(batch, -1, -1))
+            for j in range(1, taps.shape[0]):
+                out.baddbmm_(rows[:, j * step : j * step + time], taps[j].expand(batch, -1, -1))
+            return out.transpose(1, 2)  # [B, C_out, T], channels-last
         rows = padded.transpose(1, 2).contiguous()  # [B, context + T, C]: a tap's input is a row window
         taps = self.taps.to(padded.dtype)
         first = rows[:, :time].transpose(1, 2)  # [B, C, T], column-major: cuBLAS reads it transposed
@@ -158,10 +184,13 @@ class CausalConv(StatefulLayer):
                      in_bias: torch.Tensor | None = None) -> torch.Tensor:  # [B, C, T] -> [B, C, context + T]
         """What the conv reads: the carried context (zeros offline) then act(x + in_bias); hands the next
         context on. (`in_bias` only with `act`.)"""
-        if carry is None and act is None:
+        if carry is None and act is None and not (self.cl and channels_last(x)):
             return F.pad(x, (self.context, 0))
         batch, channels, time = x.shape
-        padded = x.new_empty(batch, channels, self.context + time)  # [B, C, context + T]
+        if self.cl and channels_last(x):  # [B, C, context + T] over [B, context + T, C] memory: the layout goes on
+            padded = x.new_empty(batch, self.context + time, channels).transpose(1, 2)
+        else:
+            padded = x.new_empty(batch, channels, self.context + time)  # [B, C, context + T]
         if carry is None:
             padded[..., : self.context].zero_()  # the reference's zero left padding
         else:
@@ -173,6 +202,26 @@ class CausalConv(StatefulLayer):
         if carry is not None:
             carry.give(self.state_key, last_entries(padded, self.context))
         return padded
+
+
+def _set_weight_cl(layer: nn.Module, on: bool) -> None:
+    """`layer.cl` = on, and `weight_cl`: the layer's conv weight as [*, *, 1, K] in channels_last (what F.conv2d /
+    conv_transpose2d take with channels-last input), a buffer that moves with the module; removed when off."""
+    layer.cl = on
+    if on:
+        with torch.no_grad():
+            layer.register_buffer("weight_cl", layer.conv.weight.detach().unsqueeze(2).contiguous(
+                memory_format=torch.channels_last), persistent=False)
+    elif "weight_cl" in layer._buffers:
+        del layer._buffers["weight_cl"]
+
+
+def _weight_cl(layer: nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    """The channels-last 4-D weight for channels-last input: the buffer when set, else converted now."""
+    weight = layer._buffers.get("weight_cl")
+    if weight is None:
+        weight = layer.conv.weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    return weight.to(dtype)
 
 
 def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dict) -> str:
@@ -241,6 +290,7 @@ class CausalTransConv(StatefulLayer):
         return {"": (self.conv.out_channels, self.overlap)} if self.overlap else {}
 
     products: bool | str = False  # as CausalConv.products: True, False or "timed" (per input shape)
+    cl = False  # set_channels_last
 
     def forward(self, x: torch.Tensor, carry: Carry | None = None, bias: bool = True
                 ) -> torch.Tensor:  # [B, C, T] -> [B, C', T*s]
@@ -258,7 +308,19 @@ class CausalTransConv(StatefulLayer):
         return out.add_(self.conv.bias[:, None]) if bias else out
 
     def _cudnn(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cl and channels_last(x):  # cuDNN's channels-last kernels, as in CausalConv._cudnn
+            return F.conv_transpose2d(x.unsqueeze(2), _weight_cl(self, x.dtype), None,
+                                      stride=(1, self.stride)).squeeze(2)
         return F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
+
+    def set_channels_last(self, on: bool) -> None:
+        """As CausalConv.set_channels_last; with products on, also their weight for channels-last input:
+        [C_in, K * C_out], columns (tap, output channel), so that one product's output rows are output samples."""
+        _set_weight_cl(self, on)
+        if on and self.products:
+            with torch.no_grad():
+                self.register_buffer("taps_cl", self.conv.weight.detach().permute(0, 2, 1).reshape(
+                    self.conv.in_channels, -1).contiguous(), persistent=False)
 
     def set_products(self, on: bool | str) -> None:
         """Run the transposed conv as one cuBLAS product, [C'*K, C] @ x, and its overlap-add (K / s strided
@@ -279,6 +341,17 @@ class CausalTransConv(StatefulLayer):
         batch, _, time = x.shape
         stride, channels = self.stride, self.conv.out_channels
         parts = self.conv.kernel_size[0] // stride
+        if self.cl and channels_last(x):  # [B, T, C] @ [C, K * C'] -> [B, T, parts, s, C']: step t, tap part*s + r
+            taps = getattr(self, "taps_cl", None)
+            if taps is None:
+                taps = self.conv.weight.detach().permute(0, 2, 1).reshape(self.conv.in_channels, -1)
+            prod = torch.matmul(x.transpose(1, 2), taps.to(x.dtype)).view(batch, time, parts, stride, channels)
+            if parts == 1:
+                return prod.view(batch, time * stride, channels).transpose(1, 2)
+            full = x.new_zeros(batch, (time + parts - 1) * stride, channels)
+            for part in range(parts):  # output sample (t + part) * s + r, as below
+                full.narrow(1, part * stride, time * stride).view(batch, time, stride, channels).add_(prod[:, :, part])
+            return full.transpose(1, 2)
         prod = torch.matmul(self.taps.to(x.dtype), x).view(batch, channels, parts, stride, time)
         if parts == 1:  # kernel == stride: each input step writes its own s outputs
             return prod[:, :, 0].transpose(-1, -2).reshape(batch, channels, time * stride)
@@ -367,10 +440,20 @@ class ResidualUnit(nn.Module):
         batch, channels, time = h.shape
         # act2(h + bias1) into the first C rows of the product's input; the rows after them are (1, 0, ..)
         # so that the product adds w_out's last columns: conv2's bias (plus x's missing bias)
-        rows = h.new_empty(batch, channels + FOLD_ROWS, time)
+        cl = self.conv1.cl and channels_last(h) and channels_last(x)
+        if cl:  # [B, C + 8, T] over [B, T, C + 8] memory
+            rows = h.new_empty(batch, time, channels + FOLD_ROWS).transpose(1, 2)
+        else:
+            rows = h.new_empty(batch, channels + FOLD_ROWS, time)
         rows[:, channels:].copy_(self.one_rows.to(h.dtype).expand(batch, -1, time))
         self.act2(h, out=rows[:, :channels], in_bias=self.conv1.conv.bias)
         w_out = (self.w_out if in_bias is None else self.w_out_first).to(h.dtype).expand(batch, -1, -1)
+        if cl:  # x^T += rows^T @ w_out^T: one product over the samples' rows, in place where x allows
+            x_rows, w_t = x.transpose(1, 2), w_out.transpose(1, 2)
+            if x_rows.is_contiguous():
+                x_rows.baddbmm_(rows.transpose(1, 2), w_t)
+                return x
+            return torch.baddbmm(x_rows, rows.transpose(1, 2), w_t).transpose(1, 2)
         if x.is_contiguous():
             return x.baddbmm_(w_out, rows)  # x + conv2(...) + biases, in place: nothing else reads x now
         return torch.baddbmm(x, w_out, rows)

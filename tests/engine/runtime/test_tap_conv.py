@@ -61,6 +61,18 @@ def test_strided_rows_equal_contiguous_ones():
                                atol=0, rtol=0)
 
 
+def test_channels_last_in_gives_channels_last_out():
+    """[B, C, L] over [B, L, C] memory (the codec's channels-last decoder): read and written through the strides,
+    the same numbers as the plain layout, the output channels-last too."""
+    from voxrt.engine.runtime.kernels.snake import channels_last
+
+    padded, taps, b = _case(2, 24, 40, 30, 7, 3, torch.float32)
+    cl = padded.transpose(1, 2).contiguous().transpose(1, 2)
+    out = tap_conv(cl, taps, b, 3, "triton")
+    assert channels_last(out) and out.shape == (2, 40, 30)
+    torch.testing.assert_close(out, tap_conv(padded, taps, b, 3, "triton"), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("impl", ["torch", "triton"])
 def test_bad_input_is_refused(impl):
     padded, taps, b = _case(1, 16, 16, 10, 7, 3, torch.float32)
@@ -87,4 +99,19 @@ def test_the_codec_conv_knob(monkeypatch):
         assert knobs.codec_conv() == mode
     monkeypatch.setenv("VOXRT_CODEC_CONV", "on")
     with pytest.raises(ValueError, match="VOXRT_CODEC_CONV='on'; expected off, timed or all"):
+        knobs.check_env()
+
+
+def test_the_codec_channels_last_knob(monkeypatch):
+    """VOXRT_CODEC_CHANNELS_LAST: off by default, on; anything else an error `voxrt serve` reports first."""
+    from voxrt.engine.runtime import knobs
+
+    monkeypatch.delenv("VOXRT_CODEC_CONV", raising=False)
+    monkeypatch.delenv("VOXRT_CODEC_CHANNELS_LAST", raising=False)
+    assert knobs.codec_channels_last() is False
+    for raw, on in (("on", True), (" ON ", True), ("off", False), ("0", False), ("", False)):
+        monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", raw)
+        assert knobs.codec_channels_last() is on
+    monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", "yes")
+    with pytest.raises(ValueError, match="VOXRT_CODEC_CHANNELS_LAST='yes'; expected off or on"):
         knobs.check_env()

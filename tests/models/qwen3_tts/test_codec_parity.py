@@ -448,3 +448,86 @@ def test_the_tap_kernel_is_a_third_timed_candidate_and_runs_every_call_when_forc
         pointwise = CausalConv(8, 8, 1)
         pointwise.set_tap_kernel("all")
         assert pointwise.tap_kernel == "off"  # no taps, no context: a plain product
+
+
+@pytest.mark.parametrize("setting", [dict(impl="torch", fold=False, conv_products="off"),
+                                     dict(impl="torch", fold=True, conv_products="all"),
+                                     dict(impl="triton", output_kernel=True, conv_products="all"),
+                                     dict(impl="triton", conv_products="off", conv_kernel="all")])
+def test_channels_last_decoder_equals_reference_offline_and_streaming(ref, codec, setting):
+    """`channels_last=True`: the decoder blocks on [B, T, C] memory (cuDNN's channels-last convs, products over
+    the samples' rows, the channels-last SnakeBeta kernel in Triton's interpreter, the tap kernel through its
+    strides): the reference decoder's output offline, and streaming equal to offline, for the reference ops,
+    the folded products and the Triton paths; the activations inside really are channels-last."""
+    from voxrt.engine.runtime.kernels.snake import channels_last  # noqa: PLC0415
+
+    codec.set_kernel_impl(channels_last=True, **setting)
+    try:
+        seen = []
+        hooks = [m.register_forward_hook(lambda m, args, out: seen.append(channels_last(out)))
+                 for m in codec.decoder.modules() if type(m).__name__ in ("ResidualUnit", "DecoderBlock")]
+        codes = _codes(2, 10, seed=9)
+        offline = codec.decode_offline(codes)
+        for hook in hooks:
+            hook.remove()
+        assert seen and all(seen), seen
+        torch.testing.assert_close(offline, _ref_decode(ref, codes), atol=1e-4, rtol=0)
+        state = codec.new_state(2, "cpu", torch.float32)
+        torch.testing.assert_close(_stream(codec, codes[:1], (2, 3, 5), 1, state), offline[:1], atol=1e-4, rtol=0)
+    finally:
+        codec.set_kernel_impl("torch")
+    assert not codec._channels_last
+    assert not any("weight_cl" in m._buffers for m in codec.modules())
+
+
+def test_channels_last_layers_keep_the_layout_and_the_result():
+    """Each layer alone on channels-last input (a [B, C, T] view of [B, T, C] memory): the same output as on
+    plain input, channels-last again, through cuDNN's op, the products and (conv) the tap kernel, streaming
+    state included."""
+    from voxrt.engine.runtime.kernels.snake import channels_last  # noqa: PLC0415
+    from voxrt.models.qwen3_tts.codec_layers import Carry, CausalConv, CausalTransConv  # noqa: PLC0415
+
+    def cl(x):
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+    torch.manual_seed(6)
+    with torch.no_grad():
+        conv = CausalConv(16, 12, 7, dilation=3).eval()
+        conv.state_key = "c"
+        x, ctx = torch.randn(2, 16, 13), torch.randn(2, 16, 18)
+        carry = Carry({"c": ctx.clone()})
+        expected = conv(x, carry)
+        handed = carry.updated["c"].clone()
+        for products, tap in ((False, "off"), (True, "off"), (False, "all")):
+            conv.set_products(products)
+            conv.set_tap_kernel(tap)
+            conv.set_channels_last(True)
+            carry = Carry({"c": ctx.clone()})
+            out = conv(cl(x), carry)
+            assert channels_last(out), (products, tap)
+            torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(carry.updated["c"], handed, atol=0, rtol=0)
+        conv.set_channels_last(False)
+        assert "weight_cl" not in conv._buffers
+        pointwise = CausalConv(16, 12, 1).eval()
+        assert not channels_last(pointwise(cl(x)))  # off: the plain formulation whatever the input's strides
+        pointwise.set_channels_last(True)
+        out = pointwise(cl(x))
+        assert channels_last(out)
+        torch.testing.assert_close(out, pointwise(x), atol=1e-5, rtol=1e-5)
+        for kernel, stride in ((6, 3), (4, 4)):
+            trans = CausalTransConv(16, 10, kernel, stride).eval()
+            trans.state_key = "t"
+            tail = torch.randn(2, 10, kernel - stride)
+            carry = Carry({"t": tail.clone()}) if kernel > stride else None
+            expected = trans(x, carry)
+            handed = carry.updated["t"].clone() if carry is not None else None
+            for products in (False, True):
+                trans.set_products(products)
+                trans.set_channels_last(True)
+                carry = Carry({"t": tail.clone()}) if kernel > stride else None
+                out = trans(cl(x), carry)
+                assert channels_last(out), (kernel, products)
+                torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+                if carry is not None:
+                    torch.testing.assert_close(carry.updated["t"], handed, atol=1e-5, rtol=1e-5)

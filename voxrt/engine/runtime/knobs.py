@@ -12,6 +12,10 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_CODEC_CONV`: the Qwen3-TTS codec's dilated convs as one Triton kernel each (kernels/tap_conv.py):
   `off` (default), `timed` (a third candidate of the per-shape timed choice beside cuDNN and the cuBLAS
   products: a shape where it loses keeps the faster), `all` (every such conv). Not yet measured on a GPU.
+- `VOXRT_CODEC_CHANNELS_LAST`: `off` (default) or `on`: the Qwen3-TTS codec's decoder blocks on channels-last
+  activations ([B, T, C] memory), where cuDNN ran the convs 25-55% faster on the H200 (bench/results/
+  2026-12-02-codec/convs-25x16.log, `nhwc` against `ncl`) and the 1x1 products need no transposed operand.
+  Not yet measured as a whole decoder on a GPU.
 - `VOXRT_BLAS_SM_TARGET`: `off` (default) or `lanes`: each green-context lane's graphs captured with cuBLAS
   choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py). Measured slower
   on an H100 (the frame on the LM's 68-SM partition 6.34 -> 7.27 ms at batch 64, 8.34 -> 9.19 at 128;
@@ -30,6 +34,7 @@ SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 BLAS_SM_TARGETS = ("off", "lanes")
 CODEC_CONV_MODES = ("off", "timed", "all")
+CODEC_CHANNELS_LAST_MODES = ("off", "on")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -124,6 +129,12 @@ def codec_conv() -> str:
     return _off_by_default("VOXRT_CODEC_CONV", CODEC_CONV_MODES)
 
 
+def codec_channels_last() -> bool:
+    """`VOXRT_CODEC_CHANNELS_LAST`: `off` (the default) or `on` (models/qwen3_tts/codec.py,
+    Qwen3TTSCodec.set_kernel_impl's `channels_last`)."""
+    return _off_by_default("VOXRT_CODEC_CHANNELS_LAST", CODEC_CHANNELS_LAST_MODES) == "on"
+
+
 def check_env() -> None:
     """Every knob above, parsed: a bad one raises ValueError (`voxrt serve` turns it into a usage error)."""
     decode_attention()
@@ -133,3 +144,4 @@ def check_env() -> None:
     paged_decode_config()
     blas_sm_target()
     codec_conv()
+    codec_channels_last()

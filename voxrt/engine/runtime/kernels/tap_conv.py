@@ -12,7 +12,8 @@ block of input channels) in one loop, acc += W_k[o, i] @ x[i, t + k * dilation] 
 float32 accumulation); the taps' shifted windows overlap, so their loads hit the cache. `padded` is the conv's
 input with its left context already in front ([B, C_in, (K - 1) * dilation + T], time contiguous:
 `CausalConv.padded_input`), `taps` the weight as [K, C_out, C_in] (contiguous: `CausalConv`'s `taps` buffer),
-so the output is [B, C_out, T] in `padded`'s dtype. Block sizes: `tap_conv_config`, overridable per call
+so the output is [B, C_out, T] in `padded`'s dtype (channels-last when `padded` is: channel stride 1, as
+in the codec's channels-last decoder; the kernel reads and writes through every stride). Block sizes: `tap_conv_config`, overridable per call
 (bench/gpu_codec_convs.py times them); whether it beats cuDNN and the products is measured per shape before the
 codec uses it (`CausalConv.set_products("timed")` with the kernel among the candidates).
 """
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from voxrt.engine.runtime.kernels import check_impl, interpreting, next_pow2, triton_available
+from voxrt.engine.runtime.kernels.snake import channels_last
 
 if triton_available():
     import triton
@@ -30,8 +32,8 @@ if triton_available():
 
     @triton.jit
     def _tap_conv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, c_in, c_out, n_out, dilation,
-                         x_batch_stride, x_chan_stride, w_tap_stride, w_out_stride, out_batch_stride,
-                         out_chan_stride, KERNEL: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_F32: tl.constexpr,
+                         x_batch_stride, x_chan_stride, x_time_stride, w_tap_stride, w_out_stride,
+                         out_batch_stride, out_chan_stride, out_time_stride, KERNEL: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_F32: tl.constexpr,
                          BLOCK_O: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_I: tl.constexpr):
         o = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)
         t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -50,7 +52,7 @@ if triton_available():
             i_ok = i < c_in
             w = tl.load(w_ptr + k * w_tap_stride + o[:, None] * w_out_stride + i[None, :],
                         mask=o_ok[:, None] & i_ok[None, :], other=0.0)
-            x = tl.load(row + i[:, None] * x_chan_stride + (t[None, :] + k * dilation),
+            x = tl.load(row + i[:, None] * x_chan_stride + (t[None, :] + k * dilation) * x_time_stride,
                         mask=i_ok[:, None] & t_ok[None, :], other=0.0)
             if DOT_F32:
                 acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
@@ -58,7 +60,7 @@ if triton_available():
                 acc = tl.dot(w, x, acc)
         if HAS_BIAS:
             acc += tl.load(bias_ptr + o, mask=o_ok, other=0.0).to(tl.float32)[:, None]
-        dst = out_ptr + b * out_batch_stride + o[:, None] * out_chan_stride + t[None, :]
+        dst = out_ptr + b * out_batch_stride + o[:, None] * out_chan_stride + t[None, :] * out_time_stride
         tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=o_ok[:, None] & t_ok[None, :])
 
 
@@ -97,16 +99,21 @@ def tap_conv(padded: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor | None
                          f"({(kernel - 1) * dilation + 1})")
     if impl == "torch":
         return tap_conv_torch(padded, taps, bias, dilation)
-    if padded.stride(-1) != 1:
+    cl = channels_last(padded)
+    if padded.stride(-1) != 1 and not cl:
         padded = padded.contiguous()
     taps = taps.to(padded.dtype).contiguous()
     batch = padded.shape[0]
-    out = torch.empty(batch, c_out, n_out, dtype=padded.dtype, device=padded.device)
+    if cl:  # channels-last in, channels-last out (the codec's channels-last decoder)
+        out = padded.new_empty(batch, n_out, c_out).transpose(1, 2)
+    else:
+        out = torch.empty(batch, c_out, n_out, dtype=padded.dtype, device=padded.device)
     cfg = dict(tap_conv_config(c_in, c_out, n_out), **(config or {}))
     grid = (triton.cdiv(c_out, cfg["BLOCK_O"]), triton.cdiv(n_out, cfg["BLOCK_T"]), batch)
     _tap_conv_kernel[grid](
         padded, taps, bias if bias is not None else taps, out, c_in, c_out, n_out, dilation,
-        padded.stride(0), padded.stride(1), taps.stride(0), taps.stride(1), out.stride(0), out.stride(1),
+        padded.stride(0), padded.stride(1), padded.stride(2), taps.stride(0), taps.stride(1), out.stride(0),
+        out.stride(1), out.stride(2),
         KERNEL=kernel, HAS_BIAS=bias is not None,
         # float32 operands for float32 inputs, and in Triton's interpreter (its bf16 dot is wrong; bf16 widens exactly)
         DOT_F32=padded.dtype == torch.float32 or interpreting(), **cfg)
