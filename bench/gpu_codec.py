@@ -16,9 +16,14 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
   triton-bf16-tapconv  triton-bf16 with the dilated convs' one-kernel form (kernels/tap_conv.py) a third
                   candidate of the per-shape timed choice (`VOXRT_CODEC_CONV=timed`)
   triton-bf16-tapconv-all  every conv with taps as that kernel (`VOXRT_CODEC_CONV=all`)
+  triton-bf16-fused-all  triton-bf16 with each residual unit of <= 256 channels as one kernel
+                  (kernels/residual_unit.py, `fused_units="all"`)
   triton-bf16-cl  triton-bf16 with the decoder blocks on channels-last activations (`VOXRT_CODEC_CHANNELS_LAST=on`:
                   cuDNN's channels-last kernels, products over the samples' rows, the channels-last SnakeBeta)
-  triton-bf16-cl-tapconv  triton-bf16-cl with the tap kernel a third timed candidate
+  triton-bf16-cl-fused-all  triton-bf16-cl with the fused residual units
+  triton-bf16-cl-tapconv  triton-bf16-cl with `VOXRT_CODEC_CONV=timed`: the tap kernel a third timed candidate of
+                  each conv, the fused unit a timed candidate of each residual unit
+--variants NAME,NAME: only those (torch-fp32, the accuracy reference, always runs first).
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
 streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
 a CUDA graph per (frames, batch), median of 20 replays, the whole GPU.
@@ -48,7 +53,10 @@ VARIANTS = [("torch-fp32", "torch", torch.float32, {}), ("torch-bf16", "torch", 
             ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True, conv_kernel="off")),
             ("triton-bf16-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed")),
             ("triton-bf16-tapconv-all", "triton", torch.bfloat16, dict(conv_kernel="all")),
+            ("triton-bf16-fused-all", "triton", torch.bfloat16, dict(conv_kernel="off", fused_units="all")),
             ("triton-bf16-cl", "triton", torch.bfloat16, dict(conv_kernel="off", channels_last=True)),
+            ("triton-bf16-cl-fused-all", "triton", torch.bfloat16,
+             dict(conv_kernel="off", fused_units="all", channels_last=True)),
             ("triton-bf16-cl-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed", channels_last=True))]
 
 
@@ -76,9 +84,17 @@ def main() -> int:
     ap.add_argument("--out", default=".")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run (eager, TRITON_INTERPRET=1 for triton)")
     ap.add_argument("--codec-dir", default=None, help="a codec directory instead of the checkpoint's")
+    ap.add_argument("--variants", default=None, help="comma-separated variant names (default: every one)")
     ap.add_argument("--codec-sms", type=int, default=None, help="also time the default variant on a green-context "
                     "partition of this many SMs (the engine's background codec lane; 72 by default there)")
     args = ap.parse_args()
+    variants = VARIANTS
+    if args.variants:
+        wanted = args.variants.split(",")
+        unknown = sorted(set(wanted) - {v[0] for v in VARIANTS})
+        if unknown:
+            ap.error(f"unknown variants {unknown}; known: {', '.join(v[0] for v in VARIANTS)}")
+        variants = [VARIANTS[0]] + [v for v in VARIANTS[1:] if v[0] in wanted]
     dev = args.device
     directory = Path(args.codec_dir) if args.codec_dir else codec_dir(Path(args.checkpoint))
     base = load_codec(directory, dev).eval()
@@ -88,7 +104,7 @@ def main() -> int:
                "accuracy": [], "time": []}
     reference = None
     ok = True
-    for name, impl, dtype, options in VARIANTS:
+    for name, impl, dtype, options in variants:
         codec = load_codec(directory, dev).to(dtype).eval()
         codec.set_kernel_impl(impl, **options)
         with torch.inference_mode():
@@ -137,7 +153,7 @@ def main() -> int:
     with open(os.path.join(args.out, "codec.json"), "w") as f:
         json.dump(results, f, indent=2)
     print("\n== codec chunk ms (CUDA graph, whole GPU)")
-    names = [v[0] for v in VARIANTS]
+    names = [v[0] for v in variants]
     print(f"{'frames':>6} {'batch':>5} " + " ".join(f"{n:>24}" for n in names))
     for frames, batch in SHAPES:
         cells = {r["variant"]: r["chunk_ms"] for r in results["time"] if (r["frames"], r["batch"]) == (frames, batch)}

@@ -5,7 +5,8 @@
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH; OUT=$OUT bash bench/gpu_codec.sh
 # Env: STEPS (default "codec convs profile pdl"; also profile2, split = `voxrt profile-split`), CKPT (/tmp/q17),
 # CODEC_SMS (72: the partition gpu_codec.py also times the default variant on), CONVS_SHAPES ("25 16;2 1": the
-# frames x batch shapes gpu_codec_convs.py runs, `;`-separated). Results under $OUT/codec, tarred to
+# frames x batch shapes gpu_codec_convs.py runs, `;`-separated), CODEC_VARIANTS (gpu_codec.py --variants: a
+# comma-separated subset; default every variant). Results under $OUT/codec, tarred to
 # $OUT/codec.tgz (the device tool brings back a few files only).
 set -u
 R=$OUT/codec; CKPT=${CKPT:-/tmp/q17}; mkdir -p "$R"
@@ -13,7 +14,8 @@ source bench/gpu_setup.sh
 for step in ${STEPS:-codec convs profile pdl}; do
   echo "== $step $(date -u +%T)"
   case $step in
-    codec) python -u bench/gpu_codec.py --checkpoint "$CKPT" --codec-sms "${CODEC_SMS:-72}" --out "$R" > "$R/codec.log" 2>&1
+    codec) python -u bench/gpu_codec.py --checkpoint "$CKPT" --codec-sms "${CODEC_SMS:-72}" --out "$R" \
+             ${CODEC_VARIANTS:+--variants "$CODEC_VARIANTS"} > "$R/codec.log" 2>&1
            tail -18 "$R/codec.log" ;;
     split) python -m voxrt.cli profile-split --model qwen3-tts --checkpoint "$CKPT" --out "$R/split.json" > "$R/split.log" 2>&1
            tail -20 "$R/split.log" ;;

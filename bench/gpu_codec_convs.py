@@ -19,7 +19,9 @@ distinct shape, each formulation is captured in a CUDA graph and timed (median o
   tapcl     the tap kernel on channels-last data ([B, C, L] over [B, L, C] memory in and out), at tap's best config
 Each row also checks that the formulation's output equals ncl's (max abs error, bf16). Then each residual
 unit shape alone: as the reference composes it (cuDNN convs, bias and residual passes) against the folded
-path (codec_layers.ResidualUnit.set_folded, conv1 choosing cuDNN or products by timing).
+path (codec_layers.ResidualUnit.set_folded, conv1 choosing cuDNN or products by timing), the folded path on
+channels-last data (`set_channels_last`), and (up to 256 channels) the unit as one kernel
+(kernels/residual_unit.py, `set_fused("all")`) on plain and on channels-last data.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from voxrt.engine.runtime.kernels.residual_unit import MAX_CHANNELS as FUSED_MAX_CHANNELS
 from voxrt.engine.runtime.kernels.tap_conv import tap_conv, tap_conv_config
 from voxrt.models.qwen3_tts.codec import load_codec
 from voxrt.models.qwen3_tts.codec_layers import CausalConv, CausalTransConv, ResidualUnit
@@ -231,7 +234,8 @@ def main() -> int:
     print("sum over the decoder's convs (x count; depthwise at ncl in every column): " +
           ", ".join(f"{m} {v:.2f} ms" for m, v in totals.items()))
     units = []
-    print("\n== residual units alone (offline), ms: reference composition vs folded (conv1 timed: cuDNN or products)")
+    print("\n== residual units alone (offline), ms: reference composition -> folded (conv1 timed: cuDNN or products); "
+          "channels-last folded, one kernel (fused), one kernel on channels-last data")
     with torch.inference_mode():
         for name, mod in codec.named_modules():
             if isinstance(mod, ResidualUnit):
@@ -250,9 +254,27 @@ def main() -> int:
                 got = mod(x.clone())
                 folded = graph_ms(lambda: mod(x.clone()))
                 err = (got - ref).abs().max().item()
-                units.append(dict(channels=key[0], dilation=key[1], input=tuple(x.shape), plain_ms=plain,
-                                  folded_ms=folded, max_abs=err))
-                print(f"  {str(tuple(x.shape)):<18} d {key[1]}: {plain:.3f} -> {folded:.3f} ms (max abs {err:.1e})  {name}")
+                row = dict(channels=key[0], dilation=key[1], input=tuple(x.shape), plain_ms=plain, folded_ms=folded,
+                           max_abs=err)
+                # channels-last (conv1 timed among cuDNN's channels-last kernels and the products over rows), and
+                # the unit as one kernel (kernels/residual_unit.py) in both layouts, each against the reference
+                xcl = x.transpose(1, 2).contiguous().transpose(1, 2)
+                conv1.set_channels_last(True)
+                got = mod(xcl.clone())
+                row.update(cl_folded_ms=graph_ms(lambda: mod(xcl.clone())), cl_max_abs=(got - ref).abs().max().item())
+                if key[0] <= FUSED_MAX_CHANNELS:
+                    mod.set_fused("all")
+                    for label, inp in (("fused", x), ("cl_fused", xcl)):
+                        got = mod(inp.clone())
+                        row[f"{label}_ms"] = graph_ms(lambda inp=inp: mod(inp.clone()))
+                        row[f"{label}_max_abs"] = (got - ref).abs().max().item()
+                    mod.set_fused("off")
+                conv1.set_channels_last(False)
+                units.append(row)
+                extra = "  ".join(f"{k[:-3]} {v:.3f}" for k, v in row.items() if k.endswith("_ms") and k not in
+                                  ("plain_ms", "folded_ms"))
+                print(f"  {str(tuple(x.shape)):<18} d {key[1]}: {plain:.3f} -> {folded:.3f} ms (max abs {err:.1e}); "
+                      f"{extra}  {name}", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"convs-{args.frames}x{args.batch}.json"), "w") as f:
         json.dump(dict(frames=args.frames, batch=args.batch, rows=results, totals=totals, units=units,

@@ -39,8 +39,8 @@ from voxrt.engine.errors import CheckpointError
 from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
 from voxrt.engine.runtime.knobs import codec_channels_last, codec_conv
 from voxrt.models.common.checkpoint import key_listing
-from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, SnakeBeta,
-                                                 StatefulLayer, UpsampleStage)
+from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, ResidualUnit,
+                                                 SnakeBeta, StatefulLayer, UpsampleStage)
 from voxrt.models.qwen3_tts.codec_quantizer import SplitResidualVectorQuantizer
 from voxrt.models.qwen3_tts.codec_transformer import FRAMES_KEY, CodecTransformer
 
@@ -220,7 +220,7 @@ class Qwen3TTSCodec(nn.Module):
 
     def set_kernel_impl(self, impl: str, output_kernel: bool = False, conv_products: str = "auto",
                         fold: bool | None = None, conv_kernel: str | None = None,
-                        channels_last: bool | None = None) -> None:
+                        channels_last: bool | None = None, fused_units: str | None = None) -> None:
         """"triton": SnakeBeta as one kernel each (on CUDA; voxrt/engine/runtime/kernels/snake.py); "torch": the
         reference's ops. `output_kernel` (with "triton"): the output conv (one channel, clamp, float32) as one
         kernel too (kernels/conv_out.py); off by default: on the H200 it bought 0.18 ms of a 20 ms chunk and
@@ -237,7 +237,10 @@ class Qwen3TTSCodec(nn.Module):
         a third candidate of the "auto" products' timed choice, "all"); default `VOXRT_CODEC_CONV` with impl
         "triton" (off unless set), "off" with "torch". `channels_last`: the decoder blocks on channels-last
         activations ([B, C, T] views of [B, T, C] memory: cuDNN's channels-last conv kernels, products over the
-        samples' rows, the channels-last SnakeBeta kernel); default `VOXRT_CODEC_CHANNELS_LAST` (off unless set)."""
+        samples' rows, the channels-last SnakeBeta kernel); default `VOXRT_CODEC_CHANNELS_LAST` (off unless set).
+        `fused_units`: each folded residual unit of at most 256 channels as one Triton kernel
+        (ResidualUnit.set_fused: "off", "timed": where it times faster than the unfused unit, "all"); default
+        `conv_kernel`'s mode (so `VOXRT_CODEC_CONV` turns on both of our conv kernels), "off" unless folded."""
         if conv_products not in ("auto", "all", "off"):
             raise ValueError(f"conv_products must be auto, all or off, got {conv_products!r}")
         for module in self.modules():
@@ -263,6 +266,10 @@ class Qwen3TTSCodec(nn.Module):
                 module.set_channels_last(self._channels_last and module in decoder_layers)
             if isinstance(module, CausalConv):
                 module.set_tap_kernel(conv_kernel)
+        fused_units = conv_kernel if fused_units is None else fused_units
+        for module in self.modules():
+            if isinstance(module, ResidualUnit):
+                module.set_fused(fused_units if fold and impl != "torch" else "off")
         self._out_impl = impl if output_kernel else "torch"
         if self._out_impl != "torch":  # the output conv's weight and bias in float32, once (buffers: they move)
             out_conv = self.decoder[-1].conv

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxrt.engine.runtime.kernels.residual_unit import MAX_CHANNELS as FUSED_MAX_CHANNELS
+from voxrt.engine.runtime.kernels.residual_unit import residual_unit
 from voxrt.engine.runtime.kernels.snake import channels_last, snake_beta
 from voxrt.engine.runtime.kernels.tap_conv import tap_conv
 
@@ -93,7 +95,10 @@ class CausalConv(StatefulLayer):
                 out = torch.matmul(h.transpose(1, 2), self.conv.weight[:, :, 0].t().to(h.dtype))
                 return (out if b is None else out.add_(b.to(h.dtype))).transpose(1, 2)
             return F.conv1d(h, self.conv.weight, b, groups=self.conv.groups)
-        padded = self.padded_input(x, carry, act, in_bias)
+        return self.conv_padded(self.padded_input(x, carry, act, in_bias), b)
+
+    def conv_padded(self, padded: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """The conv of an input already padded with its context (`padded_input`), by the chosen formulation."""
         if self.tap_kernel == "all":
             return self._tap_kernel(padded, b)
         if self.products is True:
@@ -226,9 +231,9 @@ def _weight_cl(layer: nn.Module, dtype: torch.dtype) -> torch.Tensor:
 
 def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dict) -> str:
     """Which of `candidates` ({name: fn}, the first one the fallback: cuDNN) `layer` runs for this input: the
-    fastest, measured once per (shape, dtype, flag) on CUDA outside graph capture and cached in
+    fastest, measured once per (shape, dtype, flag, layout) on CUDA outside graph capture and cached in
     `layer._choices`; the first when not cached and it cannot time (a capture, the CPU)."""
-    key = (tuple(x.shape), x.dtype, flag)
+    key = (tuple(x.shape), x.dtype, flag, channels_last(x))  # a layout's formulations differ: timed apart
     choice = layer._choices.get(key)
     if choice is not None:
         return choice
@@ -429,6 +434,7 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv(dim, dim, 1)
 
     folded = False  # set_folded: biases folded into the activations, conv2 + residual as one product
+    fused = "off"  # set_fused: the folded unit as one kernel (kernels/residual_unit.py): "off", "timed", "all"
 
     def forward(self, x: torch.Tensor, carry: Carry | None = None, in_bias: torch.Tensor | None = None
                 ) -> torch.Tensor:  # [B, C, T]
@@ -436,7 +442,27 @@ class ResidualUnit(nn.Module):
         bias; it is added where x is read: act1's input, and conv2's product through `w_out`)."""
         if not self.folded:
             return x + self.conv2(self.conv1(x, carry, act=self.act1), carry, act=self.act2)
-        h = self.conv1(x, carry, act=self.act1, bias=False, in_bias=in_bias)  # [B, C, T], conv1's bias not in
+        padded = self.conv1.padded_input(x, carry, act=self.act1, in_bias=in_bias)  # hands the context on
+        w_out = self.w_out if in_bias is None else self.w_out_first
+        if self.fused == "all":
+            return self._fused(padded, x, w_out)
+        if self.fused == "timed":  # timed on copies of x: both paths write x in place
+            candidates = {"unfused": lambda: self._unfused(padded, x.clone(), w_out),
+                          "fused": lambda: self._fused(padded, x.clone(), w_out)}
+            if _timed_choice(self, padded, in_bias is None, candidates) == "fused":
+                return self._fused(padded, x, w_out)
+        return self._unfused(padded, x, w_out)
+
+    def _fused(self, padded: torch.Tensor, x: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+        channels = x.shape[1]
+        if not x.is_contiguous() and not x.transpose(1, 2).is_contiguous():
+            x = x.clone()  # in place needs x's own memory (either layout)
+        b2 = self.fused_b2 if w_out is self.w_out else self.fused_b2_first
+        return residual_unit(padded, x, self.conv1.taps, self.conv1.conv.bias, self.act2.alpha_exp,
+                             self.act2.inv_beta, self.fused_w2, b2, self.conv1.conv.dilation[0])
+
+    def _unfused(self, padded: torch.Tensor, x: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+        h = self.conv1.conv_padded(padded, None)  # [B, C, T], conv1's bias not in
         batch, channels, time = h.shape
         # act2(h + bias1) into the first C rows of the product's input; the rows after them are (1, 0, ..)
         # so that the product adds w_out's last columns: conv2's bias (plus x's missing bias)
@@ -447,7 +473,7 @@ class ResidualUnit(nn.Module):
             rows = h.new_empty(batch, channels + FOLD_ROWS, time)
         rows[:, channels:].copy_(self.one_rows.to(h.dtype).expand(batch, -1, time))
         self.act2(h, out=rows[:, :channels], in_bias=self.conv1.conv.bias)
-        w_out = (self.w_out if in_bias is None else self.w_out_first).to(h.dtype).expand(batch, -1, -1)
+        w_out = w_out.to(h.dtype).expand(batch, -1, -1)
         if cl:  # x^T += rows^T @ w_out^T: one product over the samples' rows, in place where x allows
             x_rows, w_t = x.transpose(1, 2), w_out.transpose(1, 2)
             if x_rows.is_contiguous():
@@ -457,6 +483,26 @@ class ResidualUnit(nn.Module):
         if x.is_contiguous():
             return x.baddbmm_(w_out, rows)  # x + conv2(...) + biases, in place: nothing else reads x now
         return torch.baddbmm(x, w_out, rows)
+
+    def set_fused(self, mode: str) -> None:
+        """The folded unit as one Triton kernel (kernels/residual_unit.py: conv1, its bias, the second Snake,
+        conv2, its bias and the residual with nothing between them in memory): "all" every call, "timed" where
+        it times faster than the unfused folded path (per input shape, as the convs choose), "off". Only for
+        folded units of at most FUSED_MAX_CHANNELS channels with the Snake kernels on (`SnakeBeta.set_impl`);
+        the others keep "off"."""
+        if mode not in TAP_KERNEL_MODES:
+            raise ValueError(f"set_fused takes {', '.join(TAP_KERNEL_MODES)}, got {mode!r}")
+        channels = self.conv1.conv.in_channels
+        usable = self.folded and channels <= FUSED_MAX_CHANNELS and self.act2.impl != "torch"
+        self.fused = mode if usable else "off"
+        self._choices: dict[tuple, str] = {}
+        if self.fused != "off":
+            self.conv1._make_taps()
+            with torch.no_grad():  # conv2's weight and its bias columns (w_out's) as the kernel reads them
+                self.register_buffer("fused_w2", self.w_out[:, :channels].contiguous(), persistent=False)
+                self.register_buffer("fused_b2", self.w_out[:, channels].contiguous(), persistent=False)
+                first = getattr(self, "w_out_first", self.w_out)
+                self.register_buffer("fused_b2_first", first[:, channels].contiguous(), persistent=False)
 
     def set_folded(self, on: bool, in_bias: torch.Tensor | None = None) -> None:
         """The folded path: conv1 without its bias (act2 adds it), and conv2 (1x1) with its bias and the

@@ -374,7 +374,8 @@ def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fail
     monkeypatch.setattr(codec_layers, "_time_ms", lambda fn: fn())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     layer = SimpleNamespace(_choices={})
-    x = SimpleNamespace(shape=(2, 8, 29), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"))
+    x = SimpleNamespace(shape=(2, 8, 29), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"), dim=lambda: 3,
+                        stride=lambda i: (232, 29, 1)[i])
 
     def broken():
         raise RuntimeError("out of resource: shared memory")
@@ -382,7 +383,7 @@ def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fail
     with caplog.at_level("WARNING", logger="voxrt.models.qwen3_tts"):
         assert codec_layers._timed_choice(layer, x, False, candidates) == "products"
     assert "tap-kernel failed (RuntimeError: out of resource" in caplog.text
-    assert layer._choices == {((2, 8, 29), torch.bfloat16, False): "products"}
+    assert layer._choices == {((2, 8, 29), torch.bfloat16, False, False): "products"}
     candidates["tap-kernel"] = lambda: 0.5  # cached: not timed again
     assert codec_layers._timed_choice(layer, x, False, candidates) == "products"
     assert codec_layers._timed_choice(layer, x, True, candidates) == "tap-kernel"
@@ -403,7 +404,7 @@ def test_timed_products_route_by_the_cached_choice_and_fall_back_to_cudnn_on_cpu
         assert conv._choices == {}  # the CPU never times
         calls = []
         conv._products = lambda padded, bias: calls.append(padded.shape) or CausalConv._products(conv, padded, bias)
-        conv._choices[((2, 8, 18 + 11), torch.float32, False)] = "products"
+        conv._choices[((2, 8, 18 + 11), torch.float32, False, False)] = "products"
         torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
         assert calls == [(2, 8, 29)]
         with pytest.raises(ValueError, match="set_products"):
@@ -430,7 +431,7 @@ def test_the_tap_kernel_is_a_third_timed_candidate_and_runs_every_call_when_forc
         conv._tap_kernel = lambda padded, bias: calls.append(padded.shape) or CausalConv._tap_kernel(conv, padded, bias)
         torch.testing.assert_close(conv(x), expected, atol=1e-5, rtol=0)
         assert calls == [] and conv._choices == {}  # the CPU never times: cuDNN's op
-        conv._choices[((2, 16, 18 + 13), torch.float32, False)] = "tap-kernel"
+        conv._choices[((2, 16, 18 + 13), torch.float32, False, False)] = "tap-kernel"
         torch.testing.assert_close(conv(x), expected, atol=1e-4, rtol=1e-4)
         assert calls == [(2, 16, 31)]
         conv.set_tap_kernel("all")
@@ -531,3 +532,67 @@ def test_channels_last_layers_keep_the_layout_and_the_result():
                 torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
                 if carry is not None:
                     torch.testing.assert_close(carry.updated["t"], handed, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fused_residual_units_equal_reference_offline_and_streaming(ref, codec, channels_last, monkeypatch):
+    """`fused_units="all"`: every folded residual unit as one kernel (kernels/residual_unit.py, Triton's
+    interpreter here), in either layout: the reference decoder's output offline, streaming equal to offline;
+    every unit really ran the kernel."""
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    calls = []
+    real = codec_layers.residual_unit
+    monkeypatch.setattr(codec_layers, "residual_unit", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    codec.set_kernel_impl("triton", conv_kernel="off", fused_units="all", channels_last=channels_last)
+    try:
+        units = [m for m in codec.modules() if type(m).__name__ == "ResidualUnit"]
+        assert units and all(m.fused == "all" for m in units)
+        codes = _codes(2, 10, seed=10)
+        offline = codec.decode_offline(codes)
+        assert len(calls) == len(units)
+        torch.testing.assert_close(offline, _ref_decode(ref, codes), atol=1e-4, rtol=0)
+        state = codec.new_state(2, "cpu", torch.float32)
+        torch.testing.assert_close(_stream(codec, codes[:1], (2, 3, 5), 0, state), offline[:1], atol=1e-4, rtol=0)
+        assert len(calls) == 4 * len(units)
+    finally:
+        codec.set_kernel_impl("torch")
+    assert all(m.fused == "off" for m in codec.modules() if type(m).__name__ == "ResidualUnit")
+
+
+def test_a_timed_residual_unit_routes_by_its_cached_choice():
+    """`set_fused("timed")`: the CPU runs the unfused folded unit (nothing timed), a cached "fused" choice for
+    the input shape routes to the kernel; both give the reference composition's output, and the unfused path
+    still writes x in place. Units wider than the kernel's 256 channels, unfolded ones, or ones whose Snake
+    is not the kernel, stay "off"; a bad mode is refused."""
+    from voxrt.models.qwen3_tts.codec_layers import ResidualUnit  # noqa: PLC0415
+
+    torch.manual_seed(5)
+    unit = ResidualUnit(16, 3).eval()
+    with torch.no_grad():
+        for p in unit.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+        x = torch.randn(2, 16, 21)
+        expected = unit(x.clone())  # the reference composition
+        unit.set_fused("all")
+        assert unit.fused == "off"  # not folded yet
+        for act in (unit.act1, unit.act2):
+            act.set_impl("triton")
+        unit.set_folded(True)
+        unit.set_fused("timed")
+        assert unit.fused == "timed"
+        calls = []
+        unit._fused = lambda padded, x, w: calls.append(1) or ResidualUnit._fused(unit, padded, x, w)
+        torch.testing.assert_close(unit(x.clone()), expected, atol=1e-4, rtol=1e-4)
+        assert calls == [] and unit._choices == {}
+        unit._choices[((2, 16, 18 + 21), torch.float32, True, False)] = "fused"
+        torch.testing.assert_close(unit(x.clone()), expected, atol=1e-4, rtol=1e-4)
+        assert calls == [1]
+        with pytest.raises(ValueError, match="set_fused"):
+            unit.set_fused("on")
+        wide = ResidualUnit(264, 1)
+        for act in (wide.act1, wide.act2):
+            act.set_impl("triton")
+        wide.set_folded(True)
+        wide.set_fused("all")
+        assert wide.fused == "off"
