@@ -9,9 +9,11 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
-- `VOXRT_CODEC_CONV`: the Qwen3-TTS codec's dilated convs as one Triton kernel each (kernels/tap_conv.py):
-  `off` (default), `timed` (a third candidate of the per-shape timed choice beside cuDNN and the cuBLAS
-  products: a shape where it loses keeps the faster), `all` (every such conv). Not yet measured on a GPU.
+- `VOXRT_CODEC_CONV`: the Qwen3-TTS codec's dilated convs as one Triton kernel each (kernels/tap_conv.py), and
+  its residual units of <= 256 channels as one kernel each (kernels/residual_unit.py): `off` (default), `timed`
+  (a further candidate of the per-shape timed choices, beside cuDNN and the cuBLAS products for a conv, beside
+  the unfused unit for a unit: a shape where it loses keeps the faster), `all` (every such conv and unit). Not
+  yet measured on a GPU.
 - `VOXRT_CODEC_CHANNELS_LAST`: `off` (default) or `on`: the Qwen3-TTS codec's decoder blocks on channels-last
   activations ([B, T, C] memory), where cuDNN ran the convs 25-55% faster on the H200 (bench/results/
   2026-12-02-codec/convs-25x16.log, `nhwc` against `ncl`) and the 1x1 products need no transposed operand.
