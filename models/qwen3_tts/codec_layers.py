@@ -454,12 +454,14 @@ class ResidualUnit(nn.Module):
         return self._unfused(padded, x, w_out)
 
     def _fused(self, padded: torch.Tensor, x: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
-        channels = x.shape[1]
+        out = None  # in place where x is dense (a view into a wider buffer, e.g. a transposed conv's, is not)
         if not x.is_contiguous() and not x.transpose(1, 2).is_contiguous():
-            x = x.clone()  # in place needs x's own memory (either layout)
+            batch, channels, time = x.shape
+            out = (x.new_empty(batch, time, channels).transpose(1, 2) if channels_last(x)
+                   else x.new_empty(batch, channels, time))
         b2 = self.fused_b2 if w_out is self.w_out else self.fused_b2_first
         return residual_unit(padded, x, self.conv1.taps, self.conv1.conv.bias, self.act2.alpha_exp,
-                             self.act2.inv_beta, self.fused_w2, b2, self.conv1.conv.dilation[0])
+                             self.act2.inv_beta, self.fused_w2, b2, self.conv1.conv.dilation[0], out=out)
 
     def _unfused(self, padded: torch.Tensor, x: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
         h = self.conv1.conv_padded(padded, None)  # [B, C, T], conv1's bias not in

@@ -46,6 +46,12 @@ def test_triton_equals_the_reference(dtype, shape, layout):
     assert got.data_ptr() == before  # in place
     assert channels_last(got) == (layout == "cl" and channels > 1 and time > 1)
     torch.testing.assert_close(got.float(), expected, **tol)
+    x0 = _case(batch, channels, time, dilation, dtype)[1]
+    wide = torch.full((batch, channels, time + 5), 7.0, dtype=dtype)  # into a view of a wider buffer; x untouched
+    put = residual_unit(padded, x0, taps, b1, alpha, inv_beta, w2, b2, dilation, "triton", out=wide[..., :time])
+    torch.testing.assert_close(put.float(), expected, **tol)
+    assert bool((wide[..., time:] == 7.0).all())
+    torch.testing.assert_close(x0, _case(batch, channels, time, dilation, dtype)[1], atol=0, rtol=0)
 
 
 def test_config_and_refusals():
@@ -59,6 +65,8 @@ def test_config_and_refusals():
             residual_unit(padded, x, taps, b1[:8], alpha, inv_beta, w2, b2, 3, impl)
         with pytest.raises(ValueError, match="one dtype"):
             residual_unit(padded.double(), x, taps, b1, alpha, inv_beta, w2, b2, 3, impl)
+        with pytest.raises(ValueError, match="out must be"):
+            residual_unit(padded, x, taps, b1, alpha, inv_beta, w2, b2, 3, impl, out=x[..., 1:])
     wide = _case(1, 264, 4, 1, torch.float32)
     with pytest.raises(ValueError, match="up to 256 channels"):
         residual_unit(*wide, 1, "triton")

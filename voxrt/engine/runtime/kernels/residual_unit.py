@@ -34,9 +34,10 @@ if triton_available():
     import triton.language as tl
 
     @triton.jit
-    def _residual_unit_kernel(pad_ptr, x_ptr, w1_ptr, b1_ptr, alpha_ptr, inv_beta_ptr, w2_ptr, b2_ptr, channels,
-                              n_out, dilation, pad_batch_stride, pad_chan_stride, pad_time_stride, x_batch_stride,
-                              x_chan_stride, x_time_stride, w1_tap_stride, w1_out_stride, w2_out_stride,
+    def _residual_unit_kernel(pad_ptr, x_ptr, out_ptr, w1_ptr, b1_ptr, alpha_ptr, inv_beta_ptr, w2_ptr, b2_ptr,
+                              channels, n_out, dilation, pad_batch_stride, pad_chan_stride, pad_time_stride,
+                              x_batch_stride, x_chan_stride, x_time_stride, out_batch_stride, out_chan_stride,
+                              out_time_stride, w1_tap_stride, w1_out_stride, w2_out_stride,
                               KERNEL: tl.constexpr, C_PAD: tl.constexpr, DOT_F32: tl.constexpr,
                               BLOCK_T: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_O: tl.constexpr):
         t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -70,6 +71,7 @@ if triton_available():
             a = a.to(tl.float32)
         # conv2 (1x1) + b2 + the residual, one block of output channels at a time
         xrow = x_ptr + b * x_batch_stride
+        orow = out_ptr + b * out_batch_stride
         for ob in tl.static_range(0, C_PAD // BLOCK_O):
             o = ob * BLOCK_O + tl.arange(0, BLOCK_O)
             o_ok = o < channels
@@ -80,10 +82,11 @@ if triton_available():
             else:
                 out = tl.dot(a, w2)
             out += tl.load(b2_ptr + o, mask=o_ok, other=0.0).to(tl.float32)[None, :]
-            dst = xrow + t[:, None] * x_time_stride + o[None, :] * x_chan_stride
             mask = t_ok[:, None] & o_ok[None, :]
-            res = tl.load(dst, mask=mask, other=0.0).to(tl.float32)
-            tl.store(dst, (res + out).to(x_ptr.dtype.element_ty), mask=mask)
+            res = tl.load(xrow + t[:, None] * x_time_stride + o[None, :] * x_chan_stride, mask=mask,
+                          other=0.0).to(tl.float32)
+            tl.store(orow + t[:, None] * out_time_stride + o[None, :] * out_chan_stride,
+                     (res + out).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def residual_unit_config(channels: int) -> dict:
@@ -108,10 +111,10 @@ def residual_unit_torch(padded: torch.Tensor, x: torch.Tensor, taps: torch.Tenso
 
 def residual_unit(padded: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, b1: torch.Tensor, alpha: torch.Tensor,
                   inv_beta: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor, dilation: int, impl: str = "triton",
-                  config: dict | None = None) -> torch.Tensor:
-    """x += w2 @ snake(conv1(padded) + b1) + b2, in place for "triton" (x is returned); "torch" returns a new
-    tensor. padded [B, C, (K - 1) * dilation + T], x [B, C, T], taps [K, C, C], b1 / alpha / inv_beta / b2 [C],
-    w2 [C, C]; C <= MAX_CHANNELS."""
+                  config: dict | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x + w2 @ snake(conv1(padded) + b1) + b2: for "triton" into `out` (x's shape and dtype, any strides; x
+    itself when None: in place), returned; "torch" returns a new tensor. padded [B, C, (K - 1) * dilation + T],
+    x [B, C, T], taps [K, C, C], b1 / alpha / inv_beta / b2 [C], w2 [C, C]; C <= MAX_CHANNELS."""
     check_impl(impl)
     if padded.dim() != 3 or x.dim() != 3 or taps.dim() != 3:
         raise ValueError(f"residual_unit wants padded [B, C, context + T], x [B, C, T], taps [K, C, C]; got "
@@ -129,19 +132,24 @@ def residual_unit(padded: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, b1:
         raise ValueError(f"residual_unit wants padded and x of one dtype, got {padded.dtype} and {x.dtype}")
     if channels > MAX_CHANNELS:
         raise ValueError(f"residual_unit runs up to {MAX_CHANNELS} channels, got {channels}")
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype):
+        raise ValueError(f"residual_unit's out must be x's shape and dtype {tuple(x.shape)} {x.dtype}, got "
+                         f"{tuple(out.shape)} {out.dtype}")
     if impl == "torch":
-        return residual_unit_torch(padded, x, taps, b1, alpha, inv_beta, w2, b2, dilation)
+        y = residual_unit_torch(padded, x, taps, b1, alpha, inv_beta, w2, b2, dilation)
+        return y if out is None else out.copy_(y)
+    out = x if out is None else out
     if time == 0 or batch == 0:
-        return x
+        return out
     cfg = dict(residual_unit_config(channels), **(config or {}))
     dtype = x.dtype
     taps = taps.to(dtype).contiguous()
     w2 = w2.to(dtype).contiguous()
     grid = (triton.cdiv(time, cfg["BLOCK_T"]), batch)
     _residual_unit_kernel[grid](
-        padded, x, taps, b1.contiguous(), alpha.contiguous(), inv_beta.contiguous(), w2, b2.contiguous(), channels,
-        time, dilation, padded.stride(0), padded.stride(1), padded.stride(2), x.stride(0), x.stride(1), x.stride(2),
-        taps.stride(0), taps.stride(1), w2.stride(0), KERNEL=kernel, C_PAD=max(16, next_pow2(channels)),
+        padded, x, out, taps, b1.contiguous(), alpha.contiguous(), inv_beta.contiguous(), w2, b2.contiguous(),
+        channels, time, dilation, padded.stride(0), padded.stride(1), padded.stride(2), x.stride(0), x.stride(1),
+        x.stride(2), out.stride(0), out.stride(1), out.stride(2), taps.stride(0), taps.stride(1), w2.stride(0), KERNEL=kernel, C_PAD=max(16, next_pow2(channels)),
         # float32 operands for float32 inputs, and in Triton's interpreter (its bf16 dot is wrong; bf16 widens exactly)
         DOT_F32=dtype == torch.float32 or interpreting(), **cfg)
-    return x
+    return out
