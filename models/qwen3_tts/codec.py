@@ -37,7 +37,7 @@ from torch import nn
 
 from voxrt.engine.errors import CheckpointError
 from voxrt.engine.runtime.kernels.conv_out import mono_conv_clamp
-from voxrt.engine.runtime.knobs import codec_channels_last, codec_conv
+from voxrt.engine.runtime.knobs import codec_channels_last, codec_conv, codec_fused_unit
 from voxrt.models.common.checkpoint import key_listing
 from voxrt.models.qwen3_tts.codec_layers import (Carry, CausalConv, CausalTransConv, DecoderBlock, ResidualUnit,
                                                  SnakeBeta, StatefulLayer, UpsampleStage)
@@ -237,10 +237,11 @@ class Qwen3TTSCodec(nn.Module):
         a third candidate of the "auto" products' timed choice, "all"); default `VOXRT_CODEC_CONV` with impl
         "triton" (off unless set), "off" with "torch". `channels_last`: the decoder blocks on channels-last
         activations ([B, C, T] views of [B, T, C] memory: cuDNN's channels-last conv kernels, products over the
-        samples' rows, the channels-last SnakeBeta kernel); default `VOXRT_CODEC_CHANNELS_LAST` (off unless set).
-        `fused_units`: each folded residual unit of at most 256 channels as one Triton kernel
+        samples' rows, the channels-last SnakeBeta kernel); default `VOXRT_CODEC_CHANNELS_LAST` with impl
+        "triton" (on unless set off: 11% less chunk time on an H100, bench/results/2026-12-06-h100-codec-cl),
+        off with "torch". `fused_units`: each folded residual unit of at most 256 channels as one Triton kernel
         (ResidualUnit.set_fused: "off", "timed": where it times faster than the unfused unit, "all"); default
-        `conv_kernel`'s mode (so `VOXRT_CODEC_CONV` turns on both of our conv kernels), "off" unless folded."""
+        `VOXRT_CODEC_FUSED_UNIT` with impl "triton" (off unless set), "off" with "torch" or unfolded."""
         if conv_products not in ("auto", "all", "off"):
             raise ValueError(f"conv_products must be auto, all or off, got {conv_products!r}")
         for module in self.modules():
@@ -257,7 +258,7 @@ class Qwen3TTSCodec(nn.Module):
         if conv_kernel is None:
             conv_kernel = codec_conv() if impl == "triton" else "off"
         if channels_last is None:
-            channels_last = codec_channels_last()
+            channels_last = codec_channels_last() if impl == "triton" else False
         self._channels_last = bool(channels_last)
         decoder_layers = set(self.decoder.modules())  # channels-last weights only where channels-last data runs
         for module in self.modules():
@@ -266,7 +267,8 @@ class Qwen3TTSCodec(nn.Module):
                 module.set_channels_last(self._channels_last and module in decoder_layers)
             if isinstance(module, CausalConv):
                 module.set_tap_kernel(conv_kernel)
-        fused_units = conv_kernel if fused_units is None else fused_units
+        if fused_units is None:
+            fused_units = codec_fused_unit() if impl == "triton" else "off"
         for module in self.modules():
             if isinstance(module, ResidualUnit):
                 module.set_fused(fused_units if fold and impl != "torch" else "off")

@@ -48,7 +48,7 @@ def test_block_sizes_from_the_config_or_the_call():
                    {"BLOCK_O": 64, "BLOCK_T": 16, "BLOCK_I": 64}):
         torch.testing.assert_close(tap_conv(padded, taps, b, 3, "triton", config=config), want, atol=1e-4, rtol=1e-4)
     cfg = tap_conv_config(96, 96, 48000)
-    assert (cfg["BLOCK_O"], cfg["BLOCK_T"], cfg["BLOCK_I"]) == (128, 128, 32)  # 96 channels in one masked block
+    assert (cfg["BLOCK_O"], cfg["BLOCK_T"], cfg["BLOCK_I"], cfg["num_warps"]) == (128, 64, 32, 4)  # one masked block
     assert tap_conv_config(768, 768, 800)["BLOCK_T"] == 64
     assert tap_conv_config(16, 16, 1)["BLOCK_T"] == 16
 
@@ -102,16 +102,24 @@ def test_the_codec_conv_knob(monkeypatch):
         knobs.check_env()
 
 
-def test_the_codec_channels_last_knob(monkeypatch):
-    """VOXRT_CODEC_CHANNELS_LAST: off by default, on; anything else an error `voxrt serve` reports first."""
+def test_the_codec_channels_last_and_fused_unit_knobs(monkeypatch):
+    """VOXRT_CODEC_CHANNELS_LAST: on by default, off (0, no, false); VOXRT_CODEC_FUSED_UNIT: off by default, timed,
+    all; anything else an error `voxrt serve` reports first."""
     from voxrt.engine.runtime import knobs
 
-    monkeypatch.delenv("VOXRT_CODEC_CONV", raising=False)
-    monkeypatch.delenv("VOXRT_CODEC_CHANNELS_LAST", raising=False)
-    assert knobs.codec_channels_last() is False
-    for raw, on in (("on", True), (" ON ", True), ("off", False), ("0", False), ("", False)):
+    for name in ("VOXRT_CODEC_CONV", "VOXRT_CODEC_CHANNELS_LAST", "VOXRT_CODEC_FUSED_UNIT"):
+        monkeypatch.delenv(name, raising=False)
+    assert knobs.codec_channels_last() is True and knobs.codec_fused_unit() == "off"
+    for raw, on in (("on", True), (" ON ", True), ("off", False), ("0", False), ("false", False), ("", True)):
         monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", raw)
         assert knobs.codec_channels_last() is on
+    for raw, mode in (("timed", "timed"), ("all", "all"), ("no", "off")):
+        monkeypatch.setenv("VOXRT_CODEC_FUSED_UNIT", raw)
+        assert knobs.codec_fused_unit() == mode
     monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", "yes")
-    with pytest.raises(ValueError, match="VOXRT_CODEC_CHANNELS_LAST='yes'; expected off or on"):
+    with pytest.raises(ValueError, match="VOXRT_CODEC_CHANNELS_LAST='yes'; expected on or off"):
+        knobs.check_env()
+    monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", "on")
+    monkeypatch.setenv("VOXRT_CODEC_FUSED_UNIT", "on")
+    with pytest.raises(ValueError, match="VOXRT_CODEC_FUSED_UNIT='on'; expected off, timed or all"):
         knobs.check_env()

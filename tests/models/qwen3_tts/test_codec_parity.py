@@ -596,3 +596,26 @@ def test_a_timed_residual_unit_routes_by_its_cached_choice():
         wide.set_folded(True)
         wide.set_fused("all")
         assert wide.fused == "off"
+
+
+def test_the_codec_defaults_by_implementation(codec, monkeypatch):
+    """With the kernels ("triton", what CUDA runs) the decoder is channels-last unless VOXRT_CODEC_CHANNELS_LAST=off,
+    the fused units follow VOXRT_CODEC_FUSED_UNIT (off by default); the reference ops ("torch", the CPU's path)
+    keep the plain layout and no fused unit whatever the knobs say."""
+    for name in ("VOXRT_CODEC_CONV", "VOXRT_CODEC_CHANNELS_LAST", "VOXRT_CODEC_FUSED_UNIT"):
+        monkeypatch.delenv(name, raising=False)
+    units = [m for m in codec.modules() if type(m).__name__ == "ResidualUnit"]
+    try:
+        codec.set_kernel_impl("triton")
+        assert codec._channels_last and all(m.fused == "off" for m in units)
+        assert all(m.cl for m in codec.decoder.modules() if type(m).__name__ in ("CausalConv", "CausalTransConv"))
+        assert not any(m.cl for m in codec.upsample.modules() if type(m).__name__ in ("CausalConv", "CausalTransConv"))
+        monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", "off")
+        monkeypatch.setenv("VOXRT_CODEC_FUSED_UNIT", "timed")
+        codec.set_kernel_impl("triton")
+        assert not codec._channels_last and all(m.fused == "timed" for m in units)
+        monkeypatch.setenv("VOXRT_CODEC_CHANNELS_LAST", "on")
+        codec.set_kernel_impl("torch")
+        assert not codec._channels_last and all(m.fused == "off" for m in units)
+    finally:
+        codec.set_kernel_impl("torch")

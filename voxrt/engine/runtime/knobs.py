@@ -9,15 +9,17 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
-- `VOXRT_CODEC_CONV`: the Qwen3-TTS codec's dilated convs as one Triton kernel each (kernels/tap_conv.py), and
-  its residual units of <= 256 channels as one kernel each (kernels/residual_unit.py): `off` (default), `timed`
-  (a further candidate of the per-shape timed choices, beside cuDNN and the cuBLAS products for a conv, beside
-  the unfused unit for a unit: a shape where it loses keeps the faster), `all` (every such conv and unit). Not
-  yet measured on a GPU.
-- `VOXRT_CODEC_CHANNELS_LAST`: `off` (default) or `on`: the Qwen3-TTS codec's decoder blocks on channels-last
-  activations ([B, T, C] memory), where cuDNN ran the convs 25-55% faster on the H200 (bench/results/
-  2026-12-02-codec/convs-25x16.log, `nhwc` against `ncl`) and the 1x1 products need no transposed operand.
-  Not yet measured as a whole decoder on a GPU.
+- `VOXRT_CODEC_CHANNELS_LAST`: `on` (default) or `off`: the Qwen3-TTS codec's decoder blocks on channels-last
+  activations ([B, T, C] memory: cuDNN's native layout, no conversions; products over the samples' rows). On an
+  H100 a 25-frame chunk at batch 32 took 20.84 ms against 23.45 (bench/results/2026-12-06-h100-codec-cl/).
+- `VOXRT_CODEC_CONV`: the Qwen3-TTS codec's dilated convs as one Triton kernel each (kernels/tap_conv.py): `off`
+  (default), `timed` (a third candidate of the per-shape timed choice beside cuDNN and the cuBLAS products: a
+  shape where it loses keeps the faster), `all` (every such conv). On channels-last data it ran the 96-channel
+  convs in 0.72 ms against cuDNN's 1.11 on an H100, but slower than cuDNN on plain data; the whole codec with it
+  timed not yet measured at the current block sizes, and it adds to the start-up's timing.
+- `VOXRT_CODEC_FUSED_UNIT`: the codec's residual units of <= 256 channels as one kernel each
+  (kernels/residual_unit.py): `off` (default), `timed`, `all`. Slower than the unfused unit at every measured
+  shape on an H100 (2.36-2.84 against 1.26-1.98 ms at 25 x 32), so off.
 - `VOXRT_BLAS_SM_TARGET`: `off` (default) or `lanes`: each green-context lane's graphs captured with cuBLAS
   choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py). Measured slower
   on an H100 (the frame on the LM's 68-SM partition 6.34 -> 7.27 ms at batch 64, 8.34 -> 9.19 at 128;
@@ -36,7 +38,8 @@ SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 BLAS_SM_TARGETS = ("off", "lanes")
 CODEC_CONV_MODES = ("off", "timed", "all")
-CODEC_CHANNELS_LAST_MODES = ("off", "on")
+CODEC_CHANNELS_LAST_MODES = ("on", "off")
+CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -110,9 +113,9 @@ def decode_attention() -> str:
 
 
 def _off_by_default(name: str, modes: tuple[str, ...]) -> str:
-    """An environment knob whose first mode is `off`, the default (unset, empty, 0, no, false); ValueError naming
-    the modes for anything else not among them."""
-    raw = os.environ.get(name, "off").strip().lower() or "off"
+    """An environment knob whose first mode is its default (unset, empty), `off` also spelled 0, no, false;
+    ValueError naming the modes for anything else not among them."""
+    raw = os.environ.get(name, modes[0]).strip().lower() or modes[0]
     mode = {"0": "off", "no": "off", "false": "off"}.get(raw, raw)
     if mode not in modes:
         raise ValueError(f"{name}={raw!r}; expected {', '.join(modes[:-1])} or {modes[-1]}")
@@ -132,9 +135,15 @@ def codec_conv() -> str:
 
 
 def codec_channels_last() -> bool:
-    """`VOXRT_CODEC_CHANNELS_LAST`: `off` (the default) or `on` (models/qwen3_tts/codec.py,
+    """`VOXRT_CODEC_CHANNELS_LAST`: `on` (the default) or `off` (models/qwen3_tts/codec.py,
     Qwen3TTSCodec.set_kernel_impl's `channels_last`)."""
     return _off_by_default("VOXRT_CODEC_CHANNELS_LAST", CODEC_CHANNELS_LAST_MODES) == "on"
+
+
+def codec_fused_unit() -> str:
+    """`VOXRT_CODEC_FUSED_UNIT`: `off` (the default), `timed` or `all` (models/qwen3_tts/codec_layers.py,
+    ResidualUnit.set_fused)."""
+    return _off_by_default("VOXRT_CODEC_FUSED_UNIT", CODEC_FUSED_UNIT_MODES)
 
 
 def check_env() -> None:
@@ -147,3 +156,4 @@ def check_env() -> None:
     blas_sm_target()
     codec_conv()
     codec_channels_last()
+    codec_fused_unit()

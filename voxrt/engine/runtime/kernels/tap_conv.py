@@ -66,15 +66,16 @@ if triton_available():
 
 def tap_conv_config(c_in: int, c_out: int, n_out: int) -> dict:
     """Block sizes and warps for a conv of this shape: an output-channel block covering up to 128 channels
-    (96 -> 128 with the last quarter masked: the input tile is read once, not three times), 128 samples, input
-    channels 32 at a time; 64 samples where the output channels alone make many programs. A first guess for the
-    GPU to refine (bench/gpu_codec_convs.py), not a measured choice."""
+    (96 -> 128 with the last quarter masked: the input tile is read once, not three times), 64 samples, input
+    channels 32 at a time, 4 warps: of the block sizes bench/gpu_codec_convs.py tried on an H100 (25 x 32
+    chunks on plain data, bench/results/2026-12-06-h100-codec-cl) the fastest or within 2% of it at every
+    conv shape; the previous default (128 samples and 8 warps below 512 output channels) was 3-9% slower at
+    96, 192 and 384 channels. The tap kernel's channels-last timings (0.72 ms at 96 channels) used these sizes
+    too, except at 192 channels (64 output channels, 128 samples)."""
     block_o = min(128, max(16, next_pow2(c_out)))
-    block_t = 64 if c_out >= 512 else 128
-    block_t = min(block_t, max(16, next_pow2(n_out)))
+    block_t = min(64, max(16, next_pow2(n_out)))
     block_i = 32 if c_in >= 32 else max(16, next_pow2(c_in))
-    warps = 8 if block_o * block_t >= 128 * 128 else 4
-    return dict(BLOCK_O=block_o, BLOCK_T=block_t, BLOCK_I=block_i, num_warps=warps, num_stages=3)
+    return dict(BLOCK_O=block_o, BLOCK_T=block_t, BLOCK_I=block_i, num_warps=4, num_stages=3)
 
 
 def tap_conv_torch(padded: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
