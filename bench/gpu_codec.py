@@ -7,10 +7,10 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
   torch-bf16      the reference's ops in bfloat16 (what the engine ran before SnakeBeta was fused)
   triton-bf16-cudnn-only  SnakeBeta as one Triton kernel each, written into the next conv's padded input,
                   every conv on cuDNN, biases as their own passes (the default until 2026-12-02); bfloat16
-  triton-bf16     the default on CUDA now: the same kernels, the decoder blocks' biases folded into the
-                  activations, each residual unit's 1x1 conv + bias + residual add as one product, the
-                  packed pre-transformer, and every conv choosing cuDNN or cuBLAS products per shape by
-                  timing both in a graph (codec.set_kernel_impl)
+  triton-bf16     the same kernels, the decoder blocks' biases folded into the activations, each residual
+                  unit's 1x1 conv + bias + residual add as one product, the packed pre-transformer, and every
+                  conv choosing cuDNN or cuBLAS products per shape by timing both in a graph, on plain [B, C, T]
+                  data (the default on CUDA from 2026-12-02 until channels-last became it on 2026-12-06)
   triton-bf16-products-all  triton-bf16 with every conv with taps as products
   triton-bf16-outconv  triton-bf16 with the output conv (one channel, clamp, float32) as one kernel too
   triton-bf16-tapconv  triton-bf16 with the dilated convs' one-kernel form (kernels/tap_conv.py) a third
@@ -19,10 +19,12 @@ Full-size random codec (the checkpoint's `speech_tokenizer/`, from `voxrt make-c
   triton-bf16-fused-all  triton-bf16 with each residual unit of <= 256 channels as one kernel
                   (kernels/residual_unit.py, `fused_units="all"`)
   triton-bf16-cl  triton-bf16 with the decoder blocks on channels-last activations (`VOXRT_CODEC_CHANNELS_LAST=on`:
-                  cuDNN's channels-last kernels, products over the samples' rows, the channels-last SnakeBeta)
+                  cuDNN's channels-last kernels, products over the samples' rows, the channels-last SnakeBeta):
+                  the default on CUDA since 2026-12-06
   triton-bf16-cl-fused-all  triton-bf16-cl with the fused residual units
   triton-bf16-cl-tapconv  triton-bf16-cl with `VOXRT_CODEC_CONV=timed`: the tap kernel a third timed candidate of
-                  each conv, the fused unit a timed candidate of each residual unit
+                  each conv (until 2026-12-06 it also made the fused unit a timed candidate of each unit)
+Every variant but the -cl ones runs on plain data whatever VOXRT_CODEC_CHANNELS_LAST says.
 --variants NAME,NAME: only those (torch-fp32, the accuracy reference, always runs first).
 Accuracy: offline decode of 2 x 30 frames of random codes against torch-fp32 (max abs error, SNR in dB), and
 streaming (chunks 2, 4, 8, 16) against offline in the same variant. Time: one `decode_stream` call captured as
@@ -46,18 +48,19 @@ from voxrt.models.qwen3_tts.loader import codec_dir
 from graph_timing import graph_ms
 
 SHAPES = [(2, 1), (2, 16), (25, 1), (25, 16), (25, 32)]  # 32: a codec launch's most chunks since 2026-12-06
+PLAIN = dict(channels_last=False, fused_units="off")  # the plain-layout variants, whatever the knobs say
 VARIANTS = [("torch-fp32", "torch", torch.float32, {}), ("torch-bf16", "torch", torch.bfloat16, {}),
-            ("triton-bf16-cudnn-only", "triton", torch.bfloat16, dict(fold=False, conv_products="off")),
-            ("triton-bf16", "triton", torch.bfloat16, dict(conv_kernel="off")),
-            ("triton-bf16-products-all", "triton", torch.bfloat16, dict(conv_products="all", conv_kernel="off")),
-            ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True, conv_kernel="off")),
-            ("triton-bf16-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed")),
-            ("triton-bf16-tapconv-all", "triton", torch.bfloat16, dict(conv_kernel="all")),
-            ("triton-bf16-fused-all", "triton", torch.bfloat16, dict(conv_kernel="off", fused_units="all")),
-            ("triton-bf16-cl", "triton", torch.bfloat16, dict(conv_kernel="off", channels_last=True)),
+            ("triton-bf16-cudnn-only", "triton", torch.bfloat16, dict(fold=False, conv_products="off", **PLAIN)),
+            ("triton-bf16", "triton", torch.bfloat16, dict(conv_kernel="off", **PLAIN)),
+            ("triton-bf16-products-all", "triton", torch.bfloat16, dict(conv_products="all", conv_kernel="off", **PLAIN)),
+            ("triton-bf16-outconv", "triton", torch.bfloat16, dict(output_kernel=True, conv_kernel="off", **PLAIN)),
+            ("triton-bf16-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed", **PLAIN)),
+            ("triton-bf16-tapconv-all", "triton", torch.bfloat16, dict(conv_kernel="all", **PLAIN)),
+            ("triton-bf16-fused-all", "triton", torch.bfloat16, dict(conv_kernel="off", channels_last=False, fused_units="all")),
+            ("triton-bf16-cl", "triton", torch.bfloat16, dict(conv_kernel="off", channels_last=True, fused_units="off")),
             ("triton-bf16-cl-fused-all", "triton", torch.bfloat16,
              dict(conv_kernel="off", fused_units="all", channels_last=True)),
-            ("triton-bf16-cl-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed", channels_last=True))]
+            ("triton-bf16-cl-tapconv", "triton", torch.bfloat16, dict(conv_kernel="timed", channels_last=True, fused_units="off"))]
 
 
 def snr_db(ref: torch.Tensor, got: torch.Tensor) -> float:
@@ -144,8 +147,8 @@ def main() -> int:
                 audio_s = frames * batch * codec.samples_per_frame / 24000
                 rows.append(dict(frames=frames, batch=batch, chunk_ms=round(ms, 3),
                                  audio_s_per_s=round(audio_s / (ms / 1e3), 1)))
-        results["partition"] = dict(sm_counts=counts, variant="triton-bf16", rows=rows)
-        print(f"\n== triton-bf16 on a green-context partition of {counts} SMs (alone on the GPU)")
+        results["partition"] = dict(sm_counts=counts, variant="default", rows=rows)
+        print(f"\n== the default (set_kernel_impl('triton')) on a green-context partition of {counts} SMs (alone on the GPU)")
         for row in rows:
             print(f"  frames {row['frames']:>2} batch {row['batch']:>2}: {row['chunk_ms']:8.3f} ms, "
                   f"{row['audio_s_per_s']:8.1f} audio-s/s")
