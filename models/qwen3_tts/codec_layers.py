@@ -138,6 +138,7 @@ class CausalConv(StatefulLayer):
         on = on if self.context > 0 and self.conv.groups == 1 else False
         self.products = on
         self._choices: dict[tuple, str] = {}
+        self._losers: set[str] = set()
         if on:
             self._make_taps()
 
@@ -150,6 +151,7 @@ class CausalConv(StatefulLayer):
             raise ValueError(f"set_tap_kernel takes {', '.join(TAP_KERNEL_MODES)}, got {mode!r}")
         self.tap_kernel = mode if self.context > 0 and self.conv.groups == 1 else "off"
         self._choices = {}
+        self._losers = set()
         if self.tap_kernel != "off":
             self._make_taps()
 
@@ -240,32 +242,54 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     first = next(iter(candidates))
     if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return first
+    # The fallback is timed last, and a candidate whose first (eager) run is already GIVE_UP_FACTOR times the best
+    # so far is not captured and replayed: cuDNN's channels-last kernel for the 384-channel dilation-9 conv took
+    # 1.1 s a call on an H100 against 1.4 ms as products (bench/results/2026-12-06-h100-codec-cl), and timing it
+    # fully at every shape cost the start-up tens of seconds. One that lost by that factor at one shape of this
+    # layer is not timed again at its other shapes (`_losers`).
+    losers = layer.__dict__.setdefault("_losers", set())
     ms = {}
-    for name, fn in candidates.items():
+    for name in [n for n in candidates if n != first] + [first]:
+        if name in losers:
+            continue
+        best = min(ms.values(), default=None)
         try:  # a candidate that fails here (a kernel that does not compile for this GPU) is left out, said once
-            ms[name] = _time_ms(fn)
+            ms[name] = _time_ms(candidates[name], give_up_ms=None if best is None else
+                                max(GIVE_UP_FACTOR * best, GIVE_UP_MS))
         except Exception as exc:  # noqa: BLE001
             if name == first:  # the fallback itself: nothing to fall back to
                 raise
             log.warning("codec %s %s: %s failed (%s: %s); choosing among the others", type(layer).__name__,
                         list(x.shape), name, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
-    choice = layer._choices[key] = min(ms, key=ms.get)
+    choice = layer._choices[key] = min(ms, key=ms.get) if ms else first  # (every other one failed or lost)
+    losers.update(name for name, t in ms.items() if choice in ms and t >= GIVE_UP_FACTOR * ms[choice])
     log.debug("codec %s %s: %s (%s)", type(layer).__name__, list(x.shape), choice,
               ", ".join(f"{name} {t:.3f} ms" for name, t in ms.items()))
     return choice
 
 
-def _time_ms(fn, reps: int = 3) -> float:
+GIVE_UP_FACTOR = 20  # a candidate this many times slower than the best so far is not timed further
+GIVE_UP_MS = 20.0  # ... nor below this many ms (a first eager call pays lazy initialisation and launches)
+
+
+def _time_ms(fn, reps: int = 3, give_up_ms: float | None = None) -> float:
     """fn's GPU time as it runs in the engine, in a CUDA graph: the best of `reps` replays of a graph captured
     for this once (eager timing would charge the products' extra launches, which a graph does not pay). On the
     current stream (a lane's, with its SM partition), or a side stream when that is the default stream (which
-    cannot capture)."""
+    cannot capture). `give_up_ms`: when the first, eager call already takes longer, its time is returned as is."""
     current = torch.cuda.current_stream()
     stream = torch.cuda.Stream() if current == torch.cuda.default_stream() else current
     stream.wait_stream(current)
     best = float("inf")
     with torch.cuda.stream(stream):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         fn()  # lazy initialisation (cuBLAS handles, cuDNN plans) outside the capture
+        end.record()
+        end.synchronize()
+        if give_up_ms is not None and start.elapsed_time(end) > give_up_ms:
+            current.wait_stream(stream)
+            return start.elapsed_time(end)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
             fn()
@@ -337,6 +361,7 @@ class CausalTransConv(StatefulLayer):
         kernel = self.conv.kernel_size[0]
         self.products = on if kernel % self.stride == 0 else False
         self._choices: dict[tuple, str] = {}
+        self._losers: set[str] = set()
         if self.products:
             with torch.no_grad():  # [C_out * K, C_in], rows (c_out, tap), moving with the module
                 self.register_buffer("taps", self.conv.weight.detach().permute(1, 2, 0).reshape(
@@ -498,6 +523,7 @@ class ResidualUnit(nn.Module):
         usable = self.folded and channels <= FUSED_MAX_CHANNELS and self.act2.impl != "torch"
         self.fused = mode if usable else "off"
         self._choices: dict[tuple, str] = {}
+        self._losers: set[str] = set()
         if self.fused != "off":
             self.conv1._make_taps()
             with torch.no_grad():  # conv2's weight and its bias columns (w_out's) as the kernel reads them

@@ -371,7 +371,7 @@ def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fail
 
     from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
 
-    monkeypatch.setattr(codec_layers, "_time_ms", lambda fn: fn())
+    monkeypatch.setattr(codec_layers, "_time_ms", lambda fn, give_up_ms=None: fn())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     layer = SimpleNamespace(_choices={})
     x = SimpleNamespace(shape=(2, 8, 29), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"), dim=lambda: 3,
@@ -619,3 +619,38 @@ def test_the_codec_defaults_by_implementation(codec, monkeypatch):
         assert not codec._channels_last and all(m.fused == "off" for m in units)
     finally:
         codec.set_kernel_impl("torch")
+
+
+def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(monkeypatch):
+    """The fallback (cuDNN) is timed last, told to give up past 20x the best so far (and 20 ms); one that lost
+    by 20x at a shape of a layer is not timed at the layer's other shapes (cuDNN's 1.1 s channels-last kernel for
+    one released conv cost the start-up tens of seconds); a re-set layer times everything again."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    timed = []
+
+    def fake_time(fn, give_up_ms=None):
+        name, ms = fn()
+        timed.append((name, give_up_ms))
+        return ms if give_up_ms is None else min(ms, give_up_ms + 1)
+    monkeypatch.setattr(codec_layers, "_time_ms", fake_time)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    layer = SimpleNamespace(_choices={})
+
+    def x(time):
+        return SimpleNamespace(shape=(2, 8, time), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"),
+                               dim=lambda: 3, stride=lambda i: (8 * time, time, 1)[i])
+    candidates = {"cudnn": lambda: ("cudnn", 1100.0), "products": lambda: ("products", 1.4),
+                  "tap-kernel": lambda: ("tap-kernel", 1.2)}
+    assert codec_layers._timed_choice(layer, x(29), False, candidates) == "tap-kernel"
+    assert timed == [("products", None), ("tap-kernel", 28.0), ("cudnn", 24.0)]  # max(20 x best, 20 ms)
+    assert layer._losers == {"cudnn"}
+    timed.clear()
+    assert codec_layers._timed_choice(layer, x(31), False, candidates) == "tap-kernel"
+    assert [name for name, _ in timed] == ["products", "tap-kernel"]  # the loser is not timed again
+    layer._losers = set()  # what set_products / set_tap_kernel / set_fused do
+    timed.clear()
+    codec_layers._timed_choice(layer, x(33), False, candidates)
+    assert [name for name, _ in timed] == ["products", "tap-kernel", "cudnn"]
