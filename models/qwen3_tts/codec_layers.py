@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxrt.engine.runtime.kernels import channels_last
 from voxrt.engine.runtime.kernels.residual_unit import MAX_CHANNELS as FUSED_MAX_CHANNELS
 from voxrt.engine.runtime.kernels.residual_unit import residual_unit
-from voxrt.engine.runtime.kernels.snake import channels_last, snake_beta
+from voxrt.engine.runtime.kernels.snake import snake_beta
 from voxrt.engine.runtime.kernels.tap_conv import tap_conv
 
 TAP_KERNEL_MODES = ("off", "timed", "all")

@@ -363,6 +363,14 @@ def test_tap_kernel_codec_equals_reference_offline_and_streaming(ref, codec, mon
     assert all(m.tap_kernel == "off" for m in codec.modules() if type(m).__name__ == "CausalConv")
 
 
+def _fake_cuda_input(time: int):
+    """What `_timed_choice` reads of its input, as if a [2, 8, time] bf16 tensor on CUDA (plain layout)."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    return SimpleNamespace(shape=(2, 8, time), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"),
+                           dim=lambda: 3, stride=lambda i: (8 * time, time, 1)[i])
+
+
 def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fails(monkeypatch, caplog):
     """On CUDA (faked here: the input's device and the timer) the choice is the fastest candidate, cached per
     shape; a candidate whose timing raises (a kernel that does not compile for the GPU) is left out with a
@@ -374,8 +382,7 @@ def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fail
     monkeypatch.setattr(codec_layers, "_time_ms", lambda fn, give_up_ms=None: fn())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     layer = SimpleNamespace(_choices={})
-    x = SimpleNamespace(shape=(2, 8, 29), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"), dim=lambda: 3,
-                        stride=lambda i: (232, 29, 1)[i])
+    x = _fake_cuda_input(29)
 
     def broken():
         raise RuntimeError("out of resource: shared memory")
@@ -639,9 +646,7 @@ def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(m
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     layer = SimpleNamespace(_choices={})
 
-    def x(time):
-        return SimpleNamespace(shape=(2, 8, time), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"),
-                               dim=lambda: 3, stride=lambda i: (8 * time, time, 1)[i])
+    x = _fake_cuda_input
     candidates = {"cudnn": lambda: ("cudnn", 1100.0), "products": lambda: ("products", 1.4),
                   "tap-kernel": lambda: ("tap-kernel", 1.2)}
     assert codec_layers._timed_choice(layer, x(29), False, candidates) == "tap-kernel"

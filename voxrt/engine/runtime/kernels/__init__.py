@@ -165,5 +165,11 @@ def check_impl(impl: str) -> None:
         raise RuntimeError("kernel implementation 'triton' needs the triton package (pip install triton)")
 
 
+def channels_last(x: torch.Tensor) -> bool:
+    """Whether [B, C, T] `x` is a view of channels-last memory (channel stride 1, time not contiguous): the
+    codec's channels-last decoder, which the SnakeBeta, tap-conv and codec layers read and write in place."""
+    return x.dim() == 3 and x.shape[1] > 1 and x.stride(1) == 1 and x.stride(2) != 1
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())

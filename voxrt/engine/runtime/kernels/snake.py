@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from voxrt.engine.runtime.kernels import check_impl, triton_available
+from voxrt.engine.runtime.kernels import channels_last, check_impl, triton_available
 
 if triton_available():
     import triton
@@ -67,11 +67,6 @@ if triton_available():
         y = x + inv_beta * s * s
         tl.store(out_ptr + b * out_batch_stride + t[:, None] * out_time_stride + c[None, :],
                  y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def channels_last(x: torch.Tensor) -> bool:
-    """Whether [B, C, T] `x` is a view of channels-last memory (channel stride 1, time not contiguous)."""
-    return x.dim() == 3 and x.shape[1] > 1 and x.stride(1) == 1 and x.stride(2) != 1
 
 
 def snake_beta_torch(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:

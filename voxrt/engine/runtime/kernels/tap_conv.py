@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from voxrt.engine.runtime.kernels import check_impl, interpreting, next_pow2, triton_available
-from voxrt.engine.runtime.kernels.snake import channels_last
+from voxrt.engine.runtime.kernels import channels_last, check_impl, interpreting, next_pow2, triton_available
 
 if triton_available():
     import triton
