@@ -248,7 +248,7 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     # 1.1 s a call on an H100 against 1.4 ms as products (bench/results/2026-12-06-h100-codec-cl), and timing it
     # fully at every shape cost the start-up tens of seconds. One that lost by that factor at one shape of this
     # layer is not timed again at its other shapes (`_losers`).
-    losers = layer.__dict__.setdefault("_losers", set())
+    losers = layer._losers  # set beside `_choices` by set_products / set_tap_kernel / set_fused
     ms = {}
     for name in [n for n in candidates if n != first] + [first]:
         if name in losers:

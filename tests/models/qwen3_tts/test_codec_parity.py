@@ -381,7 +381,7 @@ def test_the_timed_choice_takes_the_fastest_and_leaves_out_a_candidate_that_fail
 
     monkeypatch.setattr(codec_layers, "_time_ms", lambda fn, give_up_ms=None: fn())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    layer = SimpleNamespace(_choices={})
+    layer = SimpleNamespace(_choices={}, _losers=set())
     x = _fake_cuda_input(29)
 
     def broken():
@@ -644,7 +644,7 @@ def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(m
         return ms if give_up_ms is None else min(ms, give_up_ms + 1)
     monkeypatch.setattr(codec_layers, "_time_ms", fake_time)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    layer = SimpleNamespace(_choices={})
+    layer = SimpleNamespace(_choices={}, _losers=set())
 
     x = _fake_cuda_input
     candidates = {"cudnn": lambda: ("cudnn", 1100.0), "products": lambda: ("products", 1.4),

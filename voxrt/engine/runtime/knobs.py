@@ -112,7 +112,7 @@ def decode_attention() -> str:
     return kernel
 
 
-def _off_by_default(name: str, modes: tuple[str, ...]) -> str:
+def _mode_knob(name: str, modes: tuple[str, ...]) -> str:
     """An environment knob whose first mode is its default (unset, empty), `off` also spelled 0, no, false;
     ValueError naming the modes for anything else not among them."""
     raw = os.environ.get(name, modes[0]).strip().lower() or modes[0]
@@ -125,25 +125,25 @@ def _off_by_default(name: str, modes: tuple[str, ...]) -> str:
 def blas_sm_target() -> str:
     """`VOXRT_BLAS_SM_TARGET`: `off` (the default: cuBLAS picks its kernels for the whole GPU) or `lanes` (for the
     SMs of the green-context lane a graph is captured on)."""
-    return _off_by_default("VOXRT_BLAS_SM_TARGET", BLAS_SM_TARGETS)
+    return _mode_knob("VOXRT_BLAS_SM_TARGET", BLAS_SM_TARGETS)
 
 
 def codec_conv() -> str:
     """`VOXRT_CODEC_CONV`: `off` (the default), `timed` or `all` (models/qwen3_tts/codec_layers.py,
     CausalConv.set_tap_kernel)."""
-    return _off_by_default("VOXRT_CODEC_CONV", CODEC_CONV_MODES)
+    return _mode_knob("VOXRT_CODEC_CONV", CODEC_CONV_MODES)
 
 
 def codec_channels_last() -> bool:
     """`VOXRT_CODEC_CHANNELS_LAST`: `on` (the default) or `off` (models/qwen3_tts/codec.py,
     Qwen3TTSCodec.set_kernel_impl's `channels_last`)."""
-    return _off_by_default("VOXRT_CODEC_CHANNELS_LAST", CODEC_CHANNELS_LAST_MODES) == "on"
+    return _mode_knob("VOXRT_CODEC_CHANNELS_LAST", CODEC_CHANNELS_LAST_MODES) == "on"
 
 
 def codec_fused_unit() -> str:
     """`VOXRT_CODEC_FUSED_UNIT`: `off` (the default), `timed` or `all` (models/qwen3_tts/codec_layers.py,
     ResidualUnit.set_fused)."""
-    return _off_by_default("VOXRT_CODEC_FUSED_UNIT", CODEC_FUSED_UNIT_MODES)
+    return _mode_knob("VOXRT_CODEC_FUSED_UNIT", CODEC_FUSED_UNIT_MODES)
 
 
 def check_env() -> None:

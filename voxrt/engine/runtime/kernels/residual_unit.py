@@ -149,7 +149,8 @@ def residual_unit(padded: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, b1:
     _residual_unit_kernel[grid](
         padded, x, out, taps, b1.contiguous(), alpha.contiguous(), inv_beta.contiguous(), w2, b2.contiguous(),
         channels, time, dilation, padded.stride(0), padded.stride(1), padded.stride(2), x.stride(0), x.stride(1),
-        x.stride(2), out.stride(0), out.stride(1), out.stride(2), taps.stride(0), taps.stride(1), w2.stride(0), KERNEL=kernel, C_PAD=max(16, next_pow2(channels)),
+        x.stride(2), out.stride(0), out.stride(1), out.stride(2), taps.stride(0), taps.stride(1), w2.stride(0),
+        KERNEL=kernel, C_PAD=max(16, next_pow2(channels)),
         # float32 operands for float32 inputs, and in Triton's interpreter (its bf16 dot is wrong; bf16 widens exactly)
         DOT_F32=dtype == torch.float32 or interpreting(), **cfg)
     return out
