@@ -74,6 +74,10 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
                    "instead of being served late; off: none is refused; auto: 100 on a GPU, off on the CPU "
                    "(sched/scheduler.py, docs/serving.md). Default: " + ("auto" if realtime else
                    "off (every request of this command arrives at once: a refusal would measure nothing)"))
+    p.add_argument("--admission-text-wait-ms", type=float, default=0.0, metavar="T",
+                   help="how much of a stream's wait for its first text counts toward --max-admission-wait-ms: its "
+                   "wait counts from its arrival, or from when its text came less T ms, whichever is later (0, the "
+                   "default: none of it; 50: an agent's first token gap counts, a pause of seconds does not)")
     p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
                    "ready chunks (or earlier when a deadline nears or the LM is idle)")
     p.add_argument("--first-chunk-frames", type=int, default=None, help="frames of every request's first audio "
@@ -156,9 +160,11 @@ def _engine_config(args: argparse.Namespace):
     if args.scheduler_type not in POLICIES:
         raise SystemExit(f"error: unknown scheduler type {args.scheduler_type!r}; available: {', '.join(sorted(POLICIES))}")
     for name in ("deadline_startup_ms", "deadline_margin_ms", "urgent_ms", "deadline_max_prefill_deferral_ms",
-                 "deadline_late_start_demotion_ms"):
+                 "deadline_late_start_demotion_ms", "admission_text_wait_ms"):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
+    if not args.admission_text_wait_ms < math.inf:
+        raise SystemExit("error: --admission-text-wait-ms must be a finite number >= 0")
     admission_wait = _admission_wait(args.max_admission_wait_ms)
     late_hold = _late_chunk_hold(args.deadline_late_chunk_hold_ms)
     if args.dec_batch < 1 or (args.max_codec_batch is not None and args.max_codec_batch < 1):
@@ -179,7 +185,8 @@ def _engine_config(args: argparse.Namespace):
                         urgent_ms=args.urgent_ms,
                         max_prefill_deferral_ms=args.deadline_max_prefill_deferral_ms,
                         late_start_demotion_ms=args.deadline_late_start_demotion_ms, dec_batch=args.dec_batch,
-                        max_admission_wait_ms=admission_wait, late_chunk_hold_ms=late_hold,
+                        max_admission_wait_ms=admission_wait, admission_text_wait_ms=args.admission_text_wait_ms,
+                        late_chunk_hold_ms=late_hold,
                         first_chunk_frames=args.first_chunk_frames,
                         costs=_parse_costs(args.costs), trace_dir=args.trace_dir,
                         trace_requests_only=args.trace_requests_only,

@@ -485,6 +485,39 @@ def test_max_admission_wait_refuses_streams_the_engine_kept_waiting(policy):
             SchedulerConfig(max_admission_wait_ms=bad)
 
 
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_admission_text_wait_counts_a_short_text_gap(policy):
+    """`admission_text_wait_ms`: up to that much of a stream's wait for its first text counts toward the admission
+    bound. A token stream whose first word came 40 ms after its arrival is refused 100 ms after its arrival (with
+    0, the default, it waits 100 ms after its text); a stream whose text came 500 ms late keeps 100 - 50 ms after
+    it; the wait never counts from before the arrival, and no stream is refused while it has no text."""
+    def run(counted_ms: float, gap_ms: float) -> float:
+        """ms after the arrival at which the stream was refused (steps every ms; `running` holds the one place)."""
+        sched = make(policy, max_batch_size=1, max_admission_wait_ms=100.0, admission_text_wait_ms=counted_ms)
+        add(sched, "running", num_words=3, arrival_ns=NOW - 900 * MS)
+        assert [r.request_id for r in sched.schedule(NOW - 900 * MS).prefill] == ["running"]
+        add(sched, "stream", num_words=None, arrival_ns=NOW)
+        for t in range(0, 1000):
+            if t == gap_ms:
+                sched.append_text("stream", "word word", False)
+            sched.schedule(NOW + t * MS)
+            failures = sched.pop_failures()
+            if failures:
+                assert [(f.request.request_id, f.code) for f in failures] == [("stream", "server_busy")]
+                return t
+        raise AssertionError("never refused")
+
+    # the last step that saw no text was gap - 1 ms, so with 0 the bound runs from there
+    assert run(0.0, 40) == 40 - 1 + 101
+    assert run(50.0, 40) == 101  # from the arrival: the 40 ms gap counts
+    assert run(50.0, 500) == 500 - 1 - 50 + 101  # a long pause: all but 50 ms of it excused
+    # everything counts (from the arrival), but no stream is refused before its text could be admitted: at once then
+    assert run(1000.0, 500) == 500
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="admission_text_wait_ms"):
+            SchedulerConfig(admission_text_wait_ms=bad)
+
+
 def test_next_chunk_slack():
     sched = make("deadline")
     # chunk 2 (8 frames from frame 6) due first_chunk + 6 frames = NOW + 280 ms; 3 frames missing at 10 ms

@@ -211,6 +211,7 @@ class EngineCore:
                                               max_prefill_deferral_ms=config.max_prefill_deferral_ms,
                                               late_start_demotion_ms=config.late_start_demotion_ms,
                                               max_admission_wait_ms=admission_wait,
+                                              admission_text_wait_ms=config.admission_text_wait_ms,
                                               late_chunk_hold_ms=late_hold,
                                               dec_batch=config.dec_batch, has_lanes=self.lanes.enabled,
                                               max_live_requests=max_live))
@@ -254,8 +255,9 @@ class EngineCore:
                  num_pages, config.page_size, "asynchronous" if self.async_lm else "synchronous",
                  config.scheduler_type, max_live, config.max_batch_size, config.max_codec_batch)
         if admission_wait is not None:
-            log.info("overload protection: a stream not admitted within %g ms is refused (server_busy)%s",
-                     admission_wait, " (auto, on CUDA)" if config.max_admission_wait_ms == "auto" else "")
+            log.info("overload protection: a stream not admitted within %g ms is refused (server_busy)%s; up to %g "
+                     "ms of its wait for its first text count", admission_wait,
+                     " (auto, on CUDA)" if config.max_admission_wait_ms == "auto" else "", config.admission_text_wait_ms)
         else:
             log.info("overload protection off: a stream waits for the engine as long as it takes%s",
                      " (auto, on the CPU)" if config.max_admission_wait_ms == "auto" else "")

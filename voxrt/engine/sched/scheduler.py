@@ -49,6 +49,13 @@ class SchedulerConfig:
     # req/s on an H100, 99.2% of the first 40 s within the SLO, then 0% after a burst). None (default): no
     # stream is refused.
     max_admission_wait_ms: float | None = None
+    # How much of a stream's wait for its first text counts toward `max_admission_wait_ms`: its wait counts from
+    # its arrival, or from when its text allowed admission less this much, whichever is later. 0 (default): none
+    # of it (an agent's slowness is never held against it). An agent streaming LLM tokens sends the first word's
+    # end one token gap (~33 ms at 30 tokens/s) after the request; with 0 such a stream may be admitted 133 ms
+    # after its arrival, too late for a first chunk within 200 ms. With 50, a gap that short counts (the bound
+    # runs from the arrival) while a pause of seconds still leaves the stream `max_admission_wait_ms - 50` ms.
+    admission_text_wait_ms: float = 0.0
     # Overload detection, the deadline policy: while half the chunks that completed within this long were late
     # (past their deadlines), the engine is behind the streams it runs whatever its bottleneck (the LM, the
     # codec lanes), and no stream is admitted: the waiting ones wait (and with `max_admission_wait_ms` are
@@ -68,6 +75,8 @@ class SchedulerConfig:
             raise ValueError(f"late_start_demotion_ms must be >= 0, got {self.late_start_demotion_ms}")
         if self.max_admission_wait_ms is not None and not 0 <= self.max_admission_wait_ms < math.inf:
             raise ValueError(f"max_admission_wait_ms must be a finite number >= 0, got {self.max_admission_wait_ms}")
+        if not 0 <= self.admission_text_wait_ms < math.inf:  # NaN too
+            raise ValueError(f"admission_text_wait_ms must be a finite number >= 0, got {self.admission_text_wait_ms}")
         if self.late_chunk_hold_ms is not None and not 0 < self.late_chunk_hold_ms < math.inf:
             raise ValueError(f"late_chunk_hold_ms must be a finite number > 0, got {self.late_chunk_hold_ms}")
         if self.max_live_requests is not None and self.max_live_requests < self.max_batch_size:
@@ -164,15 +173,19 @@ class Scheduler(abc.ABC):
     def refuse_overdue(self, now_ns: int) -> None:
         """Fails (`server_busy`) every stream the step's plan left waiting that has waited for admission longer
         than `max_admission_wait_ms` since it could have been admitted: from its arrival, or, while its text does not
-        allow admission yet (`admission_prompt` None), from the last step that found it so."""
+        allow admission yet (`admission_prompt` None), from the last step that found it so, less
+        `admission_text_wait_ms` (never before its arrival)."""
         limit_ns = self.config.max_admission_wait_ms * 1e6
+        counted_ns = self.config.admission_text_wait_ms * 1e6
         for request in self.waiting():
             if not request.is_streaming:
                 continue  # HTTP speech and batch jobs have no first-audio deadline; the gateway bounds them
             if self.admission_prompt(request) is None:
                 request.text_wait_ns = now_ns
                 continue
-            since_ns = request.arrival_ns if request.text_wait_ns is None else request.text_wait_ns
+            since_ns = request.arrival_ns
+            if request.text_wait_ns is not None:
+                since_ns = max(since_ns, request.text_wait_ns - counted_ns)
             if now_ns - since_ns > limit_ns:
                 waited_ms = (now_ns - since_ns) / 1e6
                 self.fail(request, ServerBusyError.code, f"server at capacity: not started within {waited_ms:.0f} ms "
