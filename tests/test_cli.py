@@ -209,14 +209,14 @@ def test_max_admission_wait_flag_reaches_the_engine_config_and_rejects_bad_value
 
 
 def test_admission_text_wait_flag_reaches_the_engine_config_and_rejects_bad_values():
-    """--admission-text-wait-ms: 0 by default (none of a stream's wait for its text counts), a value reaches
+    """--admission-text-wait-ms: 50 by default (an agent's first token gap counts), a value reaches
     EngineConfig, < 0, NaN and inf are clear errors."""
     from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
 
     parser = build_parser()
     base = ["serve", "--device", "cpu"]
-    assert _engine_config(parser.parse_args(base)).admission_text_wait_ms == 0.0
-    assert _engine_config(parser.parse_args(base + ["--admission-text-wait-ms", "50"])).admission_text_wait_ms == 50.0
+    assert _engine_config(parser.parse_args(base)).admission_text_wait_ms == 50.0
+    assert _engine_config(parser.parse_args(base + ["--admission-text-wait-ms", "0"])).admission_text_wait_ms == 0.0
     for bad in ("-1", "nan", "inf"):
         with pytest.raises(SystemExit, match="admission-text-wait-ms must be"):
             _engine_config(parser.parse_args(base + ["--admission-text-wait-ms", bad]))

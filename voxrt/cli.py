@@ -74,10 +74,10 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
                    "instead of being served late; off: none is refused; auto: 100 on a GPU, off on the CPU "
                    "(sched/scheduler.py, docs/serving.md). Default: " + ("auto" if realtime else
                    "off (every request of this command arrives at once: a refusal would measure nothing)"))
-    p.add_argument("--admission-text-wait-ms", type=float, default=0.0, metavar="T",
+    p.add_argument("--admission-text-wait-ms", type=float, default=50.0, metavar="T",
                    help="how much of a stream's wait for its first text counts toward --max-admission-wait-ms: its "
-                   "wait counts from its arrival, or from when its text came less T ms, whichever is later (0, the "
-                   "default: none of it; 50: an agent's first token gap counts, a pause of seconds does not)")
+                   "wait counts from its arrival, or from when its text came less T ms, whichever is later (50, the "
+                   "default: an agent's first token gap counts, a pause of seconds does not; 0: none of it)")
     p.add_argument("--dec-batch", type=int, default=8, help="the background codec lane launches at this many "
                    "ready chunks (or earlier when a deadline nears or the LM is idle)")
     p.add_argument("--first-chunk-frames", type=int, default=None, help="frames of every request's first audio "

@@ -293,8 +293,8 @@ def test_the_auto_admission_wait_is_off_on_the_cpu():
     assert make_core(max_admission_wait_ms="auto").scheduler.config.max_admission_wait_ms is None
     assert make_core().scheduler.config.max_admission_wait_ms is None
     assert make_core(max_admission_wait_ms=250.0).scheduler.config.max_admission_wait_ms == 250.0
-    assert make_core().scheduler.config.admission_text_wait_ms == 0.0
-    assert make_core(admission_text_wait_ms=50.0).scheduler.config.admission_text_wait_ms == 50.0
+    assert make_core().scheduler.config.admission_text_wait_ms == 50.0
+    assert make_core(admission_text_wait_ms=0.0).scheduler.config.admission_text_wait_ms == 0.0
 
 
 def test_the_late_chunk_hold_reaches_the_deadline_policy_and_is_off_by_default(caplog):

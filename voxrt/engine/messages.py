@@ -107,8 +107,8 @@ class EngineConfig:
     # a batch, the GPU checks); "auto": ADMISSION_WAIT_MS on CUDA, off on the CPU (`admission_wait_ms`), the
     # default of `voxrt serve` and `voxrt loadgen`
     max_admission_wait_ms: float | Literal["auto"] | None = None
-    # how much of a stream's wait for its first text counts toward that bound (SchedulerConfig): 0, none of it
-    admission_text_wait_ms: float = 0.0
+    # how much of a stream's wait for its first text counts toward that bound (SchedulerConfig; 0: none of it)
+    admission_text_wait_ms: float = 50.0
     # the deadline policy's overload detection (SchedulerConfig): no stream is admitted while half the chunks
     # completed within this many ms were late. None (default here): off; "auto": LATE_CHUNK_HOLD_MS on CUDA with
     # the deadline policy, else off (`late_chunk_hold_ms`), the default of `voxrt serve` and `voxrt loadgen`

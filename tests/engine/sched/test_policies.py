@@ -443,11 +443,11 @@ def test_deadline_holds_admission_while_half_the_recent_chunks_were_late():
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_max_admission_wait_refuses_streams_the_engine_kept_waiting(policy):
     """`max_admission_wait_ms` (every policy): a stream still waiting this long after it could have been admitted
-    and not admitted by the step's plan either is failed with `server_busy`; its wait counts from its text's
-    arrival when the text came later, and non-streaming requests are never refused. Off (None) by default:
-    nothing is refused however long it waited."""
+    and not admitted by the step's plan either is failed with `server_busy`; with `admission_text_wait_ms` 0 its
+    wait counts from its text's arrival when the text came later (the default's 50 ms: the next test), and
+    non-streaming requests are never refused. Off (None) by default: nothing is refused however long it waited."""
     def scheduler(**config):  # one live request at a time: "running" holds it, every other one waits
-        sched = make(policy, max_batch_size=1, **config)
+        sched = make(policy, max_batch_size=1, admission_text_wait_ms=0.0, **config)
         add(sched, "running", num_words=3, arrival_ns=NOW - 900 * MS)
         assert [r.request_id for r in sched.schedule(NOW - 900 * MS).prefill] == ["running"]
         return sched
@@ -489,7 +489,7 @@ def test_max_admission_wait_refuses_streams_the_engine_kept_waiting(policy):
 def test_admission_text_wait_counts_a_short_text_gap(policy):
     """`admission_text_wait_ms`: up to that much of a stream's wait for its first text counts toward the admission
     bound. A token stream whose first word came 40 ms after its arrival is refused 100 ms after its arrival (with
-    0, the default, it waits 100 ms after its text); a stream whose text came 500 ms late keeps 100 - 50 ms after
+    0 it waits 100 ms after its text); a stream whose text came 500 ms late keeps 100 - 50 ms (the default) after
     it; the wait never counts from before the arrival, and no stream is refused while it has no text."""
     def run(counted_ms: float, gap_ms: float) -> float:
         """ms after the arrival at which the stream was refused (steps every ms; `running` holds the one place)."""
@@ -511,6 +511,7 @@ def test_admission_text_wait_counts_a_short_text_gap(policy):
     assert run(0.0, 40) == 40 - 1 + 101
     assert run(50.0, 40) == 101  # from the arrival: the 40 ms gap counts
     assert run(50.0, 500) == 500 - 1 - 50 + 101  # a long pause: all but 50 ms of it excused
+    assert SchedulerConfig().admission_text_wait_ms == 50.0
     # everything counts (from the arrival), but no stream is refused before its text could be admitted: at once then
     assert run(1000.0, 500) == 500
     for bad in (-1.0, math.nan, math.inf):

@@ -50,12 +50,14 @@ class SchedulerConfig:
     # stream is refused.
     max_admission_wait_ms: float | None = None
     # How much of a stream's wait for its first text counts toward `max_admission_wait_ms`: its wait counts from
-    # its arrival, or from when its text allowed admission less this much, whichever is later. 0 (default): none
-    # of it (an agent's slowness is never held against it). An agent streaming LLM tokens sends the first word's
-    # end one token gap (~33 ms at 30 tokens/s) after the request; with 0 such a stream may be admitted 133 ms
-    # after its arrival, too late for a first chunk within 200 ms. With 50, a gap that short counts (the bound
+    # its arrival, or from when its text allowed admission less this much, whichever is later. An agent streaming
+    # LLM tokens sends the first word's end one token gap (~33 ms at 30 tokens/s) after the request; with 0 (none
+    # of the wait counts) such a stream may be admitted 133 ms after its arrival, too late for a first chunk
+    # within 200 ms, and its GPU time is lost to the others. With 50 (default) a gap that short counts (the bound
     # runs from the arrival) while a pause of seconds still leaves the stream `max_admission_wait_ms - 50` ms.
-    admission_text_wait_ms: float = 0.0
+    # Measured on an H100 (bench/results/2026-12-06-h100-text-wait/): WebSocket tokens at 30/s held 98.3 / 96.9%
+    # at 120 / 128 req/s with 50 against 89.0 / 91.4% with 0 (late first audio 2 / 1 against 369 / 220).
+    admission_text_wait_ms: float = 50.0
     # Overload detection, the deadline policy: while half the chunks that completed within this long were late
     # (past their deadlines), the engine is behind the streams it runs whatever its bottleneck (the LM, the
     # codec lanes), and no stream is admitted: the waiting ones wait (and with `max_admission_wait_ms` are
