@@ -18,6 +18,11 @@ a stream not admitted within it is refused; its row counts the refused requests,
     # points of that GPU at 120-136 req/s (not Seed-TTS's collapse: no host time, a codec too fast for short texts):
     python bench/sim_late_start.py --costs h100 --lm-share 0.73 --bg-share 0.6 --urgent-share 0.9 --urgent-pause 0.6 \
         --prefill-ms 0.06 --demotion 0 --max-wait 100 --async-lm --duration 30 --rates 112,120,128,136
+    # how much of a token stream's wait for its first text counts toward the bound (0: the rule before 2026-12-06;
+    # 50, the default, took an H100's WebSocket tokens from 89.0 to 98.3% at 120 req/s: 2026-12-06-h100-text-wait):
+    python bench/sim_late_start.py --costs h100 --lm-share 0.73 --bg-share 0.6 --urgent-share 0.9 --urgent-pause 0.6 \
+        --prefill-ms 0.06 --demotion 0 --max-wait 100 --late-hold 100 --async-lm --duration 30 --rates 112,120,128 \
+        --tokens-per-s 30 --first-chunk 3 --set admission_text_wait_ms=0
     # the deadline policy's late-chunk hold against a codec-bound collapse (Seed-TTS's short texts, the background
     # lane on a small share; bench/results/2026-12-06-h100-capacity-bound/):
     python bench/sim_late_start.py --workload bench/workloads/seedtts_eval_en.jsonl --rates 160,184,208 \
