@@ -103,7 +103,7 @@ def attention(batches: list[int]) -> list[dict]:
 def paged(batches: list[int], contexts=(128, 512)) -> list[dict]:
     """The talker's decode attention over the paged KV cache (kernels/paged_decode.py: 16 query heads over 8 KV
     heads of 128, pages of 16 tokens scattered over the cache): us a layer per (tokens a round, warps, stages),
-    each checked against the torch rule; `default` is the committed config (64, 4, Triton's stages)."""
+    each checked against the torch rule; `default` is the committed config (kernels/paged_decode.py `kernel_config`)."""
     from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention  # noqa: PLC0415
 
     out = []

@@ -291,6 +291,7 @@ def test_codec_gpu_is_refused_with_the_reason(capsys):
     (["serve", "--model", "tiny"], "VOXRT_PDL", "sometimes", "VOXRT_PDL='sometimes'; expected auto, on (1) or off (0)"),
     (["serve", "--model", "tiny"], "VOXRT_GEMV", "warps=3", "VOXRT_GEMV: warps=3 out of range"),
     (["serve", "--model", "tiny"], "VOXRT_SAMPLER_SEARCH", "bogo", "VOXRT_SAMPLER_SEARCH='bogo'"),
+    (["serve", "--model", "tiny"], "VOXRT_SAMPLER_WARPS", "3", "VOXRT_SAMPLER_WARPS='3': expected"),
     (["serve", "--model", "tiny"], "VOXRT_DECODE_ATTENTION", "fa9", "VOXRT_DECODE_ATTENTION='fa9': choose one of"),
     (["serve", "--model", "tiny"], "VOXRT_PAGED_DECODE_CONFIG", "12", "VOXRT_PAGED_DECODE_CONFIG='12': expected"),
     (["loadgen", "--url", "ws://127.0.0.1:9/v1/realtime", "--workload", "w.jsonl", "--out", "out"],

@@ -319,6 +319,19 @@ def test_sampler_search_is_read_from_the_environment(monkeypatch):
         sampler_search()
 
 
+def test_sampler_warps_default_by_vocabulary_and_from_the_environment(monkeypatch):
+    from voxrt.engine.runtime.kernels.sampling import default_warps  # noqa: PLC0415
+
+    monkeypatch.delenv("VOXRT_SAMPLER_WARPS", raising=False)
+    assert [default_warps(v) for v in (1024, 2047, 2048, 3072)] == [4, 4, 8, 8]  # the H100 sweep's (its docstring)
+    monkeypatch.setenv("VOXRT_SAMPLER_WARPS", " 4 ")
+    assert default_warps(2048) == 4 and default_warps(3072) == 4
+    for bad in ("3", "32", "many", "-4"):
+        monkeypatch.setenv("VOXRT_SAMPLER_WARPS", bad)
+        with pytest.raises(ValueError, match="VOXRT_SAMPLER_WARPS"):
+            default_warps(2048)
+
+
 def test_sampler_distribution_follows_temperature_top_k_and_top_p():
     """Many draws of one row: frequencies match the filtered, tempered softmax (a chi-square bound)."""
     vocab, draws = 12, 20000

@@ -82,6 +82,9 @@ def test_paged_decode_config_is_read_from_the_environment(monkeypatch):
     from voxrt.engine.runtime.kernels.paged_decode import kernel_config  # noqa: PLC0415
 
     monkeypatch.delenv("VOXRT_PAGED_DECODE_CONFIG", raising=False)
+    assert kernel_config() == (64, 2, 3)  # the H100 sweep's (module docstring)
+    assert kernel_config(num_warps=4) == (64, 4, 3)
+    monkeypatch.setenv("VOXRT_PAGED_DECODE_CONFIG", "64,4")  # what the environment leaves out: Triton's stages
     assert kernel_config() == (64, 4, None)
     monkeypatch.setenv("VOXRT_PAGED_DECODE_CONFIG", "128,8")
     assert kernel_config() == (128, 8, None)

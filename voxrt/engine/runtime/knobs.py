@@ -7,6 +7,8 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_GEMV`: the one-row products' grid, first tiles, pipelined loop and warps, and the tensor-core
   product's most K splits (`splitk`; kernels/gemv.py).
 - `VOXRT_SAMPLER_SEARCH`: the sampler's top-k / top-p threshold search (kernels/sampling.py).
+- `VOXRT_SAMPLER_WARPS`: the sampler kernel's warps (1, 2, 4, 8 or 16; unset: 8 for vocabularies of 2048 and
+  more, 4 below; kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
 - `VOXRT_CODEC_CHANNELS_LAST`: `on` (default) or `off`: the Qwen3-TTS codec's decoder blocks on channels-last
@@ -89,6 +91,16 @@ def sampler_search() -> str:
     return search
 
 
+def sampler_warps() -> int | None:
+    """`VOXRT_SAMPLER_WARPS` (1, 2, 4, 8 or 16), None when unset."""
+    env = os.environ.get("VOXRT_SAMPLER_WARPS", "").strip()
+    if not env:
+        return None
+    if env not in ("1", "2", "4", "8", "16"):
+        raise ValueError(f"VOXRT_SAMPLER_WARPS={env!r}: expected 1, 2, 4, 8 or 16")
+    return int(env)
+
+
 def paged_decode_config() -> list[int]:
     """`VOXRT_PAGED_DECODE_CONFIG` (`BLOCK_T[,WARPS[,STAGES]]`) as the values given ([] when unset)."""
     env = os.environ.get("VOXRT_PAGED_DECODE_CONFIG", "").strip()
@@ -152,6 +164,7 @@ def check_env() -> None:
     pdl_mode()
     gemv_settings()
     sampler_search()
+    sampler_warps()
     paged_decode_config()
     blas_sm_target()
     codec_conv()

@@ -9,10 +9,12 @@ rows the grid (rows x KV heads) fills the GPU; with few it does not, which is wh
 (runtime/attention.py).
 
 `VOXRT_PAGED_DECODE_CONFIG=BLOCK_T,WARPS,STAGES` (read at each launch, so a graph takes the value of its
-capture; default 64,4,default) sets the tokens a round, the warps and the software pipeline's stages: at KV
-context 128 the default takes 3 dependent rounds (page index, then K and V) per program, which measured ~16 us
-a layer at 64 rows where the KV read alone is ~4 us; bench/gpu_kernels.py `--only paged` times the grid of them
-(not yet run on a GPU).
+capture; default 64,2,3) sets the tokens a round, the warps and the software pipeline's stages. The default is
+the sweep's (bench/gpu_kernels.py `--only paged` on an H100, bench/results/2026-12-05-h100/tune/kernels.json, KV
+context 128) one config faster than the earlier 64 tokens / 4 warps / Triton's stages at both row counts the
+engine runs this kernel at: 11.27 against 12.25 us at 64 rows (the fastest there), 31.79 against 33.45 at 128
+(32,2,2 took 29.81 at 128 but 12.94 at 64). Not yet measured in the H200's frame (VOXRT_PAGED_DECODE_CONFIG=64,4
+gives the earlier config back).
 
 The cache is FlashInfer's NHD layout, `[pages + 1, 2, page_size, kv_heads, head_dim]`; a sequence is its page
 indices `indices[indptr[b]:indptr[b + 1]]` and the fill of its last page `last_len[b]` (FlashInfer's CSR
@@ -35,8 +37,10 @@ GROUP_ROWS = 16  # the query heads of a KV group, padded for tl.dot
 def kernel_config(block_t: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None) -> tuple[int, int, int | None]:
     """(tokens a round, warps, pipeline stages or None for Triton's default): the arguments, else
-    `VOXRT_PAGED_DECODE_CONFIG` (module docstring), else 64, 4, None."""
+    `VOXRT_PAGED_DECODE_CONFIG` (module docstring; values it leaves out: 4 warps, Triton's stages), else 64, 2, 3."""
     values = knobs.paged_decode_config()  # a bad value: ValueError naming the form
+    if not values:
+        values = [BLOCK_T, 2, 3]
     defaults: list[int | None] = [BLOCK_T, 4, None]
     defaults[: len(values)] = values
     bt = block_t or defaults[0]

@@ -60,6 +60,16 @@ DEFAULT_SEARCH = knobs.DEFAULT_SAMPLER_SEARCH  # fastest measured (module docstr
 # COMMITTED_SEARCH must match
 
 
+def default_warps(vocab: int) -> int:
+    """The kernel's warps when the caller names none: `VOXRT_SAMPLER_WARPS`, else 8 from a 2048-code vocabulary
+    up (each row's reductions spread over more threads), 4 below. Timed on an H100 (bench/results/2026-12-05-h100/
+    tune/kernels.json, a top-k-50 radix draw): vocabulary 2048, 8 warps 8.17 / 8.39 us at 1 / 64 rows against 4's
+    9.52 / 10.03; temperature alone 3.25 / 3.47 against 3.96 / 4.15; vocabulary 3072 8 warps as before (11.95 /
+    12.2 against 4's 16.44 / 17.22). The code predictor draws 15 codes of its 2048 a frame. Not yet measured in
+    the H200's frame."""
+    return knobs.sampler_warps() or (8 if vocab >= 2048 else 4)
+
+
 def sampler_search() -> str:
     """`VOXRT_SAMPLER_SEARCH` (`radix`, the default, `rounds`, `sort` or `rounds16`), read at each launch, so a
     graph captured afterwards takes the value of its capture (parsed in runtime/knobs.py)."""
@@ -241,7 +251,8 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
     [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first.
-    `search`: the Triton kernel's threshold search, one of `SEARCHES` (None: `VOXRT_SAMPLER_SEARCH`)."""
+    `search`: the Triton kernel's threshold search, one of `SEARCHES` (None: `VOXRT_SAMPLER_SEARCH`); `num_warps`
+    (None: `default_warps`)."""
     check_impl(impl)
     rows = x
     if impl == "torch":
@@ -275,6 +286,6 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
-        BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or (8 if vocab > 2048 else 4),
+        BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or default_warps(vocab),
         KEY16=search in ("rounds16", "radix") and logits.dtype == torch.bfloat16, RADIX=search == "radix",
         **pdl_args(logits.device, bsz))
