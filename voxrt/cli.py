@@ -160,10 +160,10 @@ def _engine_config(args: argparse.Namespace):
     if args.scheduler_type not in POLICIES:
         raise SystemExit(f"error: unknown scheduler type {args.scheduler_type!r}; available: {', '.join(sorted(POLICIES))}")
     for name in ("deadline_startup_ms", "deadline_margin_ms", "urgent_ms", "deadline_max_prefill_deferral_ms",
-                 "deadline_late_start_demotion_ms", "admission_text_wait_ms"):
+                 "deadline_late_start_demotion_ms"):
         if not getattr(args, name) >= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0")
-    if not args.admission_text_wait_ms < math.inf:
+    if not 0 <= args.admission_text_wait_ms < math.inf:  # NaN too
         raise SystemExit("error: --admission-text-wait-ms must be a finite number >= 0")
     admission_wait = _admission_wait(args.max_admission_wait_ms)
     late_hold = _late_chunk_hold(args.deadline_late_chunk_hold_ms)

@@ -31,6 +31,7 @@ from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels import check_impl, interpreting, triton_available
 
 BLOCK_T = 64  # tokens a round: 4 pages of 16
+DEFAULT_CONFIG = (BLOCK_T, 2, 3)  # tokens a round, warps, stages: the H100 sweep's (module docstring)
 GROUP_ROWS = 16  # the query heads of a KV group, padded for tl.dot
 
 
@@ -38,10 +39,8 @@ def kernel_config(block_t: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None) -> tuple[int, int, int | None]:
     """(tokens a round, warps, pipeline stages or None for Triton's default): the arguments, else
     `VOXRT_PAGED_DECODE_CONFIG` (module docstring; values it leaves out: 4 warps, Triton's stages), else 64, 2, 3."""
-    values = knobs.paged_decode_config()  # a bad value: ValueError naming the form
-    if not values:
-        values = [BLOCK_T, 2, 3]
-    defaults: list[int | None] = [BLOCK_T, 4, None]
+    values = knobs.paged_decode_config() or list(DEFAULT_CONFIG)  # a bad value: ValueError naming the form
+    defaults: list[int | None] = [BLOCK_T, 4, None]  # what an environment value leaves out
     defaults[: len(values)] = values
     bt = block_t or defaults[0]
     warps = num_warps or defaults[1]
