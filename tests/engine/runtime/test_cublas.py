@@ -22,9 +22,23 @@ def test_no_workspace_unless_the_user_set_one():
     assert cublas.describe({}) == "cuBLAS workspace: PyTorch's default"
 
 
+def test_cublaslt_keeps_a_workspace():
+    """PyTorch caps cuBLASLt's workspace at cuBLAS's: with none, graph capture fails (H100, 2026-12-07), so a user
+    who asks for cuBLASLt keeps PyTorch's default workspace; their own CUBLAS_WORKSPACE_CONFIG still wins."""
+    env = {"TORCH_BLAS_PREFER_CUBLASLT": "1"}
+    assert cublas.configure_workspace(env) is None and "CUBLAS_WORKSPACE_CONFIG" not in env
+    assert "cuBLASLt needs one" in cublas.describe(env)
+    env = {"TORCH_BLAS_PREFER_CUBLASLT": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    assert cublas.configure_workspace(env) == ":4096:8"
+    assert cublas.describe(env) == "cuBLAS workspace: CUBLAS_WORKSPACE_CONFIG=:4096:8"
+    for off in ("0", "", " "):  # PyTorch's off values: the engine's no-workspace default stands
+        env = {"TORCH_BLAS_PREFER_CUBLASLT": off}
+        assert cublas.configure_workspace(env) == ":0:0" and not cublas.prefers_cublaslt(env)
+
+
 def test_importing_the_runtime_sets_it_in_a_fresh_process():
     code = "import os, voxrt.engine.runtime; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
-    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUBLAS_WORKSPACE_CONFIG", "TORCH_BLAS_PREFER_CUBLASLT")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ":0:0"

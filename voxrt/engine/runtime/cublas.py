@@ -10,7 +10,11 @@ at 112 req/s either way with TTFA p99 88.2 -> 63.6 ms, and 59.4 -> 65.1% at 120.
 
 PyTorch reads the variable once, when it first gives cuBLAS a workspace, so it is set when this package is
 imported (before the engine does any GPU work), and only where the user has not set it: any value of
-`CUBLAS_WORKSPACE_CONFIG` in the environment wins (`:4096:8` restores PyTorch's default size on Hopper).
+`CUBLAS_WORKSPACE_CONFIG` in the environment wins (`:4096:8` restores PyTorch's default size on Hopper). Nor where
+the user has asked PyTorch for cuBLASLt (`TORCH_BLAS_PREFER_CUBLASLT=1`): PyTorch caps cuBLASLt's workspace at
+cuBLAS's, and with none the engine's graph capture fails ("OOM trying to allocate workspace for cublaslt", H100,
+bench/results/2026-12-07-h100-kernel-defaults/), so that choice keeps PyTorch's default workspace. It was no faster
+there: 5.050 against 4.935-4.967 ms a frame at 64 rows, 5.762 against 5.782-5.815 at 128.
 
 cuBLAS picks a product's kernel (tile shape, grid) by heuristics over the problem and the SMs it assumes it has;
 whether it sees a green-context partition as fewer SMs is not documented, and a grid sized for 132 SMs would run in
@@ -29,18 +33,30 @@ from pathlib import Path
 
 ENV = "CUBLAS_WORKSPACE_CONFIG"
 NO_WORKSPACE = ":0:0"
+PREFER_LT_ENV = "TORCH_BLAS_PREFER_CUBLASLT"  # PyTorch's switch to cuBLASLt for its products ("1": on)
 
 
-def configure_workspace(environ: dict | None = None) -> str:
-    """Set CUBLAS_WORKSPACE_CONFIG to NO_WORKSPACE unless it is set already; returns the value in force."""
+def prefers_cublaslt(environ: dict | None = None) -> bool:
+    """Whether the user has asked PyTorch for cuBLASLt (PyTorch takes "1" as on, "0" or nothing as off)."""
+    return (os.environ if environ is None else environ).get(PREFER_LT_ENV, "").strip() == "1"
+
+
+def configure_workspace(environ: dict | None = None) -> str | None:
+    """Set CUBLAS_WORKSPACE_CONFIG to NO_WORKSPACE unless it is set already or cuBLASLt is asked for (it needs a
+    workspace under CUDA graphs); returns the value in force (None: PyTorch's default)."""
     environ = os.environ if environ is None else environ
+    if ENV not in environ and prefers_cublaslt(environ):
+        return None
     return environ.setdefault(ENV, NO_WORKSPACE)
 
 
 def describe(environ: dict | None = None) -> str:
     """The setting in force, for the engine's start-up log."""
-    value = (os.environ if environ is None else environ).get(ENV)
+    environ = os.environ if environ is None else environ
+    value = environ.get(ENV)
     if value is None:
+        if prefers_cublaslt(environ):
+            return f"cuBLAS workspace: PyTorch's default ({PREFER_LT_ENV}=1: cuBLASLt needs one under CUDA graphs)"
         return "cuBLAS workspace: PyTorch's default"
     return f"cuBLAS workspace: {ENV}={value}" + (" (none: no split-K)" if value == NO_WORKSPACE else "")
 
