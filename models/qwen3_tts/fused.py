@@ -15,8 +15,9 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   gate_up applies the row's rstd itself and down computes silu(gate) * up as it reads its input
   (`add_gated_mlp_`: no SiLU-gate kernel); the frame's Triton kernels launch with programmatic dependent
   launch on sm90+ (kernels/__init__.py);
-- q/k norm + rotary + the KV write are one kernel (kernels/rope.py); the code predictor's attention over its
-  <= 16-position cache is one kernel per layer (kernels/depth_attention.py);
+- q/k norm + rotary + the KV write are one kernel (kernels/rope.py; with `VOXRT_PAGED_DECODE_ROPE=on`, where the
+  talker's decode attention is our paged kernel, that work runs inside it: AttentionContext.norm_rope_attend);
+  the code predictor's attention over its <= 16-position cache is one kernel per layer (kernels/depth_attention.py);
 - the text projection is precomputed for the whole text vocabulary (a table lookup per step), the 16 frame
   embeddings are one gather from a concatenated table, and the predictor's `small_to_mtp_projection` is folded
   into its input tables (the projected embedding of every code), so a predictor step starts from a row lookup;
@@ -45,7 +46,7 @@ from torch import nn
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
 from voxrt.engine.runtime.kernels.gemv import add_gated_mlp_, add_linear_, linear
 from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch
-from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged, rope_inv_freq
+from voxrt.engine.runtime.kernels.rope import rope_inv_freq
 from voxrt.engine.runtime.kernels.sampling import sample_codes
 from voxrt.engine.runtime.sampling import SamplingTensors
 from voxrt.models.qwen3_tts.talker import Talker
@@ -140,10 +141,10 @@ class FusedTalker:
         x = x.clone()  # the residual stream, updated in place
         for i, layer in enumerate(self.layers):
             after = self.layers[i + 1].qkv if i + 1 < len(self.layers) else None  # (the module docstring: prefetch)
-            q = qk_norm_rope_paged(linear(x, layer.qkv, self.gemm_impl, prefetch=layer.o_proj), lm.num_q_heads,
-                                   lm.num_kv_heads, lm.head_dim, layer.q_norm, layer.k_norm, self.inv_freq, eps,
-                                   positions, attn.page_idx, attn.page_off, attn.kv.layers[i], impl, x=x, x_eps=eps)
-            add_linear_(x, attn.attend(i, q).reshape(n, -1), layer.o_proj, self.gemm_impl, prefetch=layer.gate_up)
+            qkv = linear(x, layer.qkv, self.gemm_impl, prefetch=layer.o_proj)
+            attended = attn.norm_rope_attend(i, qkv, positions, lm.num_q_heads, lm.num_kv_heads, lm.head_dim,
+                                             layer.q_norm, layer.k_norm, self.inv_freq, eps, impl, x=x, x_eps=eps)
+            add_linear_(x, attended.reshape(n, -1), layer.o_proj, self.gemm_impl, prefetch=layer.gate_up)
             add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl, prefetch=after)
         out, _ = add_rms_norm(x, None, self.talker.model.norm.weight, eps, impl)
         return out

@@ -412,3 +412,46 @@ def test_paged_decode_context_attends_as_the_torch_reference(graphed):
         torch.testing.assert_close(got[: len(seqs)], want, atol=1e-5, rtol=1e-5)
         used = sorted({p for s in seqs for p in s.pages})
         torch.testing.assert_close(kvs["ours"].layers[0][used], kvs["ref"].layers[0][used])
+
+
+@pytest.mark.parametrize("graphed", [False, True])
+def test_paged_decode_context_with_the_rotary_inside_equals_the_two_kernels(graphed, monkeypatch):
+    """PagedDecodeAttention.norm_rope_attend with VOXRT_PAGED_DECODE_ROPE=on (one kernel: norm, rotary, K/V write
+    and attention) against the same context with it off (kernels/rope.py's kernel, then the paged decode) and
+    against TorchAttention's reference ops, over two decode steps, a graph bucket's padding rows included."""
+    from voxrt.engine.runtime.attention import PagedDecodeAttention
+    from voxrt.engine.runtime.kernels.rope import rope_inv_freq
+
+    g = torch.Generator().manual_seed(9)
+    hq, hkv, d, ps = 4, 2, 32, 4
+    kvs = {name: KVCache(1, 24, ps, hkv, d, torch.device("cpu"), torch.float32) for name in ("ref", "off", "on")}
+    base = torch.randn(kvs["ref"].layers[0].shape, generator=g)
+    for kv in kvs.values():
+        kv.layers[0].copy_(base)
+    ctx = {name: PagedDecodeAttention(kvs[name], 6, 8, torch.device("cpu"), use_cuda_graph=graphed)
+           for name in ("off", "on")}
+    q_norm, k_norm = 1 + 0.1 * torch.randn(d, generator=g), 1 + 0.1 * torch.randn(d, generator=g)
+    inv_freq = rope_inv_freq(d, 10000.0, torch.device("cpu"))
+    for seqs in ([SeqSlice([3, 9, 1], 1, 10), SeqSlice([7], 1, 1), SeqSlice([2, 11, 5, 0], 1, 16)],
+                 [SeqSlice([3, 9, 1], 1, 11), SeqSlice([4, 6], 1, 5)]):
+        rows = 6 if graphed else len(seqs)
+        qkv = torch.randn(rows, (hq + 2 * hkv) * d, generator=g)
+        x = torch.randn(rows, 48, generator=g)
+        ref = TorchAttention(kvs["ref"], len(seqs), len(seqs), None, torch.device("cpu"))
+        ref.fill(seqs)
+        n = len(seqs)
+        want = ref.norm_rope_attend(0, qkv[:n], ref.positions, hq, hkv, d, q_norm, k_norm, inv_freq, 1e-6, "torch",
+                                    x=x[:n], x_eps=1e-6)
+        got = {}
+        for name, on in (("off", "off"), ("on", "on")):
+            monkeypatch.setenv("VOXRT_PAGED_DECODE_ROPE", on)
+            ctx[name].fill(seqs)
+            got[name] = ctx[name].norm_rope_attend(0, qkv, ctx[name].positions, hq, hkv, d, q_norm, k_norm, inv_freq,
+                                                   1e-6, "triton", x=x, x_eps=1e-6)
+        # (padding rows' outputs are discarded and may differ: with two kernels each reads the scratch slot that
+        # the last padding row wrote, with one each attends over its own new K/V)
+        torch.testing.assert_close(got["on"][:n], got["off"][:n], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got["on"][:n], want, atol=1e-5, rtol=1e-5)
+        used = sorted({p for s in seqs for p in s.pages})
+        torch.testing.assert_close(kvs["on"].layers[0], kvs["off"].layers[0], atol=0, rtol=0)
+        torch.testing.assert_close(kvs["on"].layers[0][used], kvs["ref"].layers[0][used], atol=1e-5, rtol=1e-5)

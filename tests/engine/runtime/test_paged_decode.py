@@ -95,3 +95,72 @@ def test_paged_decode_config_is_read_from_the_environment(monkeypatch):
         monkeypatch.setenv("VOXRT_PAGED_DECODE_CONFIG", bad)
         with pytest.raises(ValueError, match="VOXRT_PAGED_DECODE_CONFIG"):
             kernel_config()
+
+
+def _rope_case(lengths, hq, hkv, d, dtype, with_x, seed=11):
+    """A decode step: each sequence's new token is its last (page, offset); qkv rows of the packed projection."""
+    from voxrt.engine.runtime.kernels.rope import rope_inv_freq  # noqa: PLC0415
+
+    _, cache, indptr, indices, last = _case(lengths, hq=hq, hkv=hkv, d=d, dtype=dtype, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    b = len(lengths)
+    qkv = (torch.randn(b, (hq + 2 * hkv) * d, generator=g) * 3).to(dtype)
+    q_norm = (1 + 0.1 * torch.randn(d, generator=g)).to(dtype)
+    k_norm = (1 + 0.1 * torch.randn(d, generator=g)).to(dtype)
+    x = (torch.randn(b, 96, generator=g) * 2).to(dtype) if with_x else None
+    ps = cache.shape[2]
+    positions = torch.tensor([n - 1 for n in lengths], dtype=torch.int64)
+    page_idx = torch.tensor([int(indices[indptr[i] + (n - 1) // ps]) for i, n in enumerate(lengths)], dtype=torch.int64)
+    page_off = positions % ps
+    return dict(qkv=qkv, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, q_norm=q_norm, k_norm=k_norm,
+                inv_freq=rope_inv_freq(d, 10000.0, torch.device("cpu")), eps=1e-6, positions=positions,
+                page_idx=page_idx, page_off=page_off, cache=cache, indptr=indptr, indices=indices, last_len=last,
+                x=x, x_eps=1e-6)
+
+
+def _two_kernels(case, impl):
+    """What runs without the knob: kernels/rope.py's q/k norm + rotary + K/V write, then the paged decode."""
+    from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged  # noqa: PLC0415
+
+    c = case
+    q = qk_norm_rope_paged(c["qkv"], c["num_q_heads"], c["num_kv_heads"], c["head_dim"], c["q_norm"], c["k_norm"],
+                           c["inv_freq"], c["eps"], c["positions"], c["page_idx"], c["page_off"], c["cache"], impl,
+                           x=c["x"], x_eps=c["x_eps"])
+    return paged_decode_attention(q.to(c["cache"].dtype), c["cache"], c["indptr"], c["indices"], c["last_len"],
+                                  impl=impl)
+
+
+@pytest.mark.parametrize("dtype,with_x", [(torch.float32, True), (torch.bfloat16, True), (torch.bfloat16, False)])
+def test_paged_decode_with_the_rotary_equals_the_two_kernels(dtype, with_x):
+    """The paged decode kernel with the rotary kernel's work folded in (VOXRT_PAGED_DECODE_ROPE=on) against the
+    two kernels it replaces: the same K/V bits in the cache and the same output, for sequences of one token (a
+    graph bucket's padding row), within a page, at a round's edge and over several rounds. Its torch impl (the
+    two reference ops in turn) agrees within the dtype's rounding."""
+    from voxrt.engine.runtime.kernels.paged_decode import paged_decode_rope_attention  # noqa: PLC0415
+
+    lengths = [1, 7, 64, 65, 150]
+    cases = {name: _rope_case(lengths, hq=4, hkv=2, d=32, dtype=dtype, with_x=with_x) for name in ("two", "one", "torch")}
+    before = cases["one"]["cache"].clone()
+    want = _two_kernels(cases["two"], "triton")
+    got = paged_decode_rope_attention(**cases["one"], impl="triton")
+    assert got.shape == (len(lengths), 4, 32) and got.dtype == dtype
+    assert not torch.equal(cases["one"]["cache"], before)  # the new K/V were written
+    torch.testing.assert_close(cases["one"]["cache"], cases["two"]["cache"], atol=0, rtol=0)
+    torch.testing.assert_close(got.float(), want.float(), atol=1e-5, rtol=1e-5)
+    ref = paged_decode_rope_attention(**cases["torch"], impl="torch")
+    tol = dict(atol=4e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cases["torch"]["cache"].float(), cases["one"]["cache"].float(), **tol)
+    torch.testing.assert_close(ref.float(), got.float(), **tol)
+
+
+def test_paged_decode_with_the_rotary_at_the_talker_shape():
+    """16 query heads over 8 KV heads of 128 (the Qwen3-TTS talker) in bf16, a padding row of one token."""
+    from voxrt.engine.runtime.kernels.paged_decode import paged_decode_rope_attention  # noqa: PLC0415
+
+    lengths = [33, 1]
+    two = _rope_case(lengths, hq=16, hkv=8, d=128, dtype=torch.bfloat16, with_x=True, seed=3)
+    one = _rope_case(lengths, hq=16, hkv=8, d=128, dtype=torch.bfloat16, with_x=True, seed=3)
+    want = _two_kernels(two, "triton")
+    got = paged_decode_rope_attention(**one, impl="triton")
+    torch.testing.assert_close(one["cache"], two["cache"], atol=0, rtol=0)
+    torch.testing.assert_close(got.float(), want.float(), atol=1e-5, rtol=1e-5)

@@ -93,6 +93,24 @@ def _kernels():
     }
 
 
+def _plain_kernels():
+    """Kernels that launch without PDL (above PDL_AUTO_MAX_ROWS rows only): compiled here all the same, since the
+    interpreter never runs the compiler's passes. The talker's paged decode attention, alone and with the rotary
+    kernel's work folded in (VOXRT_PAGED_DECODE_ROPE=on), at the talker's shape."""
+    from voxrt.engine.runtime.kernels import paged_decode  # noqa: PLC0415
+
+    table = dict(indptr_ptr="*i32", indices_ptr="*i32", last_ptr="*i32")
+    consts = dict(PS=16, HQ=16, HKV=8, D=128, GR=16, BT=64, DOT_F32=False)
+    return {
+        "paged_decode": (paged_decode._paged_decode_kernel, dict(q_ptr=BF16, out_ptr=BF16, cache_ptr=BF16, **table),
+                         consts),
+        "paged_decode_rope": (paged_decode._paged_decode_rope_kernel,
+                              dict(qkv_ptr=BF16, out_ptr=BF16, cache_ptr=BF16, pos_ptr="*i64", page_ptr="*i64",
+                                   off_ptr="*i64", qw_ptr=BF16, kw_ptr=BF16, inv_freq_ptr="*fp32", x_ptr=BF16,
+                                   **table), dict(consts, HAS_X=True, BLOCK_X=2048)),
+    }
+
+
 def _split_k_facts(ptx: str) -> dict:
     """The split-K handshake as compiled: a barrier, then the counter's acquire-release atomic at GPU scope, then
     the partials read through the L2 (`.cg`: another SM wrote them; its L1 would not know)."""
@@ -118,6 +136,10 @@ def _facts() -> dict:
                          prefetches=ptx.count("prefetch.global.L2"), tensor_cores="wgmma" in ptx or "mma.sync" in ptx,
                          prefetch_before_wait="prefetch.global.L2" in before,
                          split_k=_split_k_facts(ptx) if consts.get("SPLIT_K", 1) > 1 else None)
+    for name, (fn, pointers, consts) in _plain_kernels().items():
+        ptx = _ptx(fn, pointers, consts)
+        out[name] = dict(tensor_cores="wgmma" in ptx or "mma.sync" in ptx, stores=ptx.count("st.global"),
+                         gdc="griddepcontrol" in ptx)
     return out
 
 
@@ -167,6 +189,16 @@ def test_the_split_k_handshake_compiles_as_the_kernel_says(facts):
     f = facts["skinny-splitk"]["split_k"]
     assert f["atom"] is not None and ".acq_rel" in f["atom"] and ".gpu" in f["atom"], f
     assert f["barrier_before"] and f["cg_loads_after"], f
+
+
+def test_the_paged_decode_kernels_compile_for_sm90_on_tensor_cores(facts):
+    """Both forms compile for sm90 (a form the interpreter passes can still fail the compiler: the sampler's
+    rounds16 did), their products on tensor cores, with no PDL instruction; the rotary form stores more (the
+    new K/V as well as the output)."""
+    plain, rope = facts["paged_decode"], facts["paged_decode_rope"]
+    assert plain["tensor_cores"] and rope["tensor_cores"], facts
+    assert not plain["gdc"] and not rope["gdc"], facts
+    assert rope["stores"] > plain["stores"] > 0, facts
 
 
 if __name__ == "__main__":

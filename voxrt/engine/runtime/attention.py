@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from voxrt.engine.runtime import knobs
-from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention
+from voxrt.engine.runtime.kernels.paged_decode import paged_decode_attention, paged_decode_rope_attention
+from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged
 from voxrt.engine.runtime.transfer import upload, upload_into
 
 DECODE_KERNELS = knobs.DECODE_KERNELS
@@ -199,6 +200,18 @@ class AttentionContext(abc.ABC):
         """q [N, Hq, D] over the cache whose K/V for this step's tokens are already written (a fused path writes
         them in its rotary kernel, at `page_idx` / `page_off`) -> [N, Hq, D]."""
         return self._attend(layer, q)
+
+    def norm_rope_attend(self, layer: int, qkv: torch.Tensor, positions: torch.Tensor, num_q_heads: int,
+                         num_kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
+                         inv_freq: torch.Tensor, eps: float, impl: str, x: torch.Tensor | None = None,
+                         x_eps: float = 1e-6) -> torch.Tensor:
+        """A Qwen3 attention from its packed projection: qkv [N, (Hq + 2 Hkv) * D] at `positions` [>= N] ->
+        [N, Hq, D]. Per-head q/k RMSNorm, rotary and the K/V write at `page_idx` / `page_off` (kernels/rope.py, v
+        scaled by rstd(x) where the input norm is folded into the projection), then `attend`; a backend may do it
+        all in one kernel."""
+        q = qk_norm_rope_paged(qkv, num_q_heads, num_kv_heads, head_dim, q_norm, k_norm, inv_freq, eps, positions,
+                               self.page_idx, self.page_off, self.kv.layers[layer], impl, x=x, x_eps=x_eps)
+        return self.attend(layer, q)
 
     @abc.abstractmethod
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor: ...
@@ -403,6 +416,19 @@ class PagedDecodeAttention(AttentionContext):
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         return paged_decode_attention(q.to(self.dtype).contiguous(), self.kv.layers[layer], *self._views,
                                       impl=self.impl)
+
+    def norm_rope_attend(self, layer: int, qkv: torch.Tensor, positions: torch.Tensor, num_q_heads: int,
+                         num_kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
+                         inv_freq: torch.Tensor, eps: float, impl: str, x: torch.Tensor | None = None,
+                         x_eps: float = 1e-6) -> torch.Tensor:
+        """With `VOXRT_PAGED_DECODE_ROPE=on` (read when called: a graph keeps its capture's choice) and the
+        kernels' impl, the rotary kernel's work runs inside the paged decode kernel: one launch a layer."""
+        if impl != "triton" or self.impl != "triton" or not knobs.paged_decode_rope():
+            return super().norm_rope_attend(layer, qkv, positions, num_q_heads, num_kv_heads, head_dim, q_norm,
+                                            k_norm, inv_freq, eps, impl, x=x, x_eps=x_eps)
+        return paged_decode_rope_attention(qkv, num_q_heads, num_kv_heads, head_dim, q_norm, k_norm, inv_freq, eps,
+                                           positions, self.page_idx, self.page_off, self.kv.layers[layer],
+                                           *self._views, impl="triton", x=x, x_eps=x_eps)
 
 
 def csr_page_table(seqs: Sequence[SeqSlice], kv: KVCache, pad_to: int = 0) -> tuple[list, list, list, list]:

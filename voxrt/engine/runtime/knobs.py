@@ -11,6 +11,9 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   more, 4 below; kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
+- `VOXRT_PAGED_DECODE_ROPE`: `off` (default) or `on`: where the paged decode kernel runs (above 8 rows), the
+  talker's q/k norm, rotary and K/V write inside it instead of in a kernel before it (kernels/paged_decode.py:
+  28 launches fewer a frame). Not yet measured on a GPU, so off.
 - `VOXRT_CODEC_CHANNELS_LAST`: `on` (default) or `off`: the Qwen3-TTS codec's decoder blocks on channels-last
   activations ([B, T, C] memory: cuDNN's native layout, no conversions; products over the samples' rows). On an
   H100 a 25-frame chunk at batch 32 took 20.84 ms against 23.45 (bench/results/2026-12-06-h100-codec-cl/).
@@ -42,6 +45,7 @@ BLAS_SM_TARGETS = ("off", "lanes")
 CODEC_CONV_MODES = ("off", "timed", "all")
 CODEC_CHANNELS_LAST_MODES = ("on", "off")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
+PAGED_DECODE_ROPE_MODES = ("off", "on")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -124,6 +128,11 @@ def decode_attention() -> str:
     return kernel
 
 
+def paged_decode_rope() -> bool:
+    """`VOXRT_PAGED_DECODE_ROPE`: `off` (the default) or `on` (runtime/attention.py, PagedDecodeAttention)."""
+    return _mode_knob("VOXRT_PAGED_DECODE_ROPE", PAGED_DECODE_ROPE_MODES) == "on"
+
+
 def _mode_knob(name: str, modes: tuple[str, ...]) -> str:
     """An environment knob whose first mode is its default (unset, empty), `off` also spelled 0, no, false;
     ValueError naming the modes for anything else not among them."""
@@ -166,6 +175,7 @@ def check_env() -> None:
     sampler_search()
     sampler_warps()
     paged_decode_config()
+    paged_decode_rope()
     blas_sm_target()
     codec_conv()
     codec_channels_last()

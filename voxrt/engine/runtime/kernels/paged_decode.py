@@ -16,6 +16,14 @@ engine runs this kernel at: 11.27 against 12.25 us at 64 rows (the fastest there
 (32,2,2 took 29.81 at 128 but 12.94 at 64). Not yet measured in the H200's frame (VOXRT_PAGED_DECODE_CONFIG=64,4
 gives the earlier config back).
 
+`paged_decode_rope_attention` (`VOXRT_PAGED_DECODE_ROPE=on`, runtime/attention.py) is the same kernel with
+kernels/rope.py's work folded in: from the packed q/k/v projection row, each program norms and rotates its
+group's query heads and its key head (per-head RMSNorm, rounded, rotate-half rotary, rounded: rope.py's rule),
+writes the new K and V (v scaled by the row's rstd where the input norm is folded into the projection) at the
+token's (page, offset), attends over the sequence's earlier tokens from the cache, and adds the new token from
+registers, so it never reads what it has just written. One launch a layer instead of two (28 a talker step);
+the same K/V bits and output as the two kernels in the interpreter. Off by default until a GPU measures it.
+
 The cache is FlashInfer's NHD layout, `[pages + 1, 2, page_size, kv_heads, head_dim]`; a sequence is its page
 indices `indices[indptr[b]:indptr[b + 1]]` and the fill of its last page `last_len[b]` (FlashInfer's CSR
 form), so the attention context uploads the same arrays it would plan FlashInfer with.
@@ -28,7 +36,9 @@ import math
 import torch
 
 from voxrt.engine.runtime import knobs
-from voxrt.engine.runtime.kernels import check_impl, interpreting, triton_available
+from voxrt.engine.runtime.kernels import check_impl, interpreting, next_pow2, triton_available
+from voxrt.engine.runtime.kernels.norm import _rows
+from voxrt.engine.runtime.kernels.rope import qk_norm_rope_paged
 
 BLOCK_T = 64  # tokens a round: 4 pages of 16
 DEFAULT_CONFIG = (BLOCK_T, 2, 3)  # tokens a round, warps, stages: the H100 sweep's (module docstring)
@@ -50,6 +60,8 @@ def kernel_config(block_t: int | None = None, num_warps: int | None = None,
 if triton_available():
     import triton
     import triton.language as tl
+
+    from voxrt.engine.runtime.kernels.norm import row_rstd
 
     @triton.jit
     def _paged_decode_kernel(q_ptr, out_ptr, cache_ptr, indptr_ptr, indices_ptr, last_ptr, scale,
@@ -93,6 +105,105 @@ if triton_available():
         tl.store(out_ptr + (b * HQ + kh * G + rows)[:, None] * D + dcols[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=qmask[:, None])
 
+    @triton.jit
+    def _paged_decode_rope_kernel(qkv_ptr, qkv_stride, out_ptr, cache_ptr, indptr_ptr, indices_ptr, last_ptr,
+                                  pos_ptr, page_ptr, off_ptr, qw_ptr, kw_ptr, inv_freq_ptr, eps, scale,
+                                  s_page, s_kv, s_slot, s_head, x_ptr, x_stride, n_x, x_eps, PS: tl.constexpr,
+                                  HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, GR: tl.constexpr,
+                                  BT: tl.constexpr, DOT_F32: tl.constexpr, HAS_X: tl.constexpr,
+                                  BLOCK_X: tl.constexpr):
+        """`_paged_decode_kernel` with the rotary kernel's work (kernels/rope.py) folded in: the program of
+        (sequence b, KV head kh) norms and rotates its group's query heads and its key head from the packed
+        projection row, writes the new K/V at (page_ptr[b], off_ptr[b]), attends over the sequence's earlier
+        tokens from the cache and over the new one from registers (no read of what it has just written)."""
+        b = tl.program_id(0)
+        kh = tl.program_id(1)
+        G: tl.constexpr = HQ // HKV
+        HALF: tl.constexpr = D // 2
+        dt = qkv_ptr.dtype.element_ty
+        rows = tl.arange(0, GR)
+        hcols = tl.arange(0, HALF)
+        dcols = tl.arange(0, D)
+        tcols = tl.arange(0, BT)
+        qmask = rows < G
+        inv_freq = tl.load(inv_freq_ptr + hcols)
+        pos = tl.load(pos_ptr + b)
+        freq = pos.to(tl.float32) * inv_freq
+        cv = tl.cos(freq).to(dt).to(tl.float32)  # cos / sin rounded to the activations' dtype, as transformers does
+        sv = tl.sin(freq).to(dt).to(tl.float32)
+        c = cv[None, :]
+        sn = sv[None, :]
+        row = qkv_ptr + b * qkv_stride
+        # the group's query heads: per-head RMSNorm, rounded, rotated in float32, rounded (as kernels/rope.py)
+        qbase = row + (kh * G + rows)[:, None] * D
+        x1 = tl.load(qbase + hcols[None, :], mask=qmask[:, None], other=0.0).to(tl.float32)  # [GR, HALF]
+        x2 = tl.load(qbase + HALF + hcols[None, :], mask=qmask[:, None], other=0.0).to(tl.float32)
+        qrstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)[:, None]
+        n1 = (x1 * qrstd * tl.load(qw_ptr + hcols).to(tl.float32)[None, :]).to(dt).to(tl.float32)
+        n2 = (x2 * qrstd * tl.load(qw_ptr + HALF + hcols).to(tl.float32)[None, :]).to(dt).to(tl.float32)
+        q1 = (n1 * c - n2 * sn).to(dt)
+        q2 = (n2 * c + n1 * sn).to(dt)
+        # the new key (the same rule) and value (scaled by the row's rstd where the input norm is folded)
+        kbase = row + (HQ + kh) * D
+        y1 = tl.load(kbase + hcols).to(tl.float32)
+        y2 = tl.load(kbase + HALF + hcols).to(tl.float32)
+        krstd = 1.0 / tl.sqrt((tl.sum(y1 * y1, axis=0) + tl.sum(y2 * y2, axis=0)) / D + eps)
+        m1 = (y1 * krstd * tl.load(kw_ptr + hcols).to(tl.float32)).to(dt).to(tl.float32)
+        m2 = (y2 * krstd * tl.load(kw_ptr + HALF + hcols).to(tl.float32)).to(dt).to(tl.float32)
+        cdt = cache_ptr.dtype.element_ty
+        k1 = (m1 * cv - m2 * sv).to(cdt)
+        k2 = (m2 * cv + m1 * sv).to(cdt)
+        v_new = tl.load(row + (HQ + HKV) * D + kh * D + dcols)
+        if HAS_X:
+            v_new = v_new.to(tl.float32) * row_rstd(x_ptr + b * x_stride, n_x, x_eps, BLOCK_X)
+        v_new = v_new.to(cdt)
+        dst = cache_ptr + tl.load(page_ptr + b) * s_page + tl.load(off_ptr + b) * s_slot + kh * s_head
+        tl.store(dst + hcols, k1)
+        tl.store(dst + HALF + hcols, k2)
+        tl.store(dst + s_kv + dcols, v_new)
+        q1 = q1.to(cdt)
+        q2 = q2.to(cdt)
+        if DOT_F32:
+            q1 = q1.to(tl.float32)
+            q2 = q2.to(tl.float32)
+        start = tl.load(indptr_ptr + b)
+        num_pages = tl.load(indptr_ptr + b + 1) - start
+        earlier = (num_pages - 1) * PS + tl.load(last_ptr + b) - 1  # the tokens before the new one
+        m = tl.full((GR,), float("-inf"), tl.float32)
+        l = tl.zeros((GR,), tl.float32)
+        acc = tl.zeros((GR, D), tl.float32)
+        for t0 in range(0, earlier, BT):
+            t = t0 + tcols
+            valid = t < earlier
+            page = tl.load(indices_ptr + start + t // PS, mask=valid, other=0).to(tl.int64)
+            base = cache_ptr + page * s_page + (t % PS) * s_slot + kh * s_head  # [BT]
+            ka = tl.load(base[:, None] + hcols[None, :], mask=valid[:, None], other=0.0)  # [BT, HALF]
+            kb = tl.load(base[:, None] + HALF + hcols[None, :], mask=valid[:, None], other=0.0)
+            v = tl.load(base[:, None] + s_kv + dcols[None, :], mask=valid[:, None], other=0.0)  # [BT, D]
+            if DOT_F32:
+                ka = ka.to(tl.float32)
+                kb = kb.to(tl.float32)
+                v = v.to(tl.float32)
+            s = (tl.dot(q1, tl.trans(ka)) + tl.dot(q2, tl.trans(kb))) * scale  # [GR, BT] float32
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l = l * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        # the new token, from registers
+        s_last = (tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
+                  + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)) * scale  # [GR]
+        m_new = tl.maximum(m, s_last)
+        alpha = tl.exp(m - m_new)
+        p_last = tl.exp(s_last - m_new)
+        l = l * alpha + p_last
+        acc = acc * alpha[:, None] + p_last[:, None] * v_new.to(tl.float32)[None, :]
+        out = acc / l[:, None]
+        tl.store(out_ptr + (b * HQ + kh * G + rows)[:, None] * D + dcols[None, :], out.to(out_ptr.dtype.element_ty),
+                 mask=qmask[:, None])
+
 
 def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
                            last_len: torch.Tensor, impl: str = "torch", block_t: int | None = None,
@@ -123,4 +234,35 @@ def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, indptr: torch.T
         cache.stride(3), PS=ps, HQ=hq, HKV=hkv, D=d, GR=GROUP_ROWS, BT=bt,
         DOT_F32=interpreting() or cache.dtype == torch.float32, num_warps=warps,
         **({} if stages is None else {"num_stages": stages}))
+    return out
+
+
+def paged_decode_rope_attention(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                                q_norm: torch.Tensor, k_norm: torch.Tensor, inv_freq: torch.Tensor, eps: float,
+                                positions: torch.Tensor, page_idx: torch.Tensor, page_off: torch.Tensor,
+                                cache: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+                                last_len: torch.Tensor, impl: str = "torch", x: torch.Tensor | None = None,
+                                x_eps: float = 1e-6) -> torch.Tensor:
+    """kernels/rope.py's `qk_norm_rope_paged` (q/k norm, rotary, the K/V write at `page_idx` / `page_off`) then
+    `paged_decode_attention`, for a decode step (one new token a sequence, the last of its pages' tokens), in one
+    launch: qkv [B, (Hq + 2 Hkv) * D] -> [B, Hq, D]. The torch impl runs the two in turn (the reference)."""
+    check_impl(impl)
+    if impl == "torch":
+        q = qk_norm_rope_paged(qkv, num_q_heads, num_kv_heads, head_dim, q_norm, k_norm, inv_freq, eps, positions,
+                               page_idx, page_off, cache, "torch", x=x, x_eps=x_eps)
+        return paged_decode_attention(q.to(cache.dtype), cache, indptr, indices, last_len, impl="torch")
+    bsz = qkv.shape[0]
+    hq, hkv, d = num_q_heads, num_kv_heads, head_dim
+    _, _, ps, cache_hkv, cache_d = cache.shape
+    assert (cache_hkv, cache_d) == (hkv, d) and qkv.shape[1] == (hq + 2 * hkv) * d, (qkv.shape, cache.shape)
+    assert qkv.stride(-1) == 1 and cache.is_contiguous() and hq // hkv <= GROUP_ROWS and d % 32 == 0
+    bt, warps, stages = kernel_config()
+    out = torch.empty(bsz, hq, d, dtype=cache.dtype, device=qkv.device)
+    x2 = _rows(x) if x is not None else qkv
+    _paged_decode_rope_kernel[(bsz, hkv)](
+        qkv, qkv.stride(0), out, cache, indptr, indices, last_len, positions, page_idx, page_off, q_norm, k_norm,
+        inv_freq, eps, 1.0 / math.sqrt(d), cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
+        x2, x2.stride(0), x2.shape[-1], x_eps, PS=ps, HQ=hq, HKV=hkv, D=d, GR=GROUP_ROWS, BT=bt,
+        DOT_F32=interpreting() or cache.dtype == torch.float32, HAS_X=x is not None,
+        BLOCK_X=next_pow2(x2.shape[-1]), num_warps=warps, **({} if stages is None else {"num_stages": stages}))
     return out
