@@ -114,6 +114,7 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
     core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=checkpoint, device="cuda", frame_path=frame_path,
                                    max_batch_size=max(batches), max_seq_len=2048, lanes=lanes), program=program)
     core.warmup()
+    from voxrt.engine.runtime import knobs  # noqa: PLC0415
     from voxrt.engine.runtime.kernels import PDL_AUTO_MAX_ROWS, pdl_mode  # noqa: PLC0415
 
     # PDL at one row and above PDL_AUTO_MAX_ROWS (VOXRT_PDL=auto turns it on for the small batches only)
@@ -122,11 +123,11 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
                pdl=frame_path == "fused" and pdl_by_rows["1"], pdl_rows=pdl_by_rows if frame_path == "fused" else {},
                l2_prefetch=frame_path == "fused" and l2_prefetch_enabled(cuda),
                skinny=frame_path == "fused" and skinny_enabled(cuda), decode_attention=decode_kernel(),
-               lanes=core.info.lanes)
+               paged_decode_rope=knobs.paged_decode_rope(), lanes=core.info.lanes)
     print(path, "lanes:", core.info.lanes, flush=True)
     print(path, "PDL", out["pdl_mode"], out["pdl_rows"], "L2 prefetch", "on" if out["l2_prefetch"] else "off",
           "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", "decode attention",
-          out["decode_attention"], flush=True)
+          out["decode_attention"], "rotary in the paged decode", "on" if out["paged_decode_rope"] else "off", flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor
     talker_bytes = weight_bytes(program.talker) - weight_bytes(pred)

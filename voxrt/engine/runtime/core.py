@@ -41,7 +41,7 @@ from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
 from voxrt.engine.sched.sm_modes import AdaptiveSmMode, SmModeSignals
 from voxrt.gcpause import GcPauses
-from voxrt.engine.runtime import cublas
+from voxrt.engine.runtime import cublas, knobs
 from voxrt.models.registry import build_program
 
 log = logging.getLogger("voxrt.engine")
@@ -190,6 +190,8 @@ class EngineCore:
             if any(targets.values()):
                 log.info("cuBLAS kernels chosen for each lane's SMs (VOXRT_BLAS_SM_TARGET=lanes): %s",
                          ", ".join(f"{lane} {count}" for lane, count in targets.items()))
+            if knobs.paged_decode_rope():
+                log.info("the talker's rotary runs inside the paged decode kernel (VOXRT_PAGED_DECODE_ROPE=on)")
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,
