@@ -13,8 +13,9 @@ capture; default 64,2,3) sets the tokens a round, the warps and the software pip
 the sweep's (bench/gpu_kernels.py `--only paged` on an H100, bench/results/2026-12-05-h100/tune/kernels.json, KV
 context 128) one config faster than the earlier 64 tokens / 4 warps / Triton's stages at both row counts the
 engine runs this kernel at: 11.27 against 12.25 us at 64 rows (the fastest there), 31.79 against 33.45 at 128
-(32,2,2 took 29.81 at 128 but 12.94 at 64). Not yet measured in the H200's frame (VOXRT_PAGED_DECODE_CONFIG=64,4
-gives the earlier config back).
+(32,2,2 took 29.81 at 128 but 12.94 at 64). In an H100's frame: 17.3 against 18.3 us a layer at 64 rows, 31.9
+against 33.4 at 128 (bench/results/2026-12-07-h100-kernel-defaults/); not yet measured in the H200's
+(VOXRT_PAGED_DECODE_CONFIG=64,4 gives the earlier config back).
 
 `paged_decode_rope_attention` (`VOXRT_PAGED_DECODE_ROPE=on`, runtime/attention.py) is the same kernel with
 kernels/rope.py's work folded in: from the packed q/k/v projection row, each program norms and rotates its
