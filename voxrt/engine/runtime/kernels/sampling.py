@@ -66,7 +66,7 @@ def default_warps(vocab: int) -> int:
     tune/kernels.json, a top-k-50 radix draw): vocabulary 2048, 8 warps 8.17 / 8.39 us at 1 / 64 rows against 4's
     9.52 / 10.03; temperature alone 3.25 / 3.47 against 3.96 / 4.15; vocabulary 3072 8 warps as before (11.95 /
     12.2 against 4's 16.44 / 17.22). The code predictor draws 15 codes of its 2048 a frame. In an H100's frame: ~10
-    against ~15.2 us a draw at 64 and 128 rows, the frame 0.05-0.08 ms shorter (bench/results/
+    against ~15.2 us a draw at 64 and 128 rows, the frame 0.07-0.09 ms shorter (bench/results/
     2026-12-07-h100-kernel-defaults/); not yet measured in the H200's."""
     return knobs.sampler_warps() or (8 if vocab >= 2048 else 4)
 
