@@ -65,6 +65,22 @@ if triton_available():
     from voxrt.engine.runtime.kernels.norm import row_rstd
 
     @triton.jit
+    def _round_rows(cache_ptr, indices_ptr, start, t, valid, kh, s_page, s_slot, s_head, PS: tl.constexpr):
+        """The cache addresses of KV head kh at the sequence's tokens t (a round's [BT]), its pages from the CSR
+        table at `start`."""
+        page = tl.load(indices_ptr + start + t // PS, mask=valid, other=0).to(tl.int64)
+        return cache_ptr + page * s_page + (t % PS) * s_slot + kh * s_head
+
+    @triton.jit
+    def _online_softmax(m, l, acc, s, v):
+        """One round of the online softmax: the running max m and sum l [GR], the output acc [GR, D], the round's
+        scores s [GR, BT] (float32, -inf where masked) and values v [BT, D] -> m, l, acc."""
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        return m_new, l * alpha + tl.sum(p, axis=1), acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+
+    @triton.jit
     def _paged_decode_kernel(q_ptr, out_ptr, cache_ptr, indptr_ptr, indices_ptr, last_ptr, scale,
                              s_page, s_kv, s_slot, s_head, PS: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
                              D: tl.constexpr, GR: tl.constexpr, BT: tl.constexpr, DOT_F32: tl.constexpr):
@@ -87,21 +103,14 @@ if triton_available():
         for t0 in range(0, seq_len, BT):
             t = t0 + tcols
             valid = t < seq_len
-            page = tl.load(indices_ptr + start + t // PS, mask=valid, other=0).to(tl.int64)
-            base = cache_ptr + page * s_page + (t % PS) * s_slot + kh * s_head  # [BT]
+            base = _round_rows(cache_ptr, indices_ptr, start, t, valid, kh, s_page, s_slot, s_head, PS)  # [BT]
             k = tl.load(base[:, None] + dcols[None, :], mask=valid[:, None], other=0.0)  # [BT, D]
             v = tl.load(base[:, None] + s_kv + dcols[None, :], mask=valid[:, None], other=0.0)
             if DOT_F32:  # float32 caches, and Triton's interpreter (its bf16 products are not usable)
                 k = k.to(tl.float32)
                 v = v.to(tl.float32)
-            s = tl.dot(q, tl.trans(k)) * scale  # [GR, BT] float32
-            s = tl.where(valid[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m = m_new
+            s = tl.where(valid[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))  # [GR, BT] float32
+            m, l, acc = _online_softmax(m, l, acc, s, v)
         out = acc / l[:, None]
         tl.store(out_ptr + (b * HQ + kh * G + rows)[:, None] * D + dcols[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=qmask[:, None])
@@ -176,8 +185,7 @@ if triton_available():
         for t0 in range(0, earlier, BT):
             t = t0 + tcols
             valid = t < earlier
-            page = tl.load(indices_ptr + start + t // PS, mask=valid, other=0).to(tl.int64)
-            base = cache_ptr + page * s_page + (t % PS) * s_slot + kh * s_head  # [BT]
+            base = _round_rows(cache_ptr, indices_ptr, start, t, valid, kh, s_page, s_slot, s_head, PS)  # [BT]
             ka = tl.load(base[:, None] + hcols[None, :], mask=valid[:, None], other=0.0)  # [BT, HALF]
             kb = tl.load(base[:, None] + HALF + hcols[None, :], mask=valid[:, None], other=0.0)
             v = tl.load(base[:, None] + s_kv + dcols[None, :], mask=valid[:, None], other=0.0)  # [BT, D]
@@ -186,13 +194,7 @@ if triton_available():
                 kb = kb.to(tl.float32)
                 v = v.to(tl.float32)
             s = (tl.dot(q1, tl.trans(ka)) + tl.dot(q2, tl.trans(kb))) * scale  # [GR, BT] float32
-            s = tl.where(valid[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m = m_new
+            m, l, acc = _online_softmax(m, l, acc, tl.where(valid[None, :], s, float("-inf")), v)
         # the new token, from registers
         s_last = (tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
                   + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)) * scale  # [GR]
