@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
 from voxrt.engine.runtime.kernels.gemv import add_gated_mlp_, add_linear_, linear
 from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch
@@ -110,6 +111,10 @@ class FusedTalker:
             self.step_tables = torch.stack([proj(emb[i].weight) for i in range(self.num_code_groups - 2)]).contiguous()
             norm_w = talker.code_predictor.model.norm.weight
             self.heads = torch.stack([fold_norm([h.weight], norm_w) for h in talker.code_predictor.lm_head])  # [K-1, V, Hp]
+            # VOXRT_PREDICTOR_QKV_TABLE=on: layer 0's q/k/v of steps >= 1 looked up, not computed (their input is
+            # a table row, and layer 0's input norm is folded into its projection, its rstd applied after)
+            self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
+                                    .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]
 
     def _text_table(self) -> torch.Tensor:
         """text_projection(text_embedding(id)) for every text id, in the activation dtype."""
@@ -122,6 +127,7 @@ class FusedTalker:
     def num_extra_bytes(self) -> int:
         """Memory the fused path adds beside the released weights: tables, folded projections and heads."""
         tensors = [self.text_table, self.frame_table, self.code0_table, self.step_tables, self.heads]
+        tensors += [self.step_qkv_tables] if self.step_qkv_tables is not None else []
         tensors += [t for layer in self.layers + self.pred_layers for t in (layer.qkv, layer.gate_up)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -176,13 +182,21 @@ class FusedTalker:
         x = torch.stack([cp.small_to_mtp_projection(hidden), F.embedding(code0, self.code0_table)], dim=1)
         x = x.view(bsz * 2, -1)  # the residual stream; step 0: two tokens per row (positions 0, 1), then one
         inputs = [torch.empty(bsz, x.shape[1], dtype=dtype, device=dev) for _ in range(2)]  # the sampler writes one
+        qkv_tables = self.step_qkv_tables
+        qkv_inputs = ([torch.empty(bsz, qkv_tables.shape[2], dtype=dtype, device=dev) for _ in range(2)]
+                      if qkv_tables is not None else None)  # ... and, with the table, layer 0's q/k/v beside it
+        qkv0 = None  # layer 0's q/k/v of this step when looked up (steps >= 1 with the table)
         start, t = 0, 2
         for step in range(k - 1):
             for j, (layer, (k_cache, v_cache)) in enumerate(zip(self.pred_layers, caches)):
                 after = self.pred_layers[j + 1].qkv if j + 1 < len(self.pred_layers) else self.heads[step]
-                out = depth_attention(linear(x, layer.qkv, self.gemm_impl, prefetch=layer.o_proj), pred.num_q_heads,
-                                      pred.num_kv_heads, pred.head_dim, layer.q_norm, layer.k_norm, self.pred_inv_freq,
-                                      eps, k_cache, v_cache, start, t, impl, x=x, x_eps=eps)
+                if j == 0 and qkv0 is not None:
+                    qkv = qkv0
+                else:
+                    qkv = linear(x, layer.qkv, self.gemm_impl, prefetch=layer.o_proj)
+                out = depth_attention(qkv, pred.num_q_heads, pred.num_kv_heads, pred.head_dim, layer.q_norm,
+                                      layer.k_norm, self.pred_inv_freq, eps, k_cache, v_cache, start, t, impl, x=x,
+                                      x_eps=eps)
                 add_linear_(x, out, layer.o_proj, self.gemm_impl, prefetch=layer.gate_up)
                 add_gated_mlp_(x, layer.gate_up, layer.down, eps, self.gemm_impl, impl, prefetch=after)
             last = x[t - 1 :: t]  # each row's last token
@@ -192,10 +206,14 @@ class FusedTalker:
                 record_logits.append((logits.float() * rstd_torch(last, eps)))
             has_next = step + 2 < k
             next_x = inputs[step % 2]
+            look_up = has_next and qkv_tables is not None
             sample_codes(logits, uniform[:, step], sampling.temperature, sampling.top_k, sampling.top_p,
                          sampling.greedy, codes[:, step + 1], next_table=self.step_tables[step] if has_next else None,
-                         next_out=next_x if has_next else None, impl=impl, x=last, x_eps=eps)
+                         next_out=next_x if has_next else None, impl=impl, x=last, x_eps=eps,
+                         next2_table=qkv_tables[step] if look_up else None,
+                         next2_out=qkv_inputs[step % 2] if look_up else None)
             x = next_x
+            qkv0 = qkv_inputs[step % 2] if look_up else None
             start += t
             t = 1
         return codes

@@ -54,8 +54,10 @@ def _kernels():
     skinny_consts = dict(RESIDUAL=True, RSTD=False, SILU=False, BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, DOT_F32=False,
                          PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, SPLIT_K=1, OWN_LINES=2, OWN_LINE_ELEMS=64)
     sample_ptrs = dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
-                       greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16)
-    sample_consts = dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024)
+                       greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16,
+                       table2_ptr=BF16, next2_ptr=BF16)
+    sample_consts = dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024,
+                         HAS_NEXT2=False)
     return {
         "gemv": (gemv._gemv_kernel, gemv_ptrs, gemv_consts, True),
         "gemv-silu": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "SILU": True}, True),
@@ -90,6 +92,10 @@ def _kernels():
                                           ("sample-sort", "sort", False), ("sample-rounds16", "rounds16", False),
                                           ("sample-rounds16-mask", "rounds16", True), ("sample-radix", "radix", False),
                                           ("sample-radix-mask", "radix", True))},
+        # the code predictor's draw that also gathers the next layer-0 q/k/v row (VOXRT_PREDICTOR_QKV_TABLE=on)
+        "sample-radix-next2": (sampling._sample_kernel, sample_ptrs,
+                               {**sample_consts, "HAS_SUPPRESS": False, "KEY16": True, "RADIX": True, "SORT": False,
+                                "HAS_NEXT2": True}, False),
     }
 
 

@@ -170,3 +170,67 @@ def test_the_split_k_tensor_core_products_equal_the_reference_path_above_four_ro
     assert torch.equal(codes_fused, codes_ref)
     for a, b in zip(logits_fused, logits_ref):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
+    """VOXRT_PREDICTOR_QKV_TABLE=on: layer 0's q/k/v of predictor steps 1-14 gathered by the sampler from a table
+    built at load (each code's input row through layer 0's packed projection) instead of a product a step. The
+    same greedy codes and logits as the reference modules, with the torch kernels and with the Triton ones
+    (the sampler's second gather, in Triton's interpreter); the table is counted in the fused path's memory."""
+    from voxrt.models.qwen3_tts import fused as fused_module  # noqa: PLC0415
+
+    reference = load_program(cached_checkpoint(seed=0).directory)
+    monkeypatch.setenv("VOXRT_PREDICTOR_QKV_TABLE", "on")
+    programs = {impl: fused_program(impl, gemm_impl="torch") for impl in ("torch", "triton")}
+    monkeypatch.delenv("VOXRT_PREDICTOR_QKV_TABLE")
+    plain = fused_program("torch")
+    assert plain.fused.step_qkv_tables is None
+    rows = 6
+    hidden = torch.randn(rows, reference.cfg.talker.lm.hidden_size, generator=torch.Generator().manual_seed(7))
+    code0 = torch.tensor([3, 17, 40, 1, 9, 60])
+    sampling = SamplingTensors.empty(rows, CPU)  # greedy rows
+    with torch.inference_mode():
+        logits_ref = []
+        cp = reference.talker.code_predictor
+        codes_ref = cp.generate(hidden, reference.talker.model.codec_embedding(code0), code0, sampling, logits_ref)
+        for impl, program in programs.items():
+            fused = program.fused
+            table = fused.step_qkv_tables
+            k = fused.num_code_groups
+            assert table is not None and table.shape == (k - 2, fused.step_tables.shape[1], fused.pred_layers[0].qkv.shape[0])
+            assert fused.num_extra_bytes == plain.fused.num_extra_bytes + table.numel() * table.element_size()
+            logits, layer0 = [], []
+            real = fused_module.linear
+            monkeypatch.setattr(fused_module, "linear", lambda x, w, *a, **kw: (
+                layer0.append(x.shape[0]) if w is fused.pred_layers[0].qkv else None, real(x, w, *a, **kw))[1])
+            codes = fused.generate_depth(hidden, code0, sampling, logits)
+            monkeypatch.setattr(fused_module, "linear", real)
+            assert layer0 == [2 * rows], layer0  # the product at step 0 (two tokens a row) only: 14 looked up
+            assert torch.equal(codes, codes_ref), impl
+            for ours, theirs in zip(logits, logits_ref):
+                torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_the_sampler_gathers_a_second_row():
+    """kernels/sampling.py's next2_table (the predictor's layer-0 q/k/v row beside its input row): the Triton
+    kernel in the interpreter writes the chosen code's rows of both tables, as the torch rule does."""
+    from voxrt.engine.runtime.kernels.sampling import sample_codes  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(4)
+    rows, vocab = 5, 64
+    logits = torch.randn(rows, vocab, generator=g)
+    uniform = torch.rand(rows, vocab, generator=g)
+    temperature, top_p = torch.full((rows,), 0.8), torch.full((rows,), 0.9)
+    top_k, greedy = torch.full((rows,), 10, dtype=torch.int64), torch.tensor([True, False, True, False, False])
+    table, table2 = torch.randn(vocab, 24, generator=g), torch.randn(vocab, 1500, generator=g)  # 1500: two rounds
+    outs = {}
+    for impl in ("torch", "triton"):
+        codes = torch.empty(rows, dtype=torch.int64)
+        nxt, nxt2 = torch.empty(rows, 24), torch.empty(rows, 1500)
+        sample_codes(logits, uniform, temperature, top_k, top_p, greedy, codes, next_table=table, next_out=nxt,
+                     impl=impl, next2_table=table2, next2_out=nxt2)
+        outs[impl] = (codes, nxt, nxt2)
+    assert torch.equal(outs["torch"][0], outs["triton"][0])
+    codes = outs["triton"][0]
+    assert torch.equal(outs["triton"][1], table[codes]) and torch.equal(outs["triton"][2], table2[codes])
+    assert torch.equal(outs["torch"][2], table2[codes])

@@ -192,6 +192,8 @@ class EngineCore:
                          ", ".join(f"{lane} {count}" for lane, count in targets.items()))
             if knobs.paged_decode_rope():
                 log.info("the talker's rotary runs inside the paged decode kernel (VOXRT_PAGED_DECODE_ROPE=on)")
+            if knobs.predictor_qkv_table():
+                log.info("the code predictor's layer-0 q/k/v of steps >= 1 come from a table (VOXRT_PREDICTOR_QKV_TABLE=on)")
         self.runner = ModelRunner(program, RunnerConfig(
             device=device, dtype=dtype, attention_backend=backend, use_cuda_graphs=config.use_cuda_graphs,
             num_pages=num_pages, page_size=config.page_size, num_slots=num_slots,

@@ -14,6 +14,10 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
 - `VOXRT_PAGED_DECODE_ROPE`: `off` (default) or `on`: where the paged decode kernel runs (above 8 rows), the
   talker's q/k norm, rotary and K/V write inside it instead of in a kernel before it (kernels/paged_decode.py:
   28 launches fewer a frame). Not yet measured on a GPU, so off.
+- `VOXRT_PREDICTOR_QKV_TABLE`: `off` (default) or `on`: the Qwen3-TTS code predictor's layer-0 q/k/v of steps
+  1-14 as a table lookup (each code's input row through layer 0's packed projection, precomputed at load: 235 MB
+  for the 1.7B and 0.6B) that the sampler gathers with the next input row, instead of a product a step
+  (models/qwen3_tts/fused.py: 14 launches fewer a frame). Not yet measured on a GPU, so off.
 - `VOXRT_CODEC_CHANNELS_LAST`: `on` (default) or `off`: the Qwen3-TTS codec's decoder blocks on channels-last
   activations ([B, T, C] memory: cuDNN's native layout, no conversions; products over the samples' rows). On an
   H100 a 25-frame chunk at batch 32 took 20.84 ms against 23.45 (bench/results/2026-12-06-h100-codec-cl/).
@@ -46,6 +50,7 @@ CODEC_CONV_MODES = ("off", "timed", "all")
 CODEC_CHANNELS_LAST_MODES = ("on", "off")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
 PAGED_DECODE_ROPE_MODES = ("off", "on")
+PREDICTOR_QKV_TABLE_MODES = ("off", "on")
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -133,6 +138,11 @@ def paged_decode_rope() -> bool:
     return _mode_knob("VOXRT_PAGED_DECODE_ROPE", PAGED_DECODE_ROPE_MODES) == "on"
 
 
+def predictor_qkv_table() -> bool:
+    """`VOXRT_PREDICTOR_QKV_TABLE`: `off` (the default) or `on` (models/qwen3_tts/fused.py, read at load)."""
+    return _mode_knob("VOXRT_PREDICTOR_QKV_TABLE", PREDICTOR_QKV_TABLE_MODES) == "on"
+
+
 def _mode_knob(name: str, modes: tuple[str, ...]) -> str:
     """An environment knob whose first mode is its default (unset, empty), `off` also spelled 0, no, false;
     ValueError naming the modes for anything else not among them."""
@@ -176,6 +186,7 @@ def check_env() -> None:
     sampler_warps()
     paged_decode_config()
     paged_decode_rope()
+    predictor_qkv_table()
     blas_sm_target()
     codec_conv()
     codec_channels_last()

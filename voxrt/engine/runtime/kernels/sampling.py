@@ -149,10 +149,11 @@ if triton_available():
     @triton.jit
     def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
+                       table2_ptr, t2_stride, next2_ptr, n2_stride, n_hidden2,
                        x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
                        HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
                        SORT: tl.constexpr, PDL: tl.constexpr, KEY16: tl.constexpr = False,
-                       RADIX: tl.constexpr = False):
+                       RADIX: tl.constexpr = False, HAS_NEXT2: tl.constexpr = False):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
@@ -223,6 +224,12 @@ if triton_available():
                 hmask = hcols < n_hidden
                 vals = tl.load(table_ptr + choice.to(tl.int64) * t_stride + hcols, mask=hmask)
                 tl.store(next_ptr + row * n_stride + hcols, vals.to(next_ptr.dtype.element_ty), mask=hmask)
+        if HAS_NEXT2:  # a second row of the chosen code (the code predictor's next layer-0 q/k/v)
+            for h0 in range(0, n_hidden2, BLOCK_H):
+                hcols = h0 + tl.arange(0, BLOCK_H)
+                hmask = hcols < n_hidden2
+                vals = tl.load(table2_ptr + choice.to(tl.int64) * t2_stride + hcols, mask=hmask)
+                tl.store(next2_ptr + row * n2_stride + hcols, vals.to(next2_ptr.dtype.element_ty), mask=hmask)
 
 
 def _keep_torch(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -248,10 +255,12 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
                  top_p: torch.Tensor, greedy: torch.Tensor, out: torch.Tensor, suppress: torch.Tensor | None = None,
                  next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
                  impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6,
-                 num_warps: int | None = None, search: str | None = None) -> None:
+                 num_warps: int | None = None, search: str | None = None,
+                 next2_table: torch.Tensor | None = None, next2_out: torch.Tensor | None = None) -> None:
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
-    [V, H]: next_out [B, H] <- next_table[code]. With `x` [B, H]: logits scaled by rstd(x) per row first.
+    [V, H]: next_out [B, H] <- next_table[code] (and with `next2_table` [V, H2] too: next2_out [B, H2] <-
+    next2_table[code]). With `x` [B, H]: logits scaled by rstd(x) per row first.
     `search`: the Triton kernel's threshold search, one of `SEARCHES` (None: `VOXRT_SAMPLER_SEARCH`); `num_warps`
     (None: `default_warps`)."""
     check_impl(impl)
@@ -270,6 +279,8 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         out.copy_(codes)
         if next_table is not None:
             next_out.copy_(next_table[codes])
+        if next2_table is not None:
+            next2_out.copy_(next2_table[codes])
         return
     bsz, vocab = logits.shape
     assert logits.stride(-1) == 1 and uniform.stride(-1) == 1
@@ -279,14 +290,20 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         raise ValueError(f"unknown sampler search {search!r}; expected one of {', '.join(SEARCHES)}")
     has_next = next_table is not None
     hidden = next_table.shape[1] if has_next else 0
+    has_next2 = next2_table is not None
+    hidden2 = next2_table.shape[1] if has_next2 else 0
+    assert has_next or not has_next2, "next2_table goes with next_table"
     x2 = _rows(rows) if rows is not None else logits
     _sample_kernel[(bsz,)](
         logits, logits.stride(0), vocab, uniform, uniform.stride(0), temperature, top_k, top_p, greedy,
         suppress if suppress is not None else logits, out, out.stride(0),
         next_table if has_next else logits, next_table.stride(0) if has_next else 0,
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
+        next2_table if has_next2 else logits, next2_table.stride(0) if has_next2 else 0,
+        next2_out if has_next2 else logits, next2_out.stride(0) if has_next2 else 0, hidden2,
         x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
-        HAS_X=rows is not None, BLOCK_V=next_pow2(vocab), BLOCK_H=min(1024, next_pow2(max(hidden, 1))),
+        HAS_NEXT2=has_next2, HAS_X=rows is not None, BLOCK_V=next_pow2(vocab),
+        BLOCK_H=min(1024, next_pow2(max(hidden, hidden2, 1))),
         BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or default_warps(vocab),
         KEY16=search in ("rounds16", "radix") and logits.dtype == torch.bfloat16, RADIX=search == "radix",
         **pdl_args(logits.device, bsz))
