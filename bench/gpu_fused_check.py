@@ -30,8 +30,9 @@ import torch
 
 from voxrt.engine.messages import EngineConfig, SubmitRequest
 from voxrt.engine.params import SamplingParams
-from voxrt.engine.runtime.attention import (DECODE_KERNELS, KVCache, SeqSlice, TorchAttention, decode_kernel,
-                                            set_decode_kernel)
+from voxrt.engine.runtime import knobs
+from voxrt.engine.runtime.attention import (DECODE_KERNELS, KVCache, PagedDecodeAttention, SeqSlice, TorchAttention,
+                                            decode_kernel, set_decode_kernel)
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.kernels import (l2_prefetch_enabled, pdl_enabled, set_l2_prefetch, set_pdl, set_skinny,
                                           skinny_enabled)
@@ -42,9 +43,12 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the CPU: a
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Speech in real time, one frame after another."]
 
 
-def teacher_forced(program, frames: int, seed: int = 0, rows: int = 2) -> dict:
+def teacher_forced(program, frames: int, seed: int = 0, rows: int = 2, attention: str = "torch") -> dict:
     """Code 0 logits and predictor logits per step, on the program's current path, for `rows` requests (TEXTS
-    in turn; more than kernels/gemv.py's MAX_ROWS run the products above it: cuBLAS, or the tensor-core one)."""
+    in turn; more than kernels/gemv.py's MAX_ROWS run the products above it: cuBLAS, or the tensor-core one).
+    `attention`: the decode steps' context, `torch` (the reference's, TorchAttention) or `paged` (our paged decode
+    kernel, runtime/attention.py PagedDecodeAttention: where VOXRT_PAGED_DECODE_ROPE=on runs the fused path's
+    rotary inside it); the prompts' prefill is TorchAttention's either way."""
     geom = program.lm_geometry
     g = torch.Generator(device="cpu").manual_seed(seed)
     kv = KVCache(geom.num_layers, max(64, 4 * rows + 12), 16, geom.num_kv_heads, geom.head_dim, DEV,
@@ -76,7 +80,10 @@ def teacher_forced(program, frames: int, seed: int = 0, rows: int = 2) -> dict:
             forced = torch.randint(0, program.cfg.talker.predictor_vocab_size, codes.shape, generator=g).to(DEV)
             forced[:, 0] = code0
             text = torch.tensor([p[min(step + 1, len(p) - 1)] for p in prompts], device=DEV)
-            attn = TorchAttention(kv, rows, rows, None, DEV)
+            if attention == "paged":
+                attn = PagedDecodeAttention(kv, rows, len(pages[0]), DEV, use_cuda_graph=False)
+            else:
+                attn = TorchAttention(kv, rows, rows, None, DEV)
             attn.fill([SeqSlice(p, 1, n + step + 1) for p, n in zip(pages, lengths)])
             x = program.embed_step(text, forced)
             hidden = program.lm_forward(x, attn.positions[:rows], attn)
@@ -136,6 +143,10 @@ def main() -> int:
                     help="on: the tensor-core product at 5..128 rows (kernels.set_skinny; --requests >= 5 runs it)")
     ap.add_argument("--tf-rows", type=int, default=2, help="rows of the teacher-forced frames (2; above 4 the "
                     "products run cuBLAS or, with --skinny on, the split-K tensor-core product)")
+    ap.add_argument("--tf-attention", choices=("torch", "paged"), default="torch",
+                    help="the teacher-forced decode steps' attention: torch (the reference's) or paged (our paged "
+                         "decode kernel on both paths, with the fused path's rotary inside it where "
+                         "VOXRT_PAGED_DECODE_ROPE=on)")
     ap.add_argument("--decode-attention", default="",
                     help="comma-separated decode kernels (runtime/attention.py DECODE_KERNELS): the fused "
                          "path's greedy run once with each, against the reference's on the default kernel")
@@ -147,18 +158,20 @@ def main() -> int:
     program.use_frame_path("reference", DEV)
     if not 1 <= args.tf_rows <= 30:
         ap.error("--tf-rows takes 1..30")
-    ref = teacher_forced(program, args.frames, rows=args.tf_rows)
+    ref = teacher_forced(program, args.frames, rows=args.tf_rows, attention=args.tf_attention)
     program.use_frame_path("fused", DEV)
-    fused = teacher_forced(program, args.frames, rows=args.tf_rows)
+    fused = teacher_forced(program, args.frames, rows=args.tf_rows, attention=args.tf_attention)
     pdl = pdl_enabled(DEV, args.tf_rows)  # the teacher-forced frames' rows (VOXRT_PDL=auto decides by them)
     result = dict(gpu=torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu (dry run)", kernels=program.fused.impl,
                   pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV), tf_rows=args.tf_rows,
+                  tf_attention=args.tf_attention, paged_decode_rope=knobs.paged_decode_rope(),
+                  predictor_qkv_table=program.fused.step_qkv_tables is not None,
                   code0_logits=compare(ref["code0"], fused["code0"]),
                   predictor_logits=compare(*same_input_steps(ref, fused)),
                   predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))
     if pdl:
         set_pdl(False)
-        plain = teacher_forced(program, args.frames, rows=args.tf_rows)
+        plain = teacher_forced(program, args.frames, rows=args.tf_rows, attention=args.tf_attention)
         set_pdl(None)
         result["pdl_on_vs_off"] = dict(code0_logits=compare(plain["code0"], fused["code0"]),
                                        predictor_logits=compare(*same_input_steps(plain, fused)))
