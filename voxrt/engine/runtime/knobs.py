@@ -49,8 +49,7 @@ BLAS_SM_TARGETS = ("off", "lanes")
 CODEC_CONV_MODES = ("off", "timed", "all")
 CODEC_CHANNELS_LAST_MODES = ("on", "off")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
-PAGED_DECODE_ROPE_MODES = ("off", "on")
-PREDICTOR_QKV_TABLE_MODES = ("off", "on")
+OFF_ON = ("off", "on")  # a switch that is off unless set
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -135,12 +134,12 @@ def decode_attention() -> str:
 
 def paged_decode_rope() -> bool:
     """`VOXRT_PAGED_DECODE_ROPE`: `off` (the default) or `on` (runtime/attention.py, PagedDecodeAttention)."""
-    return _mode_knob("VOXRT_PAGED_DECODE_ROPE", PAGED_DECODE_ROPE_MODES) == "on"
+    return _mode_knob("VOXRT_PAGED_DECODE_ROPE", OFF_ON) == "on"
 
 
 def predictor_qkv_table() -> bool:
     """`VOXRT_PREDICTOR_QKV_TABLE`: `off` (the default) or `on` (models/qwen3_tts/fused.py, read at load)."""
-    return _mode_knob("VOXRT_PREDICTOR_QKV_TABLE", PREDICTOR_QKV_TABLE_MODES) == "on"
+    return _mode_knob("VOXRT_PREDICTOR_QKV_TABLE", OFF_ON) == "on"
 
 
 def _mode_knob(name: str, modes: tuple[str, ...]) -> str:

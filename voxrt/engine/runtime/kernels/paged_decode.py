@@ -63,6 +63,7 @@ if triton_available():
     import triton.language as tl
 
     from voxrt.engine.runtime.kernels.norm import row_rstd
+    from voxrt.engine.runtime.kernels.rope import _norm_rope_half
 
     @triton.jit
     def _round_rows(cache_ptr, indices_ptr, start, t, valid, kh, s_page, s_slot, s_head, PS: tl.constexpr):
@@ -139,10 +140,8 @@ if triton_available():
         inv_freq = tl.load(inv_freq_ptr + hcols)
         pos = tl.load(pos_ptr + b)
         freq = pos.to(tl.float32) * inv_freq
-        cv = tl.cos(freq).to(dt).to(tl.float32)  # cos / sin rounded to the activations' dtype, as transformers does
-        sv = tl.sin(freq).to(dt).to(tl.float32)
-        c = cv[None, :]
-        sn = sv[None, :]
+        c = tl.cos(freq).to(dt).to(tl.float32)[None, :]  # rounded to the activations' dtype, as transformers does
+        sn = tl.sin(freq).to(dt).to(tl.float32)[None, :]
         row = qkv_ptr + b * qkv_stride
         # the group's query heads: per-head RMSNorm, rounded, rotated in float32, rounded (as kernels/rope.py)
         qbase = row + (kh * G + rows)[:, None] * D
@@ -157,12 +156,11 @@ if triton_available():
         kbase = row + (HQ + kh) * D
         y1 = tl.load(kbase + hcols).to(tl.float32)
         y2 = tl.load(kbase + HALF + hcols).to(tl.float32)
-        krstd = 1.0 / tl.sqrt((tl.sum(y1 * y1, axis=0) + tl.sum(y2 * y2, axis=0)) / D + eps)
-        m1 = (y1 * krstd * tl.load(kw_ptr + hcols).to(tl.float32)).to(dt).to(tl.float32)
-        m2 = (y2 * krstd * tl.load(kw_ptr + HALF + hcols).to(tl.float32)).to(dt).to(tl.float32)
+        r1, r2 = _norm_rope_half(y1, y2, tl.load(kw_ptr + hcols).to(tl.float32),
+                                 tl.load(kw_ptr + HALF + hcols).to(tl.float32), inv_freq, pos, eps, qkv_ptr, D)
         cdt = cache_ptr.dtype.element_ty
-        k1 = (m1 * cv - m2 * sv).to(cdt)
-        k2 = (m2 * cv + m1 * sv).to(cdt)
+        k1 = r1.to(cdt)
+        k2 = r2.to(cdt)
         v_new = tl.load(row + (HQ + HKV) * D + kh * D + dcols)
         if HAS_X:
             v_new = v_new.to(tl.float32) * row_rstd(x_ptr + b * x_stride, n_x, x_eps, BLOCK_X)
