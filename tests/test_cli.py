@@ -294,8 +294,8 @@ def test_codec_gpu_is_refused_with_the_reason(capsys):
     (["serve", "--model", "tiny"], "VOXRT_SAMPLER_WARPS", "3", "VOXRT_SAMPLER_WARPS='3': expected"),
     (["serve", "--model", "tiny"], "VOXRT_DECODE_ATTENTION", "fa9", "VOXRT_DECODE_ATTENTION='fa9': choose one of"),
     (["serve", "--model", "tiny"], "VOXRT_PAGED_DECODE_CONFIG", "12", "VOXRT_PAGED_DECODE_CONFIG='12': expected"),
-    (["serve", "--model", "tiny"], "VOXRT_PAGED_DECODE_ROPE", "maybe", "VOXRT_PAGED_DECODE_ROPE='maybe'; expected off or on"),
-    (["serve", "--model", "tiny"], "VOXRT_PREDICTOR_QKV_TABLE", "2", "VOXRT_PREDICTOR_QKV_TABLE='2'; expected off or on"),
+    (["serve", "--model", "tiny"], "VOXRT_PAGED_DECODE_ROPE", "maybe", "VOXRT_PAGED_DECODE_ROPE='maybe'; expected on or off"),
+    (["serve", "--model", "tiny"], "VOXRT_PREDICTOR_QKV_TABLE", "2", "VOXRT_PREDICTOR_QKV_TABLE='2'; expected on or off"),
     (["loadgen", "--url", "ws://127.0.0.1:9/v1/realtime", "--workload", "w.jsonl", "--out", "out"],
      "VOXRT_GC_YOUNG_THRESHOLD", "0", "VOXRT_GC_YOUNG_THRESHOLD must be a positive integer"),
 ])

@@ -15,8 +15,8 @@ vLLM-Omni's fused code predictor, SGLang-Omni's graphed predictor):
   gate_up applies the row's rstd itself and down computes silu(gate) * up as it reads its input
   (`add_gated_mlp_`: no SiLU-gate kernel); the frame's Triton kernels launch with programmatic dependent
   launch on sm90+ (kernels/__init__.py);
-- q/k norm + rotary + the KV write are one kernel (kernels/rope.py; with `VOXRT_PAGED_DECODE_ROPE=on`, where the
-  talker's decode attention is our paged kernel, that work runs inside it: AttentionContext.norm_rope_attend);
+- q/k norm + rotary + the KV write are one kernel (kernels/rope.py; where the talker's decode attention is our paged
+  kernel, that work runs inside it: AttentionContext.norm_rope_attend; `VOXRT_PAGED_DECODE_ROPE=off` keeps two);
   the code predictor's attention over its <= 16-position cache is one kernel per layer (kernels/depth_attention.py);
 - the text projection is precomputed for the whole text vocabulary (a table lookup per step), the 16 frame
   embeddings are one gather from a concatenated table, and the predictor's `small_to_mtp_projection` is folded
@@ -111,7 +111,7 @@ class FusedTalker:
             self.step_tables = torch.stack([proj(emb[i].weight) for i in range(self.num_code_groups - 2)]).contiguous()
             norm_w = talker.code_predictor.model.norm.weight
             self.heads = torch.stack([fold_norm([h.weight], norm_w) for h in talker.code_predictor.lm_head])  # [K-1, V, Hp]
-            # VOXRT_PREDICTOR_QKV_TABLE=on: layer 0's q/k/v of steps >= 1 looked up, not computed (their input is
+            # VOXRT_PREDICTOR_QKV_TABLE (on by default): layer 0's q/k/v of steps >= 1 looked up, not computed (their input is
             # a table row, and layer 0's input norm is folded into its projection, its rstd applied after)
             self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
                                     .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]

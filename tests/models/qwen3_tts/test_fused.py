@@ -173,16 +173,16 @@ def test_the_split_k_tensor_core_products_equal_the_reference_path_above_four_ro
 
 
 def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
-    """VOXRT_PREDICTOR_QKV_TABLE=on: layer 0's q/k/v of predictor steps 1-14 gathered by the sampler from a table
+    """VOXRT_PREDICTOR_QKV_TABLE=on (the default): layer 0's q/k/v of predictor steps 1-14 gathered by the sampler from a table
     built at load (each code's input row through layer 0's packed projection) instead of a product a step. The
     same greedy codes and logits as the reference modules, with the torch kernels and with the Triton ones
     (the sampler's second gather, in Triton's interpreter); the table is counted in the fused path's memory."""
     from voxrt.models.qwen3_tts import fused as fused_module  # noqa: PLC0415
 
     reference = load_program(cached_checkpoint(seed=0).directory)
-    monkeypatch.setenv("VOXRT_PREDICTOR_QKV_TABLE", "on")
+    monkeypatch.delenv("VOXRT_PREDICTOR_QKV_TABLE", raising=False)  # the default: on
     programs = {impl: fused_program(impl, gemm_impl="torch") for impl in ("torch", "triton")}
-    monkeypatch.delenv("VOXRT_PREDICTOR_QKV_TABLE")
+    monkeypatch.setenv("VOXRT_PREDICTOR_QKV_TABLE", "off")
     plain = fused_program("torch")
     assert plain.fused.step_qkv_tables is None
     rows = 6

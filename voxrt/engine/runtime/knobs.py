@@ -11,13 +11,15 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   more, 4 below; kernels/sampling.py).
 - `VOXRT_PAGED_DECODE_CONFIG`: the talker's paged decode attention kernel's tile (kernels/paged_decode.py).
 - `VOXRT_DECODE_ATTENTION`: the talker's decode attention kernel (runtime/attention.py).
-- `VOXRT_PAGED_DECODE_ROPE`: `off` (default) or `on`: where the paged decode kernel runs (above 8 rows), the
+- `VOXRT_PAGED_DECODE_ROPE`: `on` (default) or `off`: where the paged decode kernel runs (above 8 rows), the
   talker's q/k norm, rotary and K/V write inside it instead of in a kernel before it (kernels/paged_decode.py:
-  28 launches fewer a frame). Not yet measured on a GPU, so off.
-- `VOXRT_PREDICTOR_QKV_TABLE`: `off` (default) or `on`: the Qwen3-TTS code predictor's layer-0 q/k/v of steps
+  28 launches fewer a frame). On an H100 the frame at 64 rows 5.003-5.025 -> 4.902 ms, at 128 5.782-5.809 -> 5.716
+  (bench/results/2026-12-07-h100-launch-cuts/).
+- `VOXRT_PREDICTOR_QKV_TABLE`: `on` (default) or `off`: the Qwen3-TTS code predictor's layer-0 q/k/v of steps
   1-14 as a table lookup (each code's input row through layer 0's packed projection, precomputed at load: 235 MB
   for the 1.7B and 0.6B) that the sampler gathers with the next input row, instead of a product a step
-  (models/qwen3_tts/fused.py: 14 launches fewer a frame). Not yet measured on a GPU, so off.
+  (models/qwen3_tts/fused.py: 14 launches fewer a frame). On an H100 alone 4.940 ms at 64 rows, 5.741 at 128; with
+  the rotary inside the paged decode 4.890-4.896 / 5.675-5.710 (the same run). `off` saves its memory.
 - `VOXRT_CODEC_CHANNELS_LAST`: `on` (default) or `off`: the Qwen3-TTS codec's decoder blocks on channels-last
   activations ([B, T, C] memory: cuDNN's native layout, no conversions; products over the samples' rows). On an
   H100 a 25-frame chunk at batch 32 took 20.84 ms against 23.45 (bench/results/2026-12-06-h100-codec-cl/).
@@ -47,9 +49,8 @@ SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 BLAS_SM_TARGETS = ("off", "lanes")
 CODEC_CONV_MODES = ("off", "timed", "all")
-CODEC_CHANNELS_LAST_MODES = ("on", "off")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
-OFF_ON = ("off", "on")  # a switch that is off unless set
+ON_OFF = ("on", "off")  # a switch that is on unless set off
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -133,13 +134,13 @@ def decode_attention() -> str:
 
 
 def paged_decode_rope() -> bool:
-    """`VOXRT_PAGED_DECODE_ROPE`: `off` (the default) or `on` (runtime/attention.py, PagedDecodeAttention)."""
-    return _mode_knob("VOXRT_PAGED_DECODE_ROPE", OFF_ON) == "on"
+    """`VOXRT_PAGED_DECODE_ROPE`: `on` (the default) or `off` (runtime/attention.py, PagedDecodeAttention)."""
+    return _mode_knob("VOXRT_PAGED_DECODE_ROPE", ON_OFF) == "on"
 
 
 def predictor_qkv_table() -> bool:
-    """`VOXRT_PREDICTOR_QKV_TABLE`: `off` (the default) or `on` (models/qwen3_tts/fused.py, read at load)."""
-    return _mode_knob("VOXRT_PREDICTOR_QKV_TABLE", OFF_ON) == "on"
+    """`VOXRT_PREDICTOR_QKV_TABLE`: `on` (the default) or `off` (models/qwen3_tts/fused.py, read at load)."""
+    return _mode_knob("VOXRT_PREDICTOR_QKV_TABLE", ON_OFF) == "on"
 
 
 def _mode_knob(name: str, modes: tuple[str, ...]) -> str:
@@ -167,7 +168,7 @@ def codec_conv() -> str:
 def codec_channels_last() -> bool:
     """`VOXRT_CODEC_CHANNELS_LAST`: `on` (the default) or `off` (models/qwen3_tts/codec.py,
     Qwen3TTSCodec.set_kernel_impl's `channels_last`)."""
-    return _mode_knob("VOXRT_CODEC_CHANNELS_LAST", CODEC_CHANNELS_LAST_MODES) == "on"
+    return _mode_knob("VOXRT_CODEC_CHANNELS_LAST", ON_OFF) == "on"
 
 
 def codec_fused_unit() -> str:
