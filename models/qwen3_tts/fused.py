@@ -111,8 +111,8 @@ class FusedTalker:
             self.step_tables = torch.stack([proj(emb[i].weight) for i in range(self.num_code_groups - 2)]).contiguous()
             norm_w = talker.code_predictor.model.norm.weight
             self.heads = torch.stack([fold_norm([h.weight], norm_w) for h in talker.code_predictor.lm_head])  # [K-1, V, Hp]
-            # VOXRT_PREDICTOR_QKV_TABLE (on by default): layer 0's q/k/v of steps >= 1 looked up, not computed (their input is
-            # a table row, and layer 0's input norm is folded into its projection, its rstd applied after)
+            # VOXRT_PREDICTOR_QKV_TABLE (on by default): layer 0's q/k/v of steps >= 1 looked up, not computed
+            # (their input is a table row, and layer 0's input norm is folded into its projection, its rstd after)
             self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
                                     .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]
 

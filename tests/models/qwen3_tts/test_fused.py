@@ -173,8 +173,8 @@ def test_the_split_k_tensor_core_products_equal_the_reference_path_above_four_ro
 
 
 def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
-    """VOXRT_PREDICTOR_QKV_TABLE=on (the default): layer 0's q/k/v of predictor steps 1-14 gathered by the sampler from a table
-    built at load (each code's input row through layer 0's packed projection) instead of a product a step. The
+    """VOXRT_PREDICTOR_QKV_TABLE=on (the default): layer 0's q/k/v of predictor steps 1-14 gathered by the sampler
+    from a table built at load (each code's input row through layer 0's packed projection) instead of a product a step. The
     same greedy codes and logits as the reference modules, with the torch kernels and with the Triton ones
     (the sampler's second gather, in Triton's interpreter); the table is counted in the fused path's memory."""
     from voxrt.models.qwen3_tts import fused as fused_module  # noqa: PLC0415

@@ -421,8 +421,8 @@ class PagedDecodeAttention(AttentionContext):
                          num_kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
                          inv_freq: torch.Tensor, eps: float, impl: str, x: torch.Tensor | None = None,
                          x_eps: float = 1e-6) -> torch.Tensor:
-        """With `VOXRT_PAGED_DECODE_ROPE` on (the default; read when called: a graph keeps its capture's choice) and the
-        kernels' impl, the rotary kernel's work runs inside the paged decode kernel: one launch a layer."""
+        """With `VOXRT_PAGED_DECODE_ROPE` on (the default; read when called: a graph keeps its capture's choice)
+        and the kernels' impl, the rotary kernel's work runs inside the paged decode kernel: one launch a layer."""
         if impl != "triton" or self.impl != "triton" or not knobs.paged_decode_rope():
             return super().norm_rope_attend(layer, qkv, positions, num_q_heads, num_kv_heads, head_dim, q_norm,
                                             k_norm, inv_freq, eps, impl, x=x, x_eps=x_eps)
