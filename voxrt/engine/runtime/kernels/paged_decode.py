@@ -14,8 +14,11 @@ the sweep's (bench/gpu_kernels.py `--only paged` on an H100, bench/results/2026-
 context 128) one config faster than the earlier 64 tokens / 4 warps / Triton's stages at both row counts the
 engine runs this kernel at: 11.27 against 12.25 us at 64 rows (the fastest there), 31.79 against 33.45 at 128
 (32,2,2 took 29.81 at 128 but 12.94 at 64). In an H100's frame: 17.3 against 18.3 us a layer at 64 rows, 31.9
-against 33.4 at 128 (bench/results/2026-12-07-h100-kernel-defaults/); not yet measured in the H200's
-(VOXRT_PAGED_DECODE_CONFIG=64,4 gives the earlier config back).
+against 33.4 at 128 (bench/results/2026-12-07-h100-kernel-defaults/). In an H200's frame, with the rotary inside
+(below): 16.75 / 30.25 us a layer at 64 / 128 rows, against 17.61 / 32.75 for 32,2,2 and 25.0-26.6 / 42.0-46.5 with
+4 warps (bench/results/2026-12-07-h200-frame-ws/; VOXRT_PAGED_DECODE_CONFIG=64,4 gives the earlier config back).
+Two changes to the rotary kernel measured no faster in an H100's frame (the same page): the loop's loads started
+before the new key's work, and a (KV heads, rows) grid.
 
 `paged_decode_rope_attention` (`VOXRT_PAGED_DECODE_ROPE=on`, runtime/attention.py) is the same kernel with
 kernels/rope.py's work folded in: from the packed q/k/v projection row, each program norms and rotates its

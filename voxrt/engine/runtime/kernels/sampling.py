@@ -67,7 +67,8 @@ def default_warps(vocab: int) -> int:
     9.52 / 10.03; temperature alone 3.25 / 3.47 against 3.96 / 4.15; vocabulary 3072 8 warps as before (11.95 /
     12.2 against 4's 16.44 / 17.22). The code predictor draws 15 codes of its 2048 a frame. In an H100's frame: ~10
     against ~15.2 us a draw at 64 and 128 rows, the frame 0.07-0.09 ms shorter (bench/results/
-    2026-12-07-h100-kernel-defaults/); not yet measured in the H200's."""
+    2026-12-07-h100-kernel-defaults/). In an H200's frame 16 warps took 12.25 against 8's 11.94 us a draw at 64 rows
+    (bench/results/2026-12-07-h200-frame-ws/)."""
     return knobs.sampler_warps() or (8 if vocab >= 2048 else 4)
 
 
