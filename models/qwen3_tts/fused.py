@@ -115,6 +115,8 @@ class FusedTalker:
             # (their input is a table row, and layer 0's input norm is folded into its projection, its rstd after)
             self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
                                     .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]
+        # VOXRT_GLUE_KERNELS (off by default): code 0's processors run inside its sampler kernel (`sample_first`)
+        self.code0_in_sampler = knobs.glue_kernels()
 
     def _text_table(self) -> torch.Tensor:
         """text_projection(text_embedding(id)) for every text id, in the activation dtype."""
@@ -160,6 +162,19 @@ class FusedTalker:
         uniform = torch.rand(logits.shape, dtype=torch.float32, device=logits.device)
         sample_codes(logits, uniform, sampling.temperature, sampling.top_k, sampling.top_p, sampling.greedy, codes,
                      suppress=suppress, impl=self.impl)
+        return codes
+
+    def sample_first(self, logits: torch.Tensor, sampling: SamplingTensors, suppress: torch.Tensor,
+                     history: torch.Tensor, eos_mask: torch.Tensor) -> torch.Tensor:
+        """Code 0 from the codec head's logits [B, V] with its processors in the sampler (`code0_in_sampler`): the
+        repetition penalty over `history` [B, 2V], EOS barred before frame 2 and for rows that may not stop, and
+        frame 1's code shifted by V: what `Qwen3TTSProgram.sample_first_code` does around `sample`, in one kernel
+        on the GPU instead of ~18 small ones (kernels/sampling.py, `sample_codes`' `history`)."""
+        codes = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+        uniform = torch.rand(logits.shape, dtype=torch.float32, device=logits.device)  # as `sample` draws
+        sample_codes(logits, uniform, sampling.temperature, sampling.top_k, sampling.top_p, sampling.greedy, codes,
+                     suppress=suppress, impl=self.impl, history=history, penalty=sampling.repetition_penalty,
+                     allow_stop=sampling.allow_stop, eos_mask=eos_mask)
         return codes
 
     # ---- code predictor --------------------------------------------------------------------------------

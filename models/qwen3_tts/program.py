@@ -256,6 +256,9 @@ class Qwen3TTSProgram(ModelProgram):
         row's history is empty at frame 0, has no mark at or above V at frame 1, and has one from frame 2 on:
         exactly the reference's `min_new_tokens=2`, which only ever needs frames 0 and 1 told apart."""
         vocab = self.cfg.talker.vocab_size
+        if self.fused is not None and self.fused.code0_in_sampler:  # all of the below in the sampler kernel
+            return self.fused.sample_first(self.talker.codec_head(hidden), sampling, self.code0_suppress, history,
+                                           self.eos_mask)
         plain, tagged = history[:, :vocab], history[:, vocab:]  # [B, V] each; tagged: frame 1's code
         logits = self.talker.codec_head(hidden).float()
         logits = apply_repetition_penalty(logits, plain | tagged, sampling.repetition_penalty)

@@ -194,6 +194,87 @@ def test_sampler_triton_equals_torch_on_the_same_uniforms(top_k, top_p, greedy, 
         assert (x.gather(-1, codes[:, None]) >= kth).all()
 
 
+@pytest.mark.parametrize("search,greedy", [("radix", False), ("rounds", False), ("radix", True)])
+def test_sampler_with_code0_processors_equals_the_program_rule(search, greedy, monkeypatch):
+    """`sample_codes`' `history` (VOXRT_GLUE_KERNELS=on: Qwen3-TTS's code 0 with its processors in the sampler):
+    the Triton kernel and the torch impl give the codes that the program's rule gives (the repetition penalty
+    over both halves of the history, EOS barred before frame 2 and for pinned rows, then the draw on the same
+    uniforms, frame 1's code shifted by V), for rows at frame 0, frame 1 and later, pinned or not."""
+    from voxrt.engine.runtime.sampling import apply_repetition_penalty  # noqa: PLC0415
+
+    monkeypatch.setenv("VOXRT_SAMPLER_SEARCH", search)
+    g = torch.Generator().manual_seed(11)
+    bsz, vocab = 8, 300
+    logits = (torch.randn(bsz, vocab, generator=g) * 3).to(torch.bfloat16)
+    eos = 257
+    logits[:, eos] = 20.0  # EOS the best code of every row: drawn wherever it is allowed
+    uniform = torch.rand(bsz, vocab, generator=g)
+    suppress = torch.zeros(vocab, dtype=torch.bool)
+    suppress[250:] = True
+    suppress[eos] = False  # the special range barred except EOS
+    eos_mask = torch.zeros(vocab, dtype=torch.bool)
+    eos_mask[eos] = True
+    history = torch.zeros(bsz, 2 * vocab, dtype=torch.bool)
+    history[2:, torch.randint(0, 250, (40,), generator=g)] = True  # codes seen (rows 0-1: frame 0, empty)
+    history[2:4, vocab:] = False  # rows 2-3: frame 1 (marks in the lower half only)
+    history[4:, vocab + 7] = True  # rows 4-7: frame 1's code marked in the upper half: frame 2 or later
+    history[2:, logits[0].float().topk(3).indices[1:]] = True  # the penalty meets high logits too
+    temperature, top_k, top_p, greedy_t = _params(bsz, 0.9, 50, 1.0, greedy)
+    penalty = torch.full((bsz,), 1.3)
+    allow_stop = torch.tensor([True, True, True, True, True, True, False, False])
+    plain, tagged = history[:, :vocab], history[:, vocab:]
+    x = apply_repetition_penalty(logits.float(), plain | tagged, penalty)
+    x = x.masked_fill((~tagged.any(-1) | ~allow_stop)[:, None] & eos_mask[None, :], float("-inf"))
+    want = torch.empty(bsz, dtype=torch.int64)
+    sample_codes(x, uniform, temperature, top_k, top_p, greedy_t, want, suppress=suppress, impl="torch")
+    want += vocab * (plain.any(-1) & ~tagged.any(-1))
+    assert (want[4:6] == eos).all() and (want[:4] % vocab != eos).all() and (want[6:] != eos).all()
+    assert (want[:2] < vocab).all() and (want[2:4] >= vocab).all() and (want[4:] < vocab).all()
+    for impl in ("torch", "triton"):
+        got = torch.full((bsz,), -1, dtype=torch.int64)
+        sample_codes(logits, uniform, temperature, top_k, top_p, greedy_t, got, suppress=suppress, impl=impl,
+                     history=history, penalty=penalty, allow_stop=allow_stop, eos_mask=eos_mask)
+        assert torch.equal(got, want), (impl, got, want)
+    with pytest.raises(ValueError, match="history goes with"):
+        sample_codes(logits, uniform, temperature, top_k, top_p, greedy_t, got, history=history, impl="torch")
+
+
+def test_gather_rows_in_one_kernel_equals_index_select(monkeypatch):
+    """kernels/gather.py (`VOXRT_GLUE_KERNELS=on`: the slots' sampling parameters in one launch): the same rows as
+    index_select for each dtype of SamplingTensors, repeated and unordered indices over several blocks, none at
+    all; and SlotSampling gathers through it when asked, on the CPU with the knob on only by `impl`."""
+    from voxrt.engine.params import SamplingParams  # noqa: PLC0415
+    from voxrt.engine.runtime.kernels.gather import BLOCK, gather_rows  # noqa: PLC0415
+    from voxrt.engine.runtime.sampling import SlotSampling  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(4)
+    rows = 300
+    sources = [torch.rand(rows, generator=g), torch.randint(0, 99, (rows,), generator=g), torch.rand(rows, generator=g),
+               torch.rand(rows, generator=g) + 1, torch.rand(rows, generator=g) > 0.5, torch.rand(rows, generator=g) > 0.3]
+    for n in (0, 1, BLOCK + 5):
+        index = torch.randint(0, rows, (n,), generator=g)
+        want = gather_rows(sources, index, "torch")
+        got = gather_rows(sources, index, "triton")
+        assert [t.dtype for t in got] == [t.dtype for t in sources]
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    assert all(torch.equal(a, b) for a, b in zip(gather_rows(sources[:2], index, "triton"), want[:2]))
+    with pytest.raises(ValueError, match="1-D"):
+        gather_rows([torch.zeros(3, 2)], index, "triton")
+    monkeypatch.setenv("VOXRT_GLUE_KERNELS", "on")
+    assert SlotSampling(4, torch.device("cpu")).impl == "torch"  # the CPU serves with torch ops
+    slot = SlotSampling(9, torch.device("cpu"), impl="triton")
+    params = [SamplingParams(temperature=0.5 + i / 10, top_k=i, top_p=0.9, repetition_penalty=1.1, greedy=i % 2 == 0,
+                             num_frames=None if i % 3 else 5) for i in range(4)]
+    from voxrt.engine.runtime.sampling import SamplingTensors  # noqa: PLC0415
+    slot.scatter(torch.tensor([7, 2, 5, 0]), SamplingTensors.from_params(params, torch.device("cpu")))
+    got = slot.gather(torch.tensor([5, 5, 8, 0, 2, 7]))
+    want = SlotSampling(9, torch.device("cpu"), impl="torch")
+    want.rows = slot.rows
+    for a, b in zip(got._fields(), want.gather(torch.tensor([5, 5, 8, 0, 2, 7]))._fields()):
+        assert torch.equal(a, b)
+
+
 # the sort search on bf16 only (its ties are the harder case): a 2048-wide sort takes ~3 s a row in the interpreter
 @pytest.mark.parametrize("dtype,search", [(torch.float32, "rounds"), (torch.bfloat16, "rounds"),
                                           (torch.bfloat16, "sort"), (torch.bfloat16, "rounds16"),

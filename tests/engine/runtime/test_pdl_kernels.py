@@ -55,9 +55,10 @@ def _kernels():
                          PREFETCH=False, ELEMS_PER_LINE=64, BLOCK_P=256, SPLIT_K=1, OWN_LINES=2, OWN_LINE_ELEMS=64)
     sample_ptrs = dict(logits_ptr=BF16, u_ptr="*fp32", temp_ptr="*fp32", topk_ptr="*i64", topp_ptr="*fp32",
                        greedy_ptr="*i1", suppress_ptr="*i1", out_ptr="*i64", table_ptr=BF16, next_ptr=BF16, x_ptr=BF16,
-                       table2_ptr=BF16, next2_ptr=BF16)
+                       table2_ptr=BF16, next2_ptr=BF16, hist_ptr="*i1", pen_ptr="*fp32", stop_ptr="*i1",
+                       eos_ptr="*i1")
     sample_consts = dict(HAS_SUPPRESS=True, HAS_NEXT=True, HAS_X=True, BLOCK_V=2048, BLOCK_H=1024, BLOCK_X=1024,
-                         HAS_NEXT2=False)
+                         HAS_NEXT2=False, CODE0=False)
     return {
         "gemv": (gemv._gemv_kernel, gemv_ptrs, gemv_consts, True),
         "gemv-silu": (gemv._gemv_kernel, gemv_ptrs, {**gemv_consts, "SILU": True}, True),
@@ -96,6 +97,10 @@ def _kernels():
         "sample-radix-next2": (sampling._sample_kernel, sample_ptrs,
                                {**sample_consts, "HAS_SUPPRESS": False, "KEY16": True, "RADIX": True, "SORT": False,
                                 "HAS_NEXT2": True}, False),
+        # code 0's draw with its processors inside (VOXRT_GLUE_KERNELS=on): the talker's 3072 codes
+        "sample-radix-code0": (sampling._sample_kernel, sample_ptrs,
+                               {**sample_consts, "HAS_SUPPRESS": True, "HAS_NEXT": False, "HAS_X": False,
+                                "BLOCK_V": 4096, "KEY16": False, "RADIX": True, "SORT": False, "CODE0": True}, True),
     }
 
 
@@ -103,7 +108,7 @@ def _plain_kernels():
     """Kernels that launch without PDL (above PDL_AUTO_MAX_ROWS rows only): compiled here all the same, since the
     interpreter never runs the compiler's passes. The talker's paged decode attention, alone and with the rotary
     kernel's work folded in (VOXRT_PAGED_DECODE_ROPE=on), at the talker's shape."""
-    from voxrt.engine.runtime.kernels import paged_decode  # noqa: PLC0415
+    from voxrt.engine.runtime.kernels import gather, paged_decode  # noqa: PLC0415
 
     table = dict(indptr_ptr="*i32", indices_ptr="*i32", last_ptr="*i32")
     consts = dict(PS=16, HQ=16, HKV=8, D=128, GR=16, BT=64, DOT_F32=False)
@@ -114,6 +119,11 @@ def _plain_kernels():
                               dict(qkv_ptr=BF16, out_ptr=BF16, cache_ptr=BF16, pos_ptr="*i64", page_ptr="*i64",
                                    off_ptr="*i64", qw_ptr=BF16, kw_ptr=BF16, inv_freq_ptr="*fp32", x_ptr=BF16,
                                    **table), dict(consts, HAS_X=True, BLOCK_X=2048)),
+        # the slots' sampling parameters in one launch (VOXRT_GLUE_KERNELS=on): SamplingTensors' six dtypes
+        "gather_rows": (gather._gather_rows_kernel,
+                        dict(index_ptr="*i64", s0="*fp32", d0="*fp32", s1="*i64", d1="*i64", s2="*fp32", d2="*fp32",
+                             s3="*fp32", d3="*fp32", s4="*i1", d4="*i1", s5="*i1", d5="*i1"),
+                        dict(N_SRC=6, BLOCK=128)),
     }
 
 
@@ -209,3 +219,10 @@ def test_the_paged_decode_kernels_compile_for_sm90_on_tensor_cores(facts):
 
 if __name__ == "__main__":
     print(json.dumps(_facts()))
+
+
+def test_the_gather_kernel_compiles_for_sm90(facts):
+    """kernels/gather.py's six-field gather (VOXRT_GLUE_KERNELS=on) compiles for sm90, a store per field, no PDL
+    instruction (it launches plainly)."""
+    f = facts["gather_rows"]
+    assert f["stores"] >= 6 and not f["gdc"], f

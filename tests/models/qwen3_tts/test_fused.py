@@ -211,6 +211,42 @@ def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
                 torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 
+def test_code0_in_the_sampler_equals_the_program_rule(monkeypatch, ckpt):
+    """VOXRT_GLUE_KERNELS=on: `sample_first_code`'s processors (repetition penalty, EOS barred before frame 2 and
+    for pinned rows, frame 1's code tagged) inside the sampler kernel. On the same random draws the program gives
+    the codes it gives with the knob off, with the torch kernels and the Triton ones (interpreter), at frames 0, 1
+    and later, sampled and greedy; and greedy generation through the engine with the Triton kernels still equals
+    the reference implementation's codes."""
+    _, model, tokenizer, _ = ckpt
+    monkeypatch.delenv("VOXRT_GLUE_KERNELS", raising=False)
+    plain = fused_program("torch")
+    assert not plain.fused.code0_in_sampler  # off by default
+    monkeypatch.setenv("VOXRT_GLUE_KERNELS", "on")
+    programs = {impl: fused_program(impl, gemm_impl="torch") for impl in ("torch", "triton")}
+    vocab = plain.cfg.talker.vocab_size
+    g = torch.Generator().manual_seed(5)
+    rows = 6
+    hidden = torch.randn(rows, plain.cfg.talker.lm.hidden_size, generator=g)
+    history = torch.zeros(rows, 2 * vocab, dtype=torch.bool)
+    history[2:, torch.randint(0, vocab - 1024, (30,), generator=g)] = True
+    history[4:, vocab + 3] = True  # rows 4-5 past frame 1; rows 2-3 at frame 1; rows 0-1 at frame 0
+    for greedy in (False, True):
+        params = [SamplingParams(temperature=0.9, top_k=50, repetition_penalty=1.05, greedy=greedy,
+                                 num_frames=None if i % 2 else 8) for i in range(rows)]
+        sampling = SamplingTensors.from_params(params, CPU)
+        with torch.inference_mode():
+            torch.manual_seed(3)
+            want = plain.sample_first_code(hidden, sampling, history)
+            assert (want[2:4] >= vocab).all() and (want[:2] < vocab).all() and (want[4:] < vocab).all()
+            for impl, program in programs.items():
+                assert program.fused.code0_in_sampler
+                torch.manual_seed(3)
+                assert torch.equal(program.sample_first_code(hidden, sampling, history), want), (impl, greedy)
+    jobs = {"a": ("vivian", TEXTS["vivian"])}
+    requests, _ = engine_greedy(programs["triton"], jobs, max_frames=4, frame_path="fused")
+    assert [list(f) for f in requests["a"].frames] == reference_greedy(model, tokenizer, "vivian", TEXTS["vivian"], 5)
+
+
 def test_the_sampler_gathers_a_second_row():
     """kernels/sampling.py's next2_table (the predictor's layer-0 q/k/v row beside its input row): the Triton
     kernel in the interpreter writes the chosen code's rows of both tables, as the torch rule does."""

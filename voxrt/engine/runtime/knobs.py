@@ -51,6 +51,7 @@ BLAS_SM_TARGETS = ("off", "lanes")
 CODEC_CONV_MODES = ("off", "timed", "all")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
 ON_OFF = ("on", "off")  # a switch that is on unless set off
+OFF_ON = ("off", "on")  # a switch that is off unless set on
 DEFAULT_SAMPLER_SEARCH = "radix"  # fastest measured (kernels/sampling.py); bench/pick_tuned.py's COMMITTED_SEARCH
 
 
@@ -143,6 +144,12 @@ def predictor_qkv_table() -> bool:
     return _mode_knob("VOXRT_PREDICTOR_QKV_TABLE", ON_OFF) == "on"
 
 
+def glue_kernels() -> bool:
+    """`VOXRT_GLUE_KERNELS`: `off` (the default) or `on` (models/qwen3_tts/fused.py, read at load: code 0's
+    repetition penalty and EOS rule inside the sampler kernel)."""
+    return _mode_knob("VOXRT_GLUE_KERNELS", OFF_ON) == "on"
+
+
 def _mode_knob(name: str, modes: tuple[str, ...]) -> str:
     """An environment knob whose first mode is its default (unset, empty), `off` also spelled 0, no, false;
     ValueError naming the modes for anything else not among them."""
@@ -187,6 +194,7 @@ def check_env() -> None:
     paged_decode_config()
     paged_decode_rope()
     predictor_qkv_table()
+    glue_kernels()
     blas_sm_target()
     codec_conv()
     codec_channels_last()

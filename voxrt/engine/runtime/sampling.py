@@ -14,6 +14,9 @@ from typing import Sequence
 import torch
 
 from voxrt.engine.params import SamplingParams
+from voxrt.engine.runtime import knobs
+from voxrt.engine.runtime.kernels import default_impl
+from voxrt.engine.runtime.kernels.gather import gather_rows
 from voxrt.engine.runtime.transfer import upload, upload_into
 
 # The parameters of a padding row (a graph bucket's rows past the batch, the scratch slot): greedy
@@ -91,8 +94,13 @@ class SlotSampling:
     no parameters (it uploaded six tensors a step, ~0.2 ms of host time at batch 128). Padding rows scatter
     padding parameters into the scratch row, which holds them from the start."""
 
-    def __init__(self, num_rows: int, device: torch.device) -> None:
+    def __init__(self, num_rows: int, device: torch.device, impl: str | None = None) -> None:
+        """`impl`: how `gather` runs: `torch` (six index_selects) or `triton` (one kernel, kernels/gather.py);
+        None: `triton` on a GPU with `VOXRT_GLUE_KERNELS=on`, else `torch`."""
         self.rows = SamplingTensors.from_params([PADDING_PARAMS] * num_rows, device)
+        if impl is None:
+            impl = default_impl(device) if knobs.glue_kernels() else "torch"
+        self.impl = impl
 
     def scatter(self, slots: torch.Tensor, sampling: SamplingTensors) -> None:
         """Rows `slots` [B] take `sampling`'s B rows (queued on the current stream; graph-safe)."""
@@ -101,7 +109,7 @@ class SlotSampling:
 
     def gather(self, slots: torch.Tensor) -> SamplingTensors:
         """The parameters of `slots` [B], as new [B] tensors (graph-safe)."""
-        return SamplingTensors(*(row.index_select(0, slots) for row in self.rows._fields()))
+        return SamplingTensors(*gather_rows(self.rows._fields(), slots, self.impl))
 
 
 def apply_repetition_penalty(logits: torch.Tensor, history: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:

@@ -54,6 +54,7 @@ import torch
 from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels import check_impl, next_pow2, pdl_args, triton_available
 from voxrt.engine.runtime.kernels.norm import _rows, rstd_torch
+from voxrt.engine.runtime.sampling import apply_repetition_penalty
 
 SEARCHES = knobs.SAMPLER_SEARCHES  # how the Triton kernel finds the top-k / top-p thresholds (module docstring)
 DEFAULT_SEARCH = knobs.DEFAULT_SAMPLER_SEARCH  # fastest measured (module docstring); bench/pick_tuned.py's
@@ -151,10 +152,11 @@ if triton_available():
     def _sample_kernel(logits_ptr, l_stride, n_vocab, u_ptr, u_stride, temp_ptr, topk_ptr, topp_ptr, greedy_ptr,
                        suppress_ptr, out_ptr, out_stride, table_ptr, t_stride, next_ptr, n_stride, n_hidden,
                        table2_ptr, t2_stride, next2_ptr, n2_stride, n_hidden2,
-                       x_ptr, x_stride, n_x, x_eps, HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
+                       x_ptr, x_stride, n_x, x_eps, hist_ptr, h_stride, pen_ptr, stop_ptr, eos_ptr,
+                       HAS_SUPPRESS: tl.constexpr, HAS_NEXT: tl.constexpr,
                        HAS_X: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_X: tl.constexpr,
                        SORT: tl.constexpr, PDL: tl.constexpr, KEY16: tl.constexpr = False,
-                       RADIX: tl.constexpr = False, HAS_NEXT2: tl.constexpr = False):
+                       RADIX: tl.constexpr = False, HAS_NEXT2: tl.constexpr = False, CODE0: tl.constexpr = False):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK_V)
         valid = cols < n_vocab
@@ -168,6 +170,16 @@ if triton_available():
             x16 = x  # the logits as loaded (bfloat16, exact in float32), before any scaling
         if HAS_X:
             x = x * row_rstd(x_ptr + row * x_stride, n_x, x_eps, BLOCK_X)
+        if CODE0:  # code 0's processors (`sample_codes`' `history`): repetition penalty, EOS before frame 2
+            plain = tl.load(hist_ptr + row * h_stride + cols, mask=valid, other=0).to(tl.int32)
+            tagged = tl.load(hist_ptr + row * h_stride + n_vocab + cols, mask=valid, other=0).to(tl.int32)
+            pen = tl.load(pen_ptr + row)
+            x = tl.where((plain | tagged) != 0, tl.where(x > 0, tl.math.div_rn(x, pen), x * pen), x)  # (IEEE, as torch)
+            past1 = tl.max(tagged, axis=0) != 0  # frame 1's code is in the history: frame 2 or later
+            no_eos = (past1 == 0) | (tl.load(stop_ptr + row).to(tl.int32) == 0)
+            is_eos = tl.load(eos_ptr + cols, mask=valid, other=0).to(tl.int32) != 0
+            x = tl.where(no_eos & is_eos, float("-inf"), x)
+            frame1 = (tl.max(plain, axis=0) != 0) & (past1 == 0)
         if HAS_SUPPRESS:
             x = tl.where(banned != 0, float("-inf"), x)
         is_greedy = tl.load(greedy_ptr + row).to(tl.int32)
@@ -218,6 +230,8 @@ if triton_available():
             u = tl.minimum(tl.maximum(u, 1e-20), 1.0 - 1e-7)
             score = tl.where(keep, scaled - tl.log(-tl.log(u)), float("-inf"))
             choice = tl.argmax(score, axis=0)
+        if CODE0:
+            choice = choice + n_vocab * frame1.to(tl.int32)  # frame 1's code tagged by the vocabulary
         tl.store(out_ptr + row * out_stride, choice.to(tl.int64))
         if HAS_NEXT:
             for h0 in range(0, n_hidden, BLOCK_H):
@@ -257,19 +271,35 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
                  next_table: torch.Tensor | None = None, next_out: torch.Tensor | None = None,
                  impl: str = "torch", x: torch.Tensor | None = None, x_eps: float = 1e-6,
                  num_warps: int | None = None, search: str | None = None,
-                 next2_table: torch.Tensor | None = None, next2_out: torch.Tensor | None = None) -> None:
+                 next2_table: torch.Tensor | None = None, next2_out: torch.Tensor | None = None,
+                 history: torch.Tensor | None = None, penalty: torch.Tensor | None = None,
+                 allow_stop: torch.Tensor | None = None, eos_mask: torch.Tensor | None = None) -> None:
     """logits [B, V]; uniform [B, V] float32 in (0, 1); temperature, top_p [B] float32; top_k [B] int64
     (0: off); greedy [B] bool; out [B] int64 (a strided column is fine) <- the codes. With `next_table`
     [V, H]: next_out [B, H] <- next_table[code] (and with `next2_table` [V, H2] too: next2_out [B, H2] <-
     next2_table[code]). With `x` [B, H]: logits scaled by rstd(x) per row first.
+    With `history` [B, 2V] bool (and `penalty` [B] float32, `allow_stop` [B] bool, `eos_mask` [V] bool): the
+    processors of Qwen3-TTS's code 0 first, in the reference's order (models/qwen3_tts/program.py,
+    `sample_first_code`): the repetition penalty over the codes in either half of the history, EOS masked while
+    the row has no frame-1 mark (the upper half) or may not stop, then the draw; the code of frame 1 (a mark in the
+    lower half only) comes out shifted by V. In the Triton kernel that is one launch instead of ~18.
     `search`: the Triton kernel's threshold search, one of `SEARCHES` (None: `VOXRT_SAMPLER_SEARCH`); `num_warps`
     (None: `default_warps`)."""
     check_impl(impl)
     rows = x
+    code0 = history is not None
+    if code0 and (penalty is None or allow_stop is None or eos_mask is None or next_table is not None):
+        raise ValueError("history goes with penalty, allow_stop and eos_mask, and without next_table")
     if impl == "torch":
         x = logits.float()
         if rows is not None:
             x = x * rstd_torch(rows, x_eps)
+        if code0:
+            vocab = x.shape[-1]
+            plain, tagged = history[:, :vocab], history[:, vocab:]
+            x = apply_repetition_penalty(x, plain | tagged, penalty)
+            past1 = tagged.any(dim=-1)
+            x = x.masked_fill((~past1 | ~allow_stop)[:, None] & eos_mask[None, :], float("-inf"))
         if suppress is not None:
             x = x.masked_fill(suppress, float("-inf"))
         scaled = x / temperature[:, None]
@@ -277,6 +307,8 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         noise = -torch.log(-torch.log(uniform.clamp(min=1e-20, max=1.0 - 1e-7)))
         sampled = scaled.add(noise).masked_fill(~keep, float("-inf")).argmax(-1)
         codes = torch.where(greedy, x.argmax(-1), sampled)
+        if code0:
+            codes = codes + vocab * (plain.any(dim=-1) & ~past1)
         out.copy_(codes)
         if next_table is not None:
             next_out.copy_(next_table[codes])
@@ -295,6 +327,8 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
     hidden2 = next2_table.shape[1] if has_next2 else 0
     assert has_next or not has_next2, "next2_table goes with next_table"
     x2 = _rows(rows) if rows is not None else logits
+    if code0:
+        assert history.shape == (bsz, 2 * vocab) and history.stride(-1) == 1 and eos_mask.shape == (vocab,)
     _sample_kernel[(bsz,)](
         logits, logits.stride(0), vocab, uniform, uniform.stride(0), temperature, top_k, top_p, greedy,
         suppress if suppress is not None else logits, out, out.stride(0),
@@ -302,9 +336,13 @@ def sample_codes(logits: torch.Tensor, uniform: torch.Tensor, temperature: torch
         next_out if has_next else logits, next_out.stride(0) if has_next else 0, hidden,
         next2_table if has_next2 else logits, next2_table.stride(0) if has_next2 else 0,
         next2_out if has_next2 else logits, next2_out.stride(0) if has_next2 else 0, hidden2,
-        x2, x2.stride(0), x2.shape[-1], x_eps, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
+        x2, x2.stride(0), x2.shape[-1], x_eps, history if code0 else logits, history.stride(0) if code0 else 0,
+        penalty if code0 else logits, allow_stop if code0 else logits, eos_mask if code0 else logits,
+        CODE0=code0, HAS_SUPPRESS=suppress is not None, HAS_NEXT=has_next,
         HAS_NEXT2=has_next2, HAS_X=rows is not None, BLOCK_V=next_pow2(vocab),
         BLOCK_H=min(1024, next_pow2(max(hidden, hidden2, 1))),
         BLOCK_X=next_pow2(x2.shape[-1]), SORT=search == "sort", num_warps=num_warps or default_warps(vocab),
-        KEY16=search in ("rounds16", "radix") and logits.dtype == torch.bfloat16, RADIX=search == "radix",
+        # (not with code 0's penalty: it reorders the scores, so the logits' 16-bit image no longer ranks them)
+        KEY16=search in ("rounds16", "radix") and logits.dtype == torch.bfloat16 and not code0,
+        RADIX=search == "radix",
         **pdl_args(logits.device, bsz))
