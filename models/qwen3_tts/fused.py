@@ -45,6 +45,7 @@ from torch import nn
 
 from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
+from voxrt.engine.runtime.kernels.gather import depth_inputs
 from voxrt.engine.runtime.kernels.gemv import add_gated_mlp_, add_linear_, linear
 from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch
 from voxrt.engine.runtime.kernels.rope import rope_inv_freq
@@ -115,8 +116,9 @@ class FusedTalker:
             # (their input is a table row, and layer 0's input norm is folded into its projection, its rstd after)
             self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
                                     .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]
-        # VOXRT_GLUE_KERNELS (off by default): code 0's processors run inside its sampler kernel (`sample_first`)
-        self.code0_in_sampler = knobs.glue_kernels()
+        # VOXRT_GLUE_KERNELS (off by default): code 0's processors inside its sampler kernel (`sample_first`), the
+        # predictor's first inputs in one kernel (`generate_depth`'s `code0_tag`)
+        self.glue_kernels = knobs.glue_kernels()
 
     def _text_table(self) -> torch.Tensor:
         """text_projection(text_embedding(id)) for every text id, in the activation dtype."""
@@ -166,7 +168,7 @@ class FusedTalker:
 
     def sample_first(self, logits: torch.Tensor, sampling: SamplingTensors, suppress: torch.Tensor,
                      history: torch.Tensor, eos_mask: torch.Tensor) -> torch.Tensor:
-        """Code 0 from the codec head's logits [B, V] with its processors in the sampler (`code0_in_sampler`): the
+        """Code 0 from the codec head's logits [B, V] with its processors in the sampler (`glue_kernels`): the
         repetition penalty over `history` [B, 2V], EOS barred before frame 2 and for rows that may not stop, and
         frame 1's code shifted by V: what `Qwen3TTSProgram.sample_first_code` does around `sample`, in one kernel
         on the GPU instead of ~18 small ones (kernels/sampling.py, `sample_codes`' `history`)."""
@@ -180,8 +182,9 @@ class FusedTalker:
     # ---- code predictor --------------------------------------------------------------------------------
 
     def generate_depth(self, hidden: torch.Tensor, code0: torch.Tensor, sampling: SamplingTensors,
-                       record_logits: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """[B, H] talker hidden, [B] code 0 (untagged) -> [B, K] codes; the reference's
+                       record_logits: list[torch.Tensor] | None = None, code0_tag: int | None = None) -> torch.Tensor:
+        """[B, H] talker hidden, [B] code 0 (untagged; with `code0_tag`, frame 1's shifted by it, as
+        `sample_first` returns it, untagged in the first inputs' kernel) -> [B, K] codes; the reference's
         `CodePredictor.generate` with every step's input a table row and every step's kernels fused."""
         pred, impl, eps = self.pred, self.impl, self.pred.rms_norm_eps
         cp = self.talker.code_predictor
@@ -193,9 +196,14 @@ class FusedTalker:
                   for _ in self.pred_layers]
         uniform = torch.rand(bsz, k - 1, vocab, dtype=torch.float32, device=dev)  # all steps' noise at once
         codes = torch.empty(bsz, k, dtype=torch.int64, device=dev)
-        codes[:, 0] = code0
-        x = torch.stack([cp.small_to_mtp_projection(hidden), F.embedding(code0, self.code0_table)], dim=1)
-        x = x.view(bsz * 2, -1)  # the residual stream; step 0: two tokens per row (positions 0, 1), then one
+        # the residual stream; step 0: two tokens per row (positions 0, 1), then one
+        if code0_tag is not None:  # one kernel: code 0 untagged into codes, the two rows interleaved
+            x = depth_inputs(cp.small_to_mtp_projection(hidden), code0, code0_tag, self.code0_table, codes[:, 0],
+                             self.impl)
+        else:
+            codes[:, 0] = code0
+            x = torch.stack([cp.small_to_mtp_projection(hidden), F.embedding(code0, self.code0_table)], dim=1)
+            x = x.view(bsz * 2, -1)
         inputs = [torch.empty(bsz, x.shape[1], dtype=dtype, device=dev) for _ in range(2)]  # the sampler writes one
         qkv_tables = self.step_qkv_tables
         qkv_inputs = ([torch.empty(bsz, qkv_tables.shape[2], dtype=dtype, device=dev) for _ in range(2)]

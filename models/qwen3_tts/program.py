@@ -256,7 +256,7 @@ class Qwen3TTSProgram(ModelProgram):
         row's history is empty at frame 0, has no mark at or above V at frame 1, and has one from frame 2 on:
         exactly the reference's `min_new_tokens=2`, which only ever needs frames 0 and 1 told apart."""
         vocab = self.cfg.talker.vocab_size
-        if self.fused is not None and self.fused.code0_in_sampler:  # all of the below in the sampler kernel
+        if self.fused is not None and self.fused.glue_kernels:  # all of the below in the sampler kernel
             return self.fused.sample_first(self.talker.codec_head(hidden), sampling, self.code0_suppress, history,
                                            self.eos_mask)
         plain, tagged = history[:, :vocab], history[:, vocab:]  # [B, V] each; tagged: frame 1's code
@@ -278,6 +278,8 @@ class Qwen3TTSProgram(ModelProgram):
     # ---- depth ---------------------------------------------------------------------------------------------
 
     def generate_depth(self, hidden: torch.Tensor, code0: torch.Tensor, sampling: SamplingTensors) -> torch.Tensor:
+        if self.fused is not None and self.fused.glue_kernels:  # untagged in the first inputs' kernel
+            return self.fused.generate_depth(hidden, code0, sampling, code0_tag=self.cfg.talker.vocab_size)
         code0 = self._untag_code0(code0)  # frame 1's code comes shifted by the vocabulary (sample_first_code)
         if self.fused:
             return self.fused.generate_depth(hidden, code0, sampling)

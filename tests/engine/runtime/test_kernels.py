@@ -275,6 +275,28 @@ def test_gather_rows_in_one_kernel_equals_index_select(monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_depth_inputs_in_one_kernel_equal_the_torch_ops(dtype):
+    """kernels/gather.py's `depth_inputs` (VOXRT_GLUE_KERNELS=on): code 0 untagged (frame 1's arrives shifted by the
+    vocabulary) into a strided column of the frame's codes, and the projected hidden state and code 0's embedding
+    interleaved row by row, as torch.stack gives them; the same bits in Triton's interpreter."""
+    from voxrt.engine.runtime.kernels.gather import depth_inputs  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(9)
+    bsz, hidden, vocab, tag = 5, 48, 30, 100
+    first = torch.randn(bsz, hidden, generator=g).to(dtype)
+    table = torch.randn(vocab, hidden, generator=g).to(dtype)
+    code0 = torch.tensor([3, tag + 7, 0, tag + 29, 12])
+    out = {}
+    for impl in ("torch", "triton"):
+        codes = torch.full((bsz, 4), -1, dtype=torch.int64)
+        out[impl] = (depth_inputs(first, code0, tag, table, codes[:, 0], impl), codes)
+    x, codes = out["torch"]
+    assert torch.equal(codes[:, 0], torch.tensor([3, 7, 0, 29, 12])) and (codes[:, 1:] == -1).all()
+    assert torch.equal(x[0::2], first) and torch.equal(x[1::2], table[codes[:, 0]])
+    assert torch.equal(out["triton"][0], x) and torch.equal(out["triton"][1], codes)
+
+
 # the sort search on bf16 only (its ties are the harder case): a 2048-wide sort takes ~3 s a row in the interpreter
 @pytest.mark.parametrize("dtype,search", [(torch.float32, "rounds"), (torch.bfloat16, "rounds"),
                                           (torch.bfloat16, "sort"), (torch.bfloat16, "rounds16"),

@@ -124,6 +124,10 @@ def _plain_kernels():
                         dict(index_ptr="*i64", s0="*fp32", d0="*fp32", s1="*i64", d1="*i64", s2="*fp32", d2="*fp32",
                              s3="*fp32", d3="*fp32", s4="*i1", d4="*i1", s5="*i1", d5="*i1"),
                         dict(N_SRC=6, BLOCK=128)),
+        # the code predictor's first inputs in one launch (VOXRT_GLUE_KERNELS=on)
+        "depth_inputs": (gather._depth_inputs_kernel,
+                         dict(code0_ptr="*i64", tag="i64", first_ptr=BF16, table_ptr=BF16, x_ptr=BF16,
+                              codes_ptr="*i64"), dict(BLOCK_H=1024)),
     }
 
 
@@ -221,8 +225,8 @@ if __name__ == "__main__":
     print(json.dumps(_facts()))
 
 
-def test_the_gather_kernel_compiles_for_sm90(facts):
-    """kernels/gather.py's six-field gather (VOXRT_GLUE_KERNELS=on) compiles for sm90, a store per field, no PDL
-    instruction (it launches plainly)."""
-    f = facts["gather_rows"]
-    assert f["stores"] >= 6 and not f["gdc"], f
+def test_the_gather_kernels_compile_for_sm90(facts):
+    """kernels/gather.py's six-field gather and the depth stage's first inputs (VOXRT_GLUE_KERNELS=on) compile for
+    sm90, with no PDL instruction (they launch plainly); the gather stores each field."""
+    assert facts["gather_rows"]["stores"] >= 6 and not facts["gather_rows"]["gdc"], facts["gather_rows"]
+    assert facts["depth_inputs"]["stores"] >= 3 and not facts["depth_inputs"]["gdc"], facts["depth_inputs"]

@@ -213,14 +213,14 @@ def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
 
 def test_code0_in_the_sampler_equals_the_program_rule(monkeypatch, ckpt):
     """VOXRT_GLUE_KERNELS=on: `sample_first_code`'s processors (repetition penalty, EOS barred before frame 2 and
-    for pinned rows, frame 1's code tagged) inside the sampler kernel. On the same random draws the program gives
-    the codes it gives with the knob off, with the torch kernels and the Triton ones (interpreter), at frames 0, 1
-    and later, sampled and greedy; and greedy generation through the engine with the Triton kernels still equals
-    the reference implementation's codes."""
+    for pinned rows, frame 1's code tagged) inside the sampler kernel, and the code predictor's first inputs (code
+    0 untagged) in one kernel. On the same random draws the program gives the codes it gives with the knob off,
+    with the torch kernels and the Triton ones (interpreter), at frames 0, 1 and later, sampled and greedy; and
+    greedy generation through the engine with the Triton kernels still equals the reference's codes."""
     _, model, tokenizer, _ = ckpt
     monkeypatch.delenv("VOXRT_GLUE_KERNELS", raising=False)
     plain = fused_program("torch")
-    assert not plain.fused.code0_in_sampler  # off by default
+    assert not plain.fused.glue_kernels  # off by default
     monkeypatch.setenv("VOXRT_GLUE_KERNELS", "on")
     programs = {impl: fused_program(impl, gemm_impl="torch") for impl in ("torch", "triton")}
     vocab = plain.cfg.talker.vocab_size
@@ -239,9 +239,16 @@ def test_code0_in_the_sampler_equals_the_program_rule(monkeypatch, ckpt):
             want = plain.sample_first_code(hidden, sampling, history)
             assert (want[2:4] >= vocab).all() and (want[:2] < vocab).all() and (want[4:] < vocab).all()
             for impl, program in programs.items():
-                assert program.fused.code0_in_sampler
+                assert program.fused.glue_kernels
                 torch.manual_seed(3)
                 assert torch.equal(program.sample_first_code(hidden, sampling, history), want), (impl, greedy)
+            # the code predictor from the tagged codes: the first inputs' kernel untags them as the program does
+            torch.manual_seed(4)
+            frames = plain.generate_depth(hidden, want, sampling)
+            assert torch.equal(frames[:, 0], want % vocab)
+            for impl, program in programs.items():
+                torch.manual_seed(4)
+                assert torch.equal(program.generate_depth(hidden, want, sampling), frames), (impl, greedy)
     jobs = {"a": ("vivian", TEXTS["vivian"])}
     requests, _ = engine_greedy(programs["triton"], jobs, max_frames=4, frame_path="fused")
     assert [list(f) for f in requests["a"].frames] == reference_greedy(model, tokenizer, "vivian", TEXTS["vivian"], 5)

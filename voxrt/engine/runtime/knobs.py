@@ -145,8 +145,10 @@ def predictor_qkv_table() -> bool:
 
 
 def glue_kernels() -> bool:
-    """`VOXRT_GLUE_KERNELS`: `off` (the default) or `on` (models/qwen3_tts/fused.py, read at load: code 0's
-    repetition penalty and EOS rule inside the sampler kernel)."""
+    """`VOXRT_GLUE_KERNELS`: `off` (the default) or `on`: the small launches around the frame's kernels cut, read
+    at load (models/qwen3_tts/fused.py: code 0's repetition penalty and EOS rule inside its sampler kernel, the
+    code predictor's first inputs in one kernel; runtime/sampling.py's SlotSampling: the six sampling parameters
+    gathered in one kernel)."""
     return _mode_knob("VOXRT_GLUE_KERNELS", OFF_ON) == "on"
 
 

@@ -1,9 +1,14 @@
-"""Rows of several 1-D tensors gathered at one index, in one kernel.
+"""Rows gathered in one kernel where torch takes several: the step's sampling parameters, the depth stage's
+first inputs.
 
 A decode or depth step reads its rows' sampling parameters from per-slot tensors (runtime/sampling.py,
 `SlotSampling`): six fields, which `index_select` gathers in six launches, twice a frame on the Qwen3-TTS
 path. Here one program gathers BLOCK rows of every field, so the six become one launch
 (`VOXRT_GLUE_KERNELS=on`). The same values as `index_select` (a copy; tests/engine/runtime/test_kernels.py).
+
+`depth_inputs`: the code predictor's first step reads two tokens a row, the talker's projected hidden state and
+code 0's embedding; torch untags code 0 (three kernels), writes it into the frame's codes, gathers its
+embedding and stacks the two: one launch here (`VOXRT_GLUE_KERNELS=on`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from voxrt.engine.runtime.kernels import check_impl, triton_available
 
@@ -59,3 +65,40 @@ def gather_rows(sources: Sequence[torch.Tensor], index: torch.Tensor, impl: str 
     if n:
         _gather_rows_kernel[(triton.cdiv(n, BLOCK),)](index, n, *pairs, N_SRC=len(sources), BLOCK=BLOCK)
     return outs
+
+
+if triton_available():
+
+    @triton.jit
+    def _depth_inputs_kernel(code0_ptr, tag, first_ptr, f_stride, table_ptr, t_stride, x_ptr, x_stride, codes_ptr,
+                             c_stride, n_hidden, BLOCK_H: tl.constexpr):
+        b = tl.program_id(0)
+        code = tl.load(code0_ptr + b)
+        code = tl.where(code >= tag, code - tag, code)
+        tl.store(codes_ptr + b * c_stride, code)
+        for h0 in range(0, n_hidden, BLOCK_H):
+            cols = h0 + tl.arange(0, BLOCK_H)
+            mask = cols < n_hidden
+            tl.store(x_ptr + (2 * b) * x_stride + cols, tl.load(first_ptr + b * f_stride + cols, mask=mask), mask=mask)
+            row = tl.load(table_ptr + code * t_stride + cols, mask=mask)
+            tl.store(x_ptr + (2 * b + 1) * x_stride + cols, row, mask=mask)
+
+
+def depth_inputs(first: torch.Tensor, code0: torch.Tensor, tag: int, table: torch.Tensor, codes: torch.Tensor,
+                 impl: str = "torch") -> torch.Tensor:
+    """The first step's input of a depth transformer that reads two tokens a row: first [B, H] (the LM's
+    projected hidden state) and the embedding of code 0, table[code0] [V, H], interleaved into [2B, H]
+    (rows 2b, 2b + 1); code 0 arrives tagged (frame 1's shifted by `tag`: Qwen3-TTS's sample_first_code) and is
+    written untagged into codes [B] (a strided column is fine). One launch with `impl="triton"` instead of five."""
+    check_impl(impl)
+    if impl == "torch":
+        code = torch.where(code0 >= tag, code0 - tag, code0)
+        codes.copy_(code)
+        return torch.stack([first, F.embedding(code, table)], dim=1).view(-1, first.shape[1])
+    bsz, hidden = first.shape
+    assert first.stride(-1) == 1 and table.stride(-1) == 1 and table.shape[1] == hidden
+    x = torch.empty(2 * bsz, hidden, dtype=first.dtype, device=first.device)
+    if bsz:
+        _depth_inputs_kernel[(bsz,)](code0, tag, first, first.stride(0), table, table.stride(0), x, x.stride(0), codes,
+                                     codes.stride(0), hidden, BLOCK_H=min(1024, 1 << max(0, (hidden - 1).bit_length())))
+    return x
