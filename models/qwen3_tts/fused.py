@@ -45,7 +45,7 @@ from torch import nn
 
 from voxrt.engine.runtime import knobs
 from voxrt.engine.runtime.kernels.depth_attention import depth_attention
-from voxrt.engine.runtime.kernels.gather import depth_inputs
+from voxrt.engine.runtime.kernels.gather import depth_inputs, embed_step
 from voxrt.engine.runtime.kernels.gemv import add_gated_mlp_, add_linear_, linear
 from voxrt.engine.runtime.kernels.norm import add_rms_norm, rstd_torch
 from voxrt.engine.runtime.kernels.rope import rope_inv_freq
@@ -117,7 +117,7 @@ class FusedTalker:
             self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
                                     .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]
         # VOXRT_GLUE_KERNELS (off by default): code 0's processors inside its sampler kernel (`sample_first`), the
-        # predictor's first inputs in one kernel (`generate_depth`'s `code0_tag`)
+        # predictor's first inputs (`generate_depth`'s `code0_tag`) and the decode input (`embed_step`) one kernel each
         self.glue_kernels = knobs.glue_kernels()
 
     def _text_table(self) -> torch.Tensor:
@@ -139,6 +139,13 @@ class FusedTalker:
 
     def embed_text(self, text_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(text_ids, self.text_table)
+
+    def embed_step(self, text_ids: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """[B] text ids, [B, K] the previous frame -> [B, H]: `embed_frame(codes) + embed_text(text_ids)`, in one
+        kernel with `glue_kernels` (kernels/gather.py)."""
+        if self.glue_kernels:
+            return embed_step(codes, self.frame_offsets, self.frame_table, text_ids, self.text_table, self.impl)
+        return self.embed_frame(codes) + self.embed_text(text_ids)
 
     def embed_frame(self, codes: torch.Tensor) -> torch.Tensor:
         """[B, K] -> [B, H]: the 16 embeddings gathered from one table, summed as the reference sums them."""

@@ -238,8 +238,9 @@ class Qwen3TTSProgram(ModelProgram):
         return text + codec
 
     def embed_step(self, text_ids: torch.Tensor, prev_codes: torch.Tensor) -> torch.Tensor:
-        frame = self.fused.embed_frame(prev_codes) if self.fused else self.talker.embed_frame(prev_codes)
-        return frame + self._embed_text(text_ids)
+        if self.fused:
+            return self.fused.embed_step(text_ids, prev_codes)
+        return self.talker.embed_frame(prev_codes) + self._embed_text(text_ids)
 
     def lm_forward(self, x: torch.Tensor, positions: torch.Tensor, attn) -> torch.Tensor:
         if self.fused:

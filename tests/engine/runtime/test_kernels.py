@@ -297,6 +297,28 @@ def test_depth_inputs_in_one_kernel_equal_the_torch_ops(dtype):
     assert torch.equal(out["triton"][0], x) and torch.equal(out["triton"][1], codes)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embed_step_in_one_kernel_equals_the_torch_ops(dtype):
+    """kernels/gather.py's `embed_step` (VOXRT_GLUE_KERNELS=on): a decode step's input, the frame's embeddings from
+    one concatenated table summed plus the text embedding, as the torch ops give it (the float32 sum's order may
+    differ in its last bit: bf16 within one rounding), over a hidden size of two blocks."""
+    from voxrt.engine.runtime.kernels.gather import embed_step  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(6)
+    bsz, groups, vocab, hidden, texts = 4, 5, 11, 1500, 20
+    table = torch.randn(groups * vocab, hidden, generator=g).to(dtype)
+    offsets = torch.arange(groups) * vocab
+    codes = torch.randint(0, vocab, (bsz, groups), generator=g)
+    text_table = torch.randn(texts, hidden, generator=g).to(dtype)
+    text_ids = torch.tensor([0, 19, 7, 7])
+    want = embed_step(codes, offsets, table, text_ids, text_table, "torch")
+    got = embed_step(codes, offsets, table, text_ids, text_table, "triton")
+    assert got.dtype == dtype and got.shape == (bsz, hidden)
+    exact = (table[codes + offsets].float().sum(1).to(dtype).float() + text_table[text_ids].float()).to(dtype)
+    torch.testing.assert_close(want, exact, **_tol(dtype))
+    torch.testing.assert_close(got, exact, **_tol(dtype))
+
+
 # the sort search on bf16 only (its ties are the harder case): a 2048-wide sort takes ~3 s a row in the interpreter
 @pytest.mark.parametrize("dtype,search", [(torch.float32, "rounds"), (torch.bfloat16, "rounds"),
                                           (torch.bfloat16, "sort"), (torch.bfloat16, "rounds16"),

@@ -128,6 +128,10 @@ def _plain_kernels():
         "depth_inputs": (gather._depth_inputs_kernel,
                          dict(code0_ptr="*i64", tag="i64", first_ptr=BF16, table_ptr=BF16, x_ptr=BF16,
                               codes_ptr="*i64"), dict(BLOCK_H=1024)),
+        # the talker's decode input in one launch (VOXRT_GLUE_KERNELS=on)
+        "embed_step": (gather._embed_step_kernel,
+                       dict(codes_ptr="*i64", offsets_ptr="*i64", table_ptr=BF16, text_ptr="*i64", text_table_ptr=BF16,
+                            out_ptr=BF16), dict(BLOCK_H=1024)),
     }
 
 
@@ -226,7 +230,8 @@ if __name__ == "__main__":
 
 
 def test_the_gather_kernels_compile_for_sm90(facts):
-    """kernels/gather.py's six-field gather and the depth stage's first inputs (VOXRT_GLUE_KERNELS=on) compile for
-    sm90, with no PDL instruction (they launch plainly); the gather stores each field."""
+    """kernels/gather.py's six-field gather, the depth stage's first inputs and the talker's decode input
+    (VOXRT_GLUE_KERNELS=on) compile for sm90, with no PDL instruction (they launch plainly)."""
     assert facts["gather_rows"]["stores"] >= 6 and not facts["gather_rows"]["gdc"], facts["gather_rows"]
     assert facts["depth_inputs"]["stores"] >= 3 and not facts["depth_inputs"]["gdc"], facts["depth_inputs"]
+    assert facts["embed_step"]["stores"] >= 1 and not facts["embed_step"]["gdc"], facts["embed_step"]

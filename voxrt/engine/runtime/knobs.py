@@ -147,8 +147,8 @@ def predictor_qkv_table() -> bool:
 def glue_kernels() -> bool:
     """`VOXRT_GLUE_KERNELS`: `off` (the default) or `on`: the small launches around the frame's kernels cut, read
     at load (models/qwen3_tts/fused.py: code 0's repetition penalty and EOS rule inside its sampler kernel, the
-    code predictor's first inputs in one kernel; runtime/sampling.py's SlotSampling: the six sampling parameters
-    gathered in one kernel)."""
+    code predictor's first inputs and the talker's decode input in one kernel each; runtime/sampling.py's
+    SlotSampling: the six sampling parameters gathered in one kernel)."""
     return _mode_knob("VOXRT_GLUE_KERNELS", OFF_ON) == "on"
 
 

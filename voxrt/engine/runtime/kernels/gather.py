@@ -1,5 +1,5 @@
 """Rows gathered in one kernel where torch takes several: the step's sampling parameters, the depth stage's
-first inputs.
+first inputs, the talker's decode input.
 
 A decode or depth step reads its rows' sampling parameters from per-slot tensors (runtime/sampling.py,
 `SlotSampling`): six fields, which `index_select` gathers in six launches, twice a frame on the Qwen3-TTS
@@ -8,7 +8,8 @@ path. Here one program gathers BLOCK rows of every field, so the six become one 
 
 `depth_inputs`: the code predictor's first step reads two tokens a row, the talker's projected hidden state and
 code 0's embedding; torch untags code 0 (three kernels), writes it into the frame's codes, gathers its
-embedding and stacks the two: one launch here (`VOXRT_GLUE_KERNELS=on`).
+embedding and stacks the two: one launch here (`VOXRT_GLUE_KERNELS=on`). `embed_step`: a talker decode step's
+input, sixteen frame embeddings summed plus the text embedding, five torch launches, one here.
 """
 
 from __future__ import annotations
@@ -102,3 +103,42 @@ def depth_inputs(first: torch.Tensor, code0: torch.Tensor, tag: int, table: torc
         _depth_inputs_kernel[(bsz,)](code0, tag, first, first.stride(0), table, table.stride(0), x, x.stride(0), codes,
                                      codes.stride(0), hidden, BLOCK_H=min(1024, 1 << max(0, (hidden - 1).bit_length())))
     return x
+
+
+if triton_available():
+
+    @triton.jit
+    def _embed_step_kernel(codes_ptr, c_stride, offsets_ptr, n_codes, table_ptr, t_stride, text_ptr, text_table_ptr,
+                           tt_stride, out_ptr, o_stride, n_hidden, BLOCK_H: tl.constexpr):
+        b = tl.program_id(0)
+        text = tl.load(text_ptr + b).to(tl.int64)
+        for h0 in range(0, n_hidden, BLOCK_H):
+            cols = h0 + tl.arange(0, BLOCK_H)
+            mask = cols < n_hidden
+            acc = tl.zeros((BLOCK_H,), tl.float32)
+            for k in range(n_codes):
+                row = tl.load(codes_ptr + b * c_stride + k) + tl.load(offsets_ptr + k)
+                acc += tl.load(table_ptr + row.to(tl.int64) * t_stride + cols, mask=mask, other=0.0).to(tl.float32)
+            frame = acc.to(out_ptr.dtype.element_ty).to(tl.float32)  # rounded once, as torch's sum
+            t = tl.load(text_table_ptr + text * tt_stride + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + b * o_stride + cols, (frame + t).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def embed_step(codes: torch.Tensor, offsets: torch.Tensor, table: torch.Tensor, text_ids: torch.Tensor,
+               text_table: torch.Tensor, impl: str = "torch") -> torch.Tensor:
+    """A decode step's input: the sum of each row's frame embeddings, table[codes + offsets] summed over the
+    codes (codes [B, K], offsets [K]: where each code group's rows start in `table`), plus the row's text
+    embedding text_table[text_ids] -> [B, H]. The sum in float32, rounded once, then the add: the two roundings
+    of the torch ops, whose five launches become one with `impl="triton"` (the float32 sum's order may differ
+    in its last bit)."""
+    check_impl(impl)
+    if impl == "torch":
+        return F.embedding(codes + offsets, table).sum(1) + F.embedding(text_ids, text_table)
+    bsz, hidden = codes.shape[0], table.shape[1]
+    assert table.stride(-1) == 1 and text_table.stride(-1) == 1 and text_table.shape[1] == hidden
+    out = torch.empty(bsz, hidden, dtype=table.dtype, device=table.device)
+    if bsz:
+        _embed_step_kernel[(bsz,)](codes, codes.stride(0), offsets, codes.shape[1], table, table.stride(0), text_ids,
+                                   text_table, text_table.stride(0), out, out.stride(0), hidden,
+                                   BLOCK_H=min(1024, 1 << max(0, (hidden - 1).bit_length())))
+    return out
