@@ -124,12 +124,13 @@ def _run_path(program, checkpoint: str, path: str, batches: list[int], context: 
                l2_prefetch=frame_path == "fused" and l2_prefetch_enabled(cuda),
                skinny=frame_path == "fused" and skinny_enabled(cuda), decode_attention=decode_kernel(),
                paged_decode_rope=knobs.paged_decode_rope(), predictor_qkv_table=knobs.predictor_qkv_table(),
-               lanes=core.info.lanes)
+               glue_kernels=knobs.glue_kernels(), lanes=core.info.lanes)
     print(path, "lanes:", core.info.lanes, flush=True)
     print(path, "PDL", out["pdl_mode"], out["pdl_rows"], "L2 prefetch", "on" if out["l2_prefetch"] else "off",
           "tensor-core product (5..128 rows)", "on" if out["skinny"] else "off", "decode attention",
           out["decode_attention"], "rotary in the paged decode", "on" if out["paged_decode_rope"] else "off",
-          "predictor q/k/v table", "on" if out["predictor_qkv_table"] else "off", flush=True)
+          "predictor q/k/v table", "on" if out["predictor_qkv_table"] else "off", "glue kernels",
+          "on" if out["glue_kernels"] else "off", flush=True)
     assert core.info.frame_path == frame_path, (core.info.frame_path, path)
     pred = program.talker.code_predictor
     talker_bytes = weight_bytes(program.talker) - weight_bytes(pred)

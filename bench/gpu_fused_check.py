@@ -166,6 +166,7 @@ def main() -> int:
                   pdl=pdl, l2_prefetch=l2_prefetch_enabled(DEV), skinny=skinny_enabled(DEV), tf_rows=args.tf_rows,
                   tf_attention=args.tf_attention, paged_decode_rope=knobs.paged_decode_rope(),
                   predictor_qkv_table=program.fused.step_qkv_tables is not None,
+                  glue_kernels=program.fused.glue_kernels,
                   code0_logits=compare(ref["code0"], fused["code0"]),
                   predictor_logits=compare(*same_input_steps(ref, fused)),
                   predictor_codes_equal=round((ref["codes"] == fused["codes"]).float().mean().item(), 4))
