@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from voxrt.engine.runtime.kernels import check_impl, triton_available
+from voxrt.engine.runtime.kernels import check_impl, next_pow2, triton_available
 
 MAX_SOURCES = 6
 BLOCK = 128
@@ -50,26 +50,6 @@ if triton_available():
         if N_SRC > 5:
             _copy_rows(s5, d5, idx, rows, mask)
 
-
-def gather_rows(sources: Sequence[torch.Tensor], index: torch.Tensor, impl: str = "torch") -> list[torch.Tensor]:
-    """[s.index_select(0, index) for s in sources]: 1 to MAX_SOURCES contiguous 1-D tensors, `index` [B] int
-    (every entry a valid row), in one launch with `impl="triton"`."""
-    check_impl(impl)
-    if impl == "torch":
-        return [s.index_select(0, index) for s in sources]
-    if not 1 <= len(sources) <= MAX_SOURCES or any(s.dim() != 1 or not s.is_contiguous() for s in sources):
-        raise ValueError(f"gather_rows takes 1 to {MAX_SOURCES} contiguous 1-D tensors")
-    n = index.shape[0]
-    outs = [torch.empty(n, dtype=s.dtype, device=s.device) for s in sources]
-    pairs = [t for s, o in zip(sources, outs) for t in (s, o)]
-    pairs += pairs[:2] * (MAX_SOURCES - len(sources))  # unused slots (N_SRC leaves them out)
-    if n:
-        _gather_rows_kernel[(triton.cdiv(n, BLOCK),)](index, n, *pairs, N_SRC=len(sources), BLOCK=BLOCK)
-    return outs
-
-
-if triton_available():
-
     @triton.jit
     def _depth_inputs_kernel(code0_ptr, tag, first_ptr, f_stride, table_ptr, t_stride, x_ptr, x_stride, codes_ptr,
                              c_stride, n_hidden, BLOCK_H: tl.constexpr):
@@ -83,29 +63,6 @@ if triton_available():
             tl.store(x_ptr + (2 * b) * x_stride + cols, tl.load(first_ptr + b * f_stride + cols, mask=mask), mask=mask)
             row = tl.load(table_ptr + code * t_stride + cols, mask=mask)
             tl.store(x_ptr + (2 * b + 1) * x_stride + cols, row, mask=mask)
-
-
-def depth_inputs(first: torch.Tensor, code0: torch.Tensor, tag: int, table: torch.Tensor, codes: torch.Tensor,
-                 impl: str = "torch") -> torch.Tensor:
-    """The first step's input of a depth transformer that reads two tokens a row: first [B, H] (the LM's
-    projected hidden state) and the embedding of code 0, table[code0] [V, H], interleaved into [2B, H]
-    (rows 2b, 2b + 1); code 0 arrives tagged (frame 1's shifted by `tag`: Qwen3-TTS's sample_first_code) and is
-    written untagged into codes [B] (a strided column is fine). One launch with `impl="triton"` instead of five."""
-    check_impl(impl)
-    if impl == "torch":
-        code = torch.where(code0 >= tag, code0 - tag, code0)
-        codes.copy_(code)
-        return torch.stack([first, F.embedding(code, table)], dim=1).view(-1, first.shape[1])
-    bsz, hidden = first.shape
-    assert first.stride(-1) == 1 and table.stride(-1) == 1 and table.shape[1] == hidden
-    x = torch.empty(2 * bsz, hidden, dtype=first.dtype, device=first.device)
-    if bsz:
-        _depth_inputs_kernel[(bsz,)](code0, tag, first, first.stride(0), table, table.stride(0), x, x.stride(0), codes,
-                                     codes.stride(0), hidden, BLOCK_H=min(1024, 1 << max(0, (hidden - 1).bit_length())))
-    return x
-
-
-if triton_available():
 
     @triton.jit
     def _embed_step_kernel(codes_ptr, c_stride, offsets_ptr, n_codes, table_ptr, t_stride, text_ptr, text_table_ptr,
@@ -124,6 +81,44 @@ if triton_available():
             tl.store(out_ptr + b * o_stride + cols, (frame + t).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def gather_rows(sources: Sequence[torch.Tensor], index: torch.Tensor, impl: str = "torch") -> list[torch.Tensor]:
+    """[s.index_select(0, index) for s in sources]: 1 to MAX_SOURCES contiguous 1-D tensors, `index` [B] int
+    (every entry a valid row), in one launch with `impl="triton"`."""
+    check_impl(impl)
+    if impl == "torch":
+        return [s.index_select(0, index) for s in sources]
+    if not 1 <= len(sources) <= MAX_SOURCES or any(s.dim() != 1 or not s.is_contiguous() for s in sources):
+        raise ValueError(f"gather_rows takes 1 to {MAX_SOURCES} contiguous 1-D tensors")
+    n = index.shape[0]
+    outs = [torch.empty(n, dtype=s.dtype, device=s.device) for s in sources]
+    pairs = [t for s, o in zip(sources, outs) for t in (s, o)]
+    pairs += pairs[:2] * (MAX_SOURCES - len(sources))  # unused slots (N_SRC leaves them out)
+    if n:
+        _gather_rows_kernel[(triton.cdiv(n, BLOCK),)](index, n, *pairs, N_SRC=len(sources), BLOCK=BLOCK)
+    return outs
+
+
+
+def depth_inputs(first: torch.Tensor, code0: torch.Tensor, tag: int, table: torch.Tensor, codes: torch.Tensor,
+                 impl: str = "torch") -> torch.Tensor:
+    """The first step's input of a depth transformer that reads two tokens a row: first [B, H] (the LM's
+    projected hidden state) and the embedding of code 0, table[code0] [V, H], interleaved into [2B, H]
+    (rows 2b, 2b + 1); code 0 arrives tagged (frame 1's shifted by `tag`: Qwen3-TTS's sample_first_code) and is
+    written untagged into codes [B] (a strided column is fine). One launch with `impl="triton"` instead of six."""
+    check_impl(impl)
+    if impl == "torch":
+        code = torch.where(code0 >= tag, code0 - tag, code0)
+        codes.copy_(code)
+        return torch.stack([first, F.embedding(code, table)], dim=1).view(-1, first.shape[1])
+    bsz, hidden = first.shape
+    assert first.stride(-1) == 1 and table.stride(-1) == 1 and table.shape[1] == hidden
+    x = torch.empty(2 * bsz, hidden, dtype=first.dtype, device=first.device)
+    if bsz:
+        _depth_inputs_kernel[(bsz,)](code0, tag, first, first.stride(0), table, table.stride(0), x, x.stride(0), codes,
+                                     codes.stride(0), hidden, BLOCK_H=min(1024, next_pow2(hidden)))
+    return x
+
+
 def embed_step(codes: torch.Tensor, offsets: torch.Tensor, table: torch.Tensor, text_ids: torch.Tensor,
                text_table: torch.Tensor, impl: str = "torch") -> torch.Tensor:
     """A decode step's input: the sum of each row's frame embeddings, table[codes + offsets] summed over the
@@ -140,5 +135,5 @@ def embed_step(codes: torch.Tensor, offsets: torch.Tensor, table: torch.Tensor, 
     if bsz:
         _embed_step_kernel[(bsz,)](codes, codes.stride(0), offsets, codes.shape[1], table, table.stride(0), text_ids,
                                    text_table, text_table.stride(0), out, out.stride(0), hidden,
-                                   BLOCK_H=min(1024, 1 << max(0, (hidden - 1).bit_length())))
+                                   BLOCK_H=min(1024, next_pow2(hidden)))
     return out
