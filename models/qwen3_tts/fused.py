@@ -116,7 +116,7 @@ class FusedTalker:
             # (their input is a table row, and layer 0's input norm is folded into its projection, its rstd after)
             self.step_qkv_tables = (torch.stack([F.linear(t, self.pred_layers[0].qkv) for t in self.step_tables])
                                     .contiguous() if knobs.predictor_qkv_table() else None)  # [K-2, V, QKV]
-        # VOXRT_GLUE_KERNELS (off by default): code 0's processors inside its sampler kernel (`sample_first`);
+        # VOXRT_GLUE_KERNELS (on by default): code 0's processors inside its sampler kernel (`sample_first`);
         # the predictor's first inputs (`generate_depth`'s `code0_tag`) and the decode input (`embed_step`) one
         # kernel each
         self.glue_kernels = knobs.glue_kernels()

@@ -261,7 +261,7 @@ def test_gather_rows_in_one_kernel_equals_index_select(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(gather_rows(sources[:2], index, "triton"), want[:2]))
     with pytest.raises(ValueError, match="1-D"):
         gather_rows([torch.zeros(3, 2)], index, "triton")
-    monkeypatch.setenv("VOXRT_GLUE_KERNELS", "on")
+    monkeypatch.delenv("VOXRT_GLUE_KERNELS", raising=False)  # the default: on
     assert SlotSampling(4, torch.device("cpu")).impl == "torch"  # the CPU serves with torch ops
     slot = SlotSampling(9, torch.device("cpu"), impl="triton")
     params = [SamplingParams(temperature=0.5 + i / 10, top_k=i, top_p=0.9, repetition_penalty=1.1, greedy=i % 2 == 0,

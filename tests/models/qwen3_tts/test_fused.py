@@ -212,16 +212,16 @@ def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
 
 
 def test_code0_in_the_sampler_equals_the_program_rule(monkeypatch, ckpt):
-    """VOXRT_GLUE_KERNELS=on: `sample_first_code`'s processors (repetition penalty, EOS barred before frame 2 and
+    """VOXRT_GLUE_KERNELS (on by default): `sample_first_code`'s processors (repetition penalty, EOS barred before frame 2 and
     for pinned rows, frame 1's code tagged) inside the sampler kernel, and the code predictor's first inputs (code
     0 untagged) in one kernel. On the same random draws the program gives the codes it gives with the knob off,
     with the torch kernels and the Triton ones (interpreter), at frames 0, 1 and later, sampled and greedy; and
     greedy generation through the engine with the Triton kernels still equals the reference's codes."""
     _, model, tokenizer, _ = ckpt
-    monkeypatch.delenv("VOXRT_GLUE_KERNELS", raising=False)
+    monkeypatch.setenv("VOXRT_GLUE_KERNELS", "off")
     plain = fused_program("torch")
-    assert not plain.fused.glue_kernels  # off by default
-    monkeypatch.setenv("VOXRT_GLUE_KERNELS", "on")
+    assert not plain.fused.glue_kernels
+    monkeypatch.delenv("VOXRT_GLUE_KERNELS")
     programs = {impl: fused_program(impl, gemm_impl="torch") for impl in ("torch", "triton")}
     vocab = plain.cfg.talker.vocab_size
     g = torch.Generator().manual_seed(5)

@@ -20,6 +20,11 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   for the 1.7B and 0.6B) that the sampler gathers with the next input row, instead of a product a step
   (models/qwen3_tts/fused.py: 14 launches fewer a frame). On an H100 alone 4.940 ms at 64 rows, 5.741 at 128; with
   the rotary inside the paged decode 4.890-4.896 / 5.675-5.710 (the same run). `off` saves its memory.
+- `VOXRT_GLUE_KERNELS`: `on` (default) or `off`: ~37 small launches a frame fewer: Qwen3-TTS's code 0 with its
+  processors (repetition penalty, EOS rule, frame 1's tag) inside its sampler kernel, the slots' sampling
+  parameters gathered in one kernel (kernels/gather.py), the code predictor's first inputs and the talker's decode
+  input in one kernel each. On an H100 the frame at 64 rows 4.895-4.919 -> 4.815-4.825 ms, at 1 row 3.388-3.396 ->
+  3.327-3.340 (bench/results/2026-12-07-h100-glue/).
 - `VOXRT_CODEC_CHANNELS_LAST`: `on` (default) or `off`: the Qwen3-TTS codec's decoder blocks on channels-last
   activations ([B, T, C] memory: cuDNN's native layout, no conversions; products over the samples' rows). On an
   H100 a 25-frame chunk at batch 32 took 20.84 ms against 23.45 (bench/results/2026-12-06-h100-codec-cl/).
@@ -145,11 +150,11 @@ def predictor_qkv_table() -> bool:
 
 
 def glue_kernels() -> bool:
-    """`VOXRT_GLUE_KERNELS`: `off` (the default) or `on`: the small launches around the frame's kernels cut, read
+    """`VOXRT_GLUE_KERNELS`: `on` (the default) or `off`: the small launches around the frame's kernels cut, read
     at load (models/qwen3_tts/fused.py: code 0's repetition penalty and EOS rule inside its sampler kernel, the
     code predictor's first inputs and the talker's decode input in one kernel each; runtime/sampling.py's
     SlotSampling: the six sampling parameters gathered in one kernel)."""
-    return _mode_knob("VOXRT_GLUE_KERNELS", OFF_ON) == "on"
+    return _mode_knob("VOXRT_GLUE_KERNELS", ON_OFF) == "on"
 
 
 def _mode_knob(name: str, modes: tuple[str, ...]) -> str:

@@ -96,7 +96,7 @@ class SlotSampling:
 
     def __init__(self, num_rows: int, device: torch.device, impl: str | None = None) -> None:
         """`impl`: how `gather` runs: `torch` (six index_selects) or `triton` (one kernel, kernels/gather.py);
-        None: `triton` on a GPU with `VOXRT_GLUE_KERNELS=on`, else `torch`."""
+        None: `triton` on a GPU unless `VOXRT_GLUE_KERNELS=off`, else `torch`."""
         self.rows = SamplingTensors.from_params([PADDING_PARAMS] * num_rows, device)
         if impl is None:
             impl = default_impl(device) if knobs.glue_kernels() else "torch"
