@@ -5,7 +5,7 @@
 
 Each `--max-codec-batch` value starts one engine in a process of its own (a fresh CUDA context: one that ran out of
 memory leaves nothing behind for the next) with the serving defaults otherwise (the deadline policy, lanes, max
-batch 128 on a GPU, KV pages sized from memory), captures every CUDA graph (`EngineCore.warmup`), and reports the
+batch 256 or 128 on a GPU, KV pages sized from memory), captures every CUDA graph (`EngineCore.warmup`), and reports the
 memory: free before the engine, the KV pages, what PyTorch holds after the capture (allocated, reserved, peak),
 and the memory still free, or the out-of-memory error. 64 chunks did not fit an H100 with max batch 128
 (bench/results/2026-12-06-h100-hold-codec-batch/); the default is 32 on a GPU of 64 GiB or more, else 16
@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--model", default="qwen3-tts")
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--max-batch-size", type=int, default=None, help="default: the engine's (128 on a GPU)")
+    ap.add_argument("--max-batch-size", type=int, default=None, help="default: the engine's (256 on a GPU of 64 GiB or more, else 128)")
     ap.add_argument("--codec-batches", default="16,32,48,64")
     ap.add_argument("--out", default=None)
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # the child: one engine, a JSON line

@@ -112,16 +112,17 @@ def _fake_maker(arch, out_dir, tokenizer_dir, device, seed):
 
 
 def test_max_batch_size_defaults_by_device_and_rejects_nonpositive():
-    """128 on a GPU, 64 on the CPU (bench/results/2026-12-02-knee-codec), picked by the engine process (the CLI
-    leaves it None: a gateway process never imports torch to ask); an explicit value wins; < 1 is a clear
-    error, not an engine that can never decode."""
+    """256 on a GPU of 64 GiB or more, 128 below, 64 on the CPU (bench/results/2026-12-07-h100-batch256), picked
+    by the engine process (the CLI leaves it None: a gateway process never imports torch to ask); an explicit
+    value wins; < 1 is a clear error, not an engine that can never decode."""
     import torch  # noqa: PLC0415
 
     from voxrt.cli import _engine_config, build_parser  # noqa: PLC0415
-    from voxrt.engine.runtime.core import default_max_batch_size  # noqa: PLC0415
+    from voxrt.engine.runtime.core import BATCH_256_MIN_BYTES, batch_for_memory, default_max_batch_size  # noqa: PLC0415
 
     assert default_max_batch_size(torch.device("cpu")) == 64
-    assert default_max_batch_size(torch.device("cuda")) == 128 and default_max_batch_size(torch.device("cuda:1")) == 128
+    assert batch_for_memory(80 * 10**9) == batch_for_memory(BATCH_256_MIN_BYTES) == 256  # an H100, an H200
+    assert batch_for_memory(BATCH_256_MIN_BYTES - 1) == batch_for_memory(48 * 2**30) == 128
     parser = build_parser()
     args = parser.parse_args(["loadgen", "--engine-direct", "--workload", "w.jsonl", "--out", "o", "--device", "cpu"])
     assert _engine_config(args).max_batch_size is None

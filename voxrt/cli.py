@@ -28,7 +28,9 @@ def _engine_args(p: argparse.ArgumentParser, realtime: bool = True) -> None:
                    help="admitted prompts of <= 16 tokens ride in the decode batch's LM pass instead of a prefill "
                    "pass of their own (default: on with CUDA, off on the CPU)")
     p.add_argument("--max-batch-size", type=int, default=None, help="requests decoded in one LM step (default: "
-                   "128 on a GPU, 64 on the CPU; on the H200 at 80 req/s of LibriTTS, 64 held 54.7%% of requests "
+                   "256 on a GPU of 64 GiB or more, else 128; 64 on the CPU; on an H100 at 144 req/s of LibriTTS "
+                   "256 held 100%% of requests within the SLO and 128 86.1%%: bench/results/2026-12-07-h100-batch256; "
+                   "on the H200 at 80 req/s, 64 held 54.7%% of requests "
                    "within the SLO and 128 held 100%%: bench/results/2026-12-02-knee-codec)")
     p.add_argument("--max-live-requests", type=int, default=None, help="requests admitted at once, between "
                    "--max-batch-size and --codec-slots (default: twice with the deadline policy, else --max-batch-size); a step decodes at most --max-batch-size of "
@@ -172,7 +174,7 @@ def _engine_config(args: argparse.Namespace):
     if args.first_chunk_frames is not None and args.first_chunk_frames < 1:
         raise SystemExit("error: --first-chunk-frames must be >= 1")
     codec_sms, sm_mode = _sm_modes(args)
-    # --max-batch-size unset: None, the engine process picks the device's default (128 on CUDA, 64 on the CPU;
+    # --max-batch-size unset: None, the engine process picks the device's default (256 or 128 on CUDA, 64 on the CPU;
     # runtime/core.py), so that `voxrt serve`'s gateway process never imports torch to ask
     if args.max_batch_size is not None and args.max_batch_size < 1:
         raise SystemExit("error: --max-batch-size must be >= 1")

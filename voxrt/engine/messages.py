@@ -72,8 +72,8 @@ class EngineConfig:
     scheduler_type: str = "base"
     page_size: int = 16  # tokens per KV page
     num_pages: int | None = None  # None: sized from memory (cuda) or max_batch_size * max_seq_len (cpu)
-    # requests decoded in one step; None: the device's default, resolved in the engine process (128 on CUDA, 64 on
-    # the CPU: `runtime/core.py`'s default_max_batch_size), so that a gateway never imports torch to ask
+    # requests decoded in one step; None: the device's default, resolved in the engine process (256 or 128 on CUDA,
+    # 64 on the CPU: `runtime/core.py`'s default_max_batch_size), so that a gateway never imports torch to ask
     max_batch_size: int | None = 64
     # requests admitted at once (running, or starved of streamed text), up to codec_slots; each step decodes at
     # most max_batch_size of them. None: the policy's default (the deadline policy, which decodes the least
