@@ -24,7 +24,7 @@
 # SPLIT_VARIANTS below; the same arrivals, 30 s points at SPLIT_RATES, every rate run: no early stop).
 # Knobs: JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), GRID_<dataset>_<job>
 # (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate; unset: the (c) job's 90%
-# capacity when that job ran earlier in the same call, else 112 / 192), SPLIT_RATES (120,128),
+# capacity when that job ran earlier in the same call, else 160 / 192), SPLIT_RATES (120,128),
 # SPLIT_VARIANTS (the split job's levers: NAME=flags;..., VAR=value words among the flags set the engine's
 # environment, e.g. "skinny=VOXRT_SKINNY=1"), MODEL=tiny (a CPU dry run: a, b, c and ws only).
 # Every config runs with `voxrt loadgen`'s / `voxrt serve`'s default overload bound (`--max-admission-wait-ms auto`:
@@ -45,15 +45,16 @@ SPLIT_RATES=${SPLIT_RATES:-120,128}
 # 120 / 128 where 72 held 60.6 / 48.2% and 56 69.8 / 61.2% (bench/results/2026-12-06-h100-split)
 SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s72=--sm-modes 72}
 
-# Each dataset's grid per job, around the knees measured on the H200 (LibriTTS: (a) 64, (b) >= 80, (c) 112 at
-# 90%, 2026-12-04-capacity) and, for Seed-TTS (rows ~60% as long), the calibrated simulation's (c) knee near
-# 192-208 req/s (bench/results/2026-12-05-capacity-plan/). A sweep climbs its grid and stops after a point below STOP.
-GRID_libritts_a=${GRID_libritts_a:-56,64,72,80}
-GRID_libritts_b=${GRID_libritts_b:-72,80,88,96,104}
-GRID_libritts_c=${GRID_libritts_c:-104,112,120,128,136}
-GRID_libritts_ws=${GRID_libritts_ws:-96,104,112,120,128}
+# Each dataset's grid per job, around the knees measured with max batch 256 (the default since 2026-12-07 on GPUs of
+# 64 GiB or more) on an H100 (LibriTTS: (a) >= 88 at 90% and 80 at 99%, (c) 160 at 90% and >= 144 at 99%:
+# bench/results/2026-12-07-h100-batch256/) and, for Seed-TTS (rows ~60% as long), (c) 184 with max batch 128
+# (2026-12-06-h100-hold-codec-batch; its grid goes past it). A sweep climbs its grid and stops after a point below STOP.
+GRID_libritts_a=${GRID_libritts_a:-72,80,88,96,104}
+GRID_libritts_b=${GRID_libritts_b:-104,112,120,128,136}
+GRID_libritts_c=${GRID_libritts_c:-136,144,152,160,168}
+GRID_libritts_ws=${GRID_libritts_ws:-128,136,144,152,160}
 GIVEN_KNEE_libritts=${KNEE_libritts:-}; GIVEN_KNEE_seedtts=${KNEE_seedtts:-}  # the trace job's rate, when given
-KNEE_libritts=${KNEE_libritts:-112}
+KNEE_libritts=${KNEE_libritts:-160}
 GRID_seedtts_a=${GRID_seedtts_a:-88,104,120,136}
 GRID_seedtts_b=${GRID_seedtts_b:-120,136,152,168}
 GRID_seedtts_c=${GRID_seedtts_c:-168,184,200,216,232}
