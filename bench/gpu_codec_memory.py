@@ -63,7 +63,8 @@ def main() -> int:
     ap.add_argument("--model", default="qwen3-tts")
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--max-batch-size", type=int, default=None, help="default: the engine's (256 on a GPU of 64 GiB or more, else 128)")
+    ap.add_argument("--max-batch-size", type=int, default=None,
+                    help="default: the engine's (256 on a GPU of 64 GiB or more, else 128)")
     ap.add_argument("--codec-batches", default="16,32,48,64")
     ap.add_argument("--out", default=None)
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # the child: one engine, a JSON line

@@ -212,9 +212,9 @@ def test_the_predictor_qkv_table_equals_the_product(monkeypatch):
 
 
 def test_code0_in_the_sampler_equals_the_program_rule(monkeypatch, ckpt):
-    """VOXRT_GLUE_KERNELS (on by default): `sample_first_code`'s processors (repetition penalty, EOS barred before frame 2 and
-    for pinned rows, frame 1's code tagged) inside the sampler kernel, and the code predictor's first inputs (code
-    0 untagged) in one kernel. On the same random draws the program gives the codes it gives with the knob off,
+    """VOXRT_GLUE_KERNELS (on by default): `sample_first_code`'s processors (repetition penalty, EOS barred before
+    frame 2 and for pinned rows, frame 1's code tagged) inside the sampler kernel, and the code predictor's first
+    inputs (code 0 untagged) in one kernel. On the same random draws the program gives the codes it gives with the knob off,
     with the torch kernels and the Triton ones (interpreter), at frames 0, 1 and later, sampled and greedy; and
     greedy generation through the engine with the Triton kernels still equals the reference's codes."""
     _, model, tokenizer, _ = ckpt
