@@ -5,6 +5,7 @@
     python bench/product_path.py report RUNS_DIR                                # the last table
     python bench/product_path.py windows RUNS_DIR TAG [WINDOW_S]                # where a run's misses fall in time
     python bench/product_path.py engine TRACE_DIR|REQUESTS_GZ [WINDOW_S]        # where first audio's time went inside the engine
+    python bench/product_path.py chunks RUNS_DIR                                # engine -> gateway per chunk; who made chunks late
 
 `report` prints every run's points, then one line per path (attainment per rate, capacity on the grid, TTFA
 at 1 req/s) and the issue's comparisons. `sample` writes one line a second: for the serve process and its descendants (the engine process and the
@@ -305,6 +306,59 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
             print(f"  {w * window_s:5.0f} s  {len(group):5d}  " + "  ".join(f"{_ms(a):>6s}/{_ms(b):<6s}" for a, b in cols))
 
 
+def chunk_figures(runs_dir: str, late_ms: float = 1.0) -> dict:
+    """Every chunk of every WebSocket context in the gateway traces (gw-trace.*.jsonl): how long it took from the
+    engine core (`engine_done_ns`) to the gateway's reader thread (`received_ns`), first chunks apart from the
+    rest (a first chunk waits behind whatever the engine's sender thread has queued: later chunks of other
+    requests, ~140 KB each), and the chunks whose first frame left the gateway more than `late_ms` after the
+    listener needed it (`need_ns`: a stall), by where the time went: the engine finished it after the need
+    (`engine`), it reached the gateway after the need (`delivery`), or the gateway sent it late (`gateway`)."""
+    first: list[float] = []
+    later: list[float] = []
+    late = {"engine": 0, "delivery": 0, "gateway": 0}
+    contexts = contexts_late = 0
+    for path in sorted(Path(runs_dir).glob("gw-trace.*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line) if line.strip() else {}
+            chunks = record.get("chunks")
+            if not chunks:
+                continue
+            contexts += 1
+            is_late = False
+            for chunk, _first_frame, _frames, done, received, _handled, need, sent, _last in chunks:
+                if done is None or received is None:
+                    continue
+                (first if chunk == 0 else later).append((received - done) / 1e6)
+                if need is not None and sent is not None and sent > need + late_ms * 1e6:
+                    is_late = True
+                    late["engine" if done > need else "delivery" if received > need else "gateway"] += 1
+            contexts_late += is_late
+
+    def spread(values: list[float]) -> dict:
+        return {"chunks": len(values), **{f"p{q}_ms": _quantile(values, q / 100) for q in (50, 90, 99)},
+                "max_ms": max(values) if values else None}
+
+    return {"contexts": contexts, "contexts_with_a_late_chunk": contexts_late, "first_chunks": spread(first),
+            "later_chunks": spread(later), "late_chunks": late}
+
+
+def chunks(runs_dir: str) -> None:
+    """`chunk_figures`, printed."""
+    f = chunk_figures(runs_dir)
+    print(f"gateway trace: {f['contexts']} contexts, {f['contexts_with_a_late_chunk']} with a chunk sent after the "
+          f"listener needed it")
+    def ms1(x) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    for name in ("first_chunks", "later_chunks"):
+        s = f[name]
+        print(f"  {name.replace('_', ' ')}: {s['chunks']}, engine -> gateway p50 / p90 / p99 / max "
+              f"{ms1(s['p50_ms'])} / {ms1(s['p90_ms'])} / {ms1(s['p99_ms'])} / {ms1(s['max_ms'])} ms")
+    late = f["late_chunks"]
+    print(f"  late chunks by where the time went: engine {late['engine']}, delivery to the gateway "
+          f"{late['delivery']}, the gateway {late['gateway']}")
+
+
 def engine(trace_dir: str, window_s: float = 5.0) -> None:
     """Inside the engine, per `window_s` of request arrivals (the engine's clock: the runs of one call follow
     each other, so each run's windows come in turn): requests, then p50 / p99 ms of submit -> first text,
@@ -388,5 +442,7 @@ if __name__ == "__main__":
         windows(rest[0], rest[1], *(float(x) for x in rest[2:3]))
     elif command == "engine":
         engine(rest[0], *(float(x) for x in rest[1:2]))
+    elif command == "chunks":
+        chunks(rest[0])
     else:
-        raise SystemExit(f"unknown command {command!r}: sample, snapshot, report, windows or engine")
+        raise SystemExit(f"unknown command {command!r}: sample, snapshot, report, windows, engine or chunks")

@@ -116,3 +116,28 @@ def test_engine_points_split_at_pauses_in_arrivals_and_bound_attainment_by_the_f
     assert lines[3].split() == ["12.0", "s", "2", "4.0", "50.0%"]
     # one request alone has no span: no rate
     assert product_path.engine_points([rec(0.0, 10.0)])[0]["rate"] is None
+
+
+def test_chunks_splits_delivery_of_first_and_later_chunks_and_blames_late_ones(tmp_path, capsys):
+    ms = 1_000_000
+    # fields: chunk, first_frame, frames, engine_done_ns, received_ns, handled_ns, need_ns, first_sent_ns, last_sent_ns
+    contexts = [
+        {"opened_ns": 0, "chunks": [[0, 0, 2, 100 * ms, 102 * ms, 0, None, 103 * ms, 0],       # first: 2 ms
+                                    [1, 2, 4, 200 * ms, 210 * ms, 0, 300 * ms, 211 * ms, 0],   # on time
+                                    [2, 6, 8, 400 * ms, 405 * ms, 0, 390 * ms, 406 * ms, 0]]},  # engine late
+        {"opened_ns": 0, "chunks": [[0, 0, 2, 100 * ms, 104 * ms, 0, None, 105 * ms, 0],       # first: 4 ms
+                                    [1, 2, 4, 200 * ms, 230 * ms, 0, 220 * ms, 231 * ms, 0],   # delivery late
+                                    [2, 6, 8, 300 * ms, 301 * ms, 0, 320 * ms, 330 * ms, 0],   # the gateway late
+                                    [3, 14, 8, 500 * ms, 501 * ms, 0, 510 * ms, 510.5 * ms, 0]]},  # within 1 ms
+        {"opened_ns": 0, "chunks": []},  # a context refused before its first chunk: not counted
+    ]
+    (tmp_path / "gw-trace.7.jsonl").write_text("\n".join(json.dumps(c) for c in contexts) + "\n")
+    f = product_path.chunk_figures(str(tmp_path))
+    assert f["contexts"] == 2 and f["contexts_with_a_late_chunk"] == 2
+    assert f["first_chunks"]["chunks"] == 2 and f["first_chunks"]["max_ms"] == 4.0
+    assert f["later_chunks"]["chunks"] == 5 and f["later_chunks"]["max_ms"] == 30.0
+    assert f["late_chunks"] == {"engine": 1, "delivery": 1, "gateway": 1}
+    product_path.chunks(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "2 contexts, 2 with a chunk sent after" in out
+    assert "engine 1, delivery to the gateway 1, the gateway 1" in out
