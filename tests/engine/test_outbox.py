@@ -52,3 +52,37 @@ def test_close_sends_what_is_queued_first():
     box.close()
     assert theirs.poll(1.0) and theirs.recv() == RequestCancelled("x")
     assert not box._thread.is_alive()
+
+
+def test_first_chunks_and_request_less_messages_go_ahead_of_queued_later_chunks():
+    """A codec launch's later chunks are queued while the reader is away; a first chunk of another request, a load
+    report and a heartbeat answer queued after them are sent before them. Each request's own messages keep
+    their order (its first chunk is the first thing it is sent; after it everything shares one queue)."""
+    from voxrt.engine.messages import EngineLoad, HeartbeatAck, RequestFailed
+
+    ours, theirs = Pipe()
+    box = _Outbox()
+    later = [AudioChunk(f"r{i}", 1, b"\0" * 200_000, 24000, 2, 4, False) for i in range(6)]  # fills the pipe
+    for msg in later:
+        box.put(ours, msg)
+    deadline = time.monotonic() + 10
+    while len(box._rest) == len(later) and time.monotonic() < deadline:  # the sender has taken one (and blocks
+        time.sleep(0.01)                                                  # on the full pipe: nothing reads it)
+    first = AudioChunk("new", 0, b"\0" * 3840, 24000, 0, 1, False)
+    load = EngineLoad(num_waiting=0, num_running=1, num_requests=1, decode_batch=1, max_batch_size=8,
+                      max_live_requests=16, min_slack_ms=None, num_pages_free=1, num_pages_total=2, num_slots_free=1,
+                      chunks_late=0, made_ns=0)
+    for msg in (RequestFailed("r0", "request_failed", "x"), first, load, HeartbeatAck(5),
+                AudioChunk("new", 1, b"\0" * 3840, 24000, 1, 2, True)):
+        box.put(ours, msg)
+    got = [theirs.recv() for _ in range(11)]
+    names = [(type(m).__name__, getattr(m, "request_id", None), getattr(m, "chunk_index", None)) for m in got]
+    sent_first = names.index(("AudioChunk", "new", 0))
+    # before it only the later chunks the pipe had taken or was taking when it was queued (the pipe holds a few
+    # hundred KB): at least two of the six were still queued, and went after it
+    assert 1 <= sent_first <= 4
+    assert names[sent_first + 1:sent_first + 3] == [("EngineLoad", None, None), ("HeartbeatAck", None, None)]
+    rest = [n for n in names if n[0] in ("AudioChunk", "RequestFailed") and n != ("AudioChunk", "new", 0)]
+    assert rest == [("AudioChunk", f"r{i}", 1) for i in range(6)] + [("RequestFailed", "r0", None),
+                                                                      ("AudioChunk", "new", 1)]
+    box.close()

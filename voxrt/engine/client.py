@@ -53,6 +53,7 @@ from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, Engine
                                    RequestCancelled, RequestFailed, SetPlayback, Shutdown, SubmitRequest)
 from voxrt.engine.params import SamplingParams, instructions_problem
 from voxrt.engine.supervisor import SupervisorConfig, Supervision
+from voxrt.engine.wire import FrameReader
 
 log = logging.getLogger("voxrt.engine.client")
 
@@ -435,28 +436,42 @@ class EngineClient:
         return stream
 
     def _read_forever(self, conn, generation: int) -> None:
+        """The reader thread: every read takes what the connection has (wire.py: one system call, however many
+        messages), stamps the chunks' `received_ns`, keeps heartbeat answers and load reports here, and hands the
+        rest to the event loop in one call a read (one wake-up of the loop, not one a message)."""
+        reader = FrameReader(conn)
         while True:
             try:
-                msg = conn.recv()
-            except (EOFError, OSError, ValueError):
+                messages = reader.read()
+            except Exception as exc:  # noqa: BLE001 (gone, reset, or bytes that are no message: the engine is lost)
                 if not self._closing:
-                    log.error("engine process connection lost")
+                    log.error("engine process connection lost" if isinstance(exc, (EOFError, OSError, ValueError))
+                              else f"engine process connection unreadable ({type(exc).__name__}: {exc})")
                 error = EngineDeadError("the engine process exited; restarting it"
                                         if self._supervisor is not None and self._supervisor.is_restart_enabled
                                         and not self._closing else "the engine process exited")
                 with contextlib.suppress(RuntimeError):  # the loop already closed: nobody is left to tell
                     self._loop.call_soon_threadsafe(self._on_lost, generation, error)
                 return
-            if isinstance(msg, HeartbeatAck):
-                self._last_ack_s = time.monotonic()  # here, not on the loop: a busy loop is not a frozen engine
-                continue
-            if isinstance(msg, EngineLoad):  # kept here, no loop wake-up: routing reads the latest when it needs it
-                if generation == self._generation:
-                    self.load, self.load_received_s = msg, time.monotonic()
-                continue
-            if isinstance(msg, AudioChunk):
-                msg = dataclasses.replace(msg, received_ns=time.monotonic_ns())
-            self._loop.call_soon_threadsafe(self._dispatch, msg, generation)
+            received_ns = time.monotonic_ns()
+            batch = []
+            for msg in messages:
+                if isinstance(msg, HeartbeatAck):
+                    self._last_ack_s = time.monotonic()  # here, not on the loop: a busy loop is not a frozen engine
+                elif isinstance(msg, EngineLoad):  # kept here, no loop wake-up: routing reads the latest when it needs it
+                    if generation == self._generation:
+                        self.load, self.load_received_s = msg, time.monotonic()
+                elif isinstance(msg, AudioChunk):
+                    batch.append(dataclasses.replace(msg, received_ns=received_ns))
+                else:
+                    batch.append(msg)
+            if batch:
+                with contextlib.suppress(RuntimeError):  # the loop already closed (the reader ends at its next read)
+                    self._loop.call_soon_threadsafe(self._dispatch_all, batch, generation)
+
+    def _dispatch_all(self, messages: list, generation: int) -> None:
+        for msg in messages:
+            self._dispatch(msg, generation)
 
     def _on_lost(self, generation: int, error: EngineError) -> None:
         if generation == self._generation and not self._loop.is_closed():

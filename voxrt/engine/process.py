@@ -21,15 +21,18 @@ Every `LOAD_REPORT_INTERVAL_S` the loop pushes each connection an `EngineLoad` (
 slack; `core.load()`, host-side state only) with that connection's count of submits taken, so a gateway that
 routes new contexts over several engines (voxrt/engine/replicas.py) reads fresh load without asking.
 
-Everything the loop sends goes out through one sender thread (`_Outbox`), in the loop's order: a background
-codec launch's ~16 audio chunks (~130 KB each) took milliseconds to pickle and write, and a write waits while
-the client's end of the pipe is full; on the loop thread that left the GPU idle between LM steps (issue 13: all
-21 gaps over 1 ms of a 96 req/s trace on the H200 followed such a delivery, bench/results/2026-12-03-host-fill).
-A connection whose send fails is dropped by the loop at its next turn (the owner's: the engine exits).
+Everything the loop sends goes out through one sender thread (`_Outbox`), in the loop's order but for first
+chunks and request-less messages, which go ahead: a background codec launch's ~31 audio chunks (~140 KB each)
+took milliseconds to pickle and write, and a write waits while the client's end of the pipe is full; on the
+loop thread that left the GPU idle between LM steps (issue 13: all 21 gaps over 1 ms of a 96 req/s trace on the
+H200 followed such a delivery, bench/results/2026-12-03-host-fill). A connection whose send fails is dropped by
+the loop at its next turn (the owner's: the engine exits). The loop reads each ready connection in one read
+and the sender writes each message in one call (voxrt/engine/wire.py): fewer hand-overs of the GIL between them.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -40,9 +43,10 @@ import time
 from multiprocessing.connection import Connection, Listener, wait
 
 from voxrt.engine.errors import EngineError
-from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, EngineConfig, EngineFatal, EngineReady,
-                                   GetStats, Heartbeat, HeartbeatAck, RequestCancelled, RequestFailed, SetPlayback,
-                                   Shutdown, SubmitRequest)
+from voxrt.engine.messages import (AppendText, AudioChunk, CancelRequest, EngineConfig, EngineFatal, EngineLoad,
+                                   EngineReady, GetStats, Heartbeat, HeartbeatAck, RequestCancelled, RequestFailed,
+                                   SetPlayback, Shutdown, SubmitRequest)
+from voxrt.engine.wire import FrameReader, send_frame
 
 log = logging.getLogger("voxrt.engine.process")
 
@@ -112,19 +116,39 @@ def engine_main(config: EngineConfig, conn: Connection, log_level: int = logging
 
 
 class _Outbox:
-    """The engine's sends, off the step loop: `put(conn, msg)` queues, one daemon thread sends in that order
-    (pickling and the pipe write; the write releases the GIL). A connection whose send fails is reported once
-    through `broken()` and later messages to it are dropped. `close()` sends what is queued, then stops."""
+    """The engine's sends, off the step loop: `put(conn, msg)` queues, one daemon thread sends (pickling and the
+    write, one `writev` a message: wire.py; the write releases the GIL). A connection whose send fails is
+    reported once through `broken()` and later messages to it are dropped. `close()` sends what is queued, then
+    stops.
+
+    Two queues, each in the loop's order: a request's first chunk (its first audio, a few KB) and the messages of
+    no request (load reports, heartbeat answers) go before the rest, so that first audio does not wait behind a
+    codec launch's ~31 later chunks of ~140 KB of other requests (up to 16 ms at the p99 at max batch 256 on an
+    H100, bench/results/2026-12-07-h100-b256-paths/). A request's own messages keep their order: its first chunk
+    is the first thing it is sent, and everything after it (later chunks, its failure or cancellation) shares
+    the other queue."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._ready = threading.Condition(threading.Lock())
+        self._first: collections.deque = collections.deque()  # first chunks, load reports, heartbeat answers
+        self._rest: collections.deque = collections.deque()
+        self._closing = False
         self._broken: queue.SimpleQueue = queue.SimpleQueue()
         self._dead: set[int] = set()  # id() of connections whose send failed (the sender thread's own)
         self._thread = threading.Thread(target=self._send_forever, name="voxrt-engine-send", daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def goes_first(msg) -> bool:
+        """A first chunk, or a message of no request: sent before the queued later chunks."""
+        if isinstance(msg, AudioChunk):
+            return msg.chunk_index == 0
+        return isinstance(msg, (EngineLoad, HeartbeatAck))
+
     def put(self, conn: Connection, msg) -> None:
-        self._queue.put((conn, msg))
+        with self._ready:
+            (self._first if self.goes_first(msg) else self._rest).append((conn, msg))
+            self._ready.notify()
 
     def broken(self) -> list[Connection]:
         """Connections whose send failed since the last call."""
@@ -134,19 +158,32 @@ class _Outbox:
         return out
 
     def close(self, timeout_s: float = 5.0) -> None:
-        self._queue.put(None)
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
         self._thread.join(timeout_s)
+
+    def _next(self):
+        """The next message to send, waiting for one; None once closing and nothing is left."""
+        with self._ready:
+            while not (self._first or self._rest or self._closing):
+                self._ready.wait()
+            if self._first:
+                return self._first.popleft()
+            if self._rest:
+                return self._rest.popleft()
+            return None
 
     def _send_forever(self) -> None:
         while True:
-            item = self._queue.get()
+            item = self._next()
             if item is None:
                 return
             conn, msg = item
             if id(conn) in self._dead:
                 continue
             try:
-                conn.send(msg)
+                send_frame(conn, msg)
             except (OSError, ValueError):  # closed, reset, or a broken pipe
                 self._dead.add(id(conn))
                 self._broken.put(conn)
@@ -171,6 +208,10 @@ class _Hub:
         self.core = core
         self.owner = owner
         self.conns: list[Connection] = [owner]
+        # each connection's reads, in bulk (wire.py), and the commands read but not yet handled (a drain handles
+        # at most MAX_COMMANDS_PER_DRAIN; the rest go first in the next turn)
+        self.inboxes: dict[Connection, FrameReader] = {owner: FrameReader(owner)}
+        self.unhandled: dict[Connection, collections.deque] = {owner: collections.deque()}
         self.requests: dict[str, Connection] = {}  # live request -> the connection that submitted it
         self._accepted: queue.SimpleQueue[Connection] = queue.SimpleQueue()
         self.pool_ok = True  # the last idle integrity check
@@ -211,15 +252,21 @@ class _Hub:
             while not self._accepted.empty():
                 conn = self._accepted.get()
                 self.conns.append(conn)
+                self.inboxes[conn] = FrameReader(conn)
+                self.unhandled[conn] = collections.deque()
                 self.num_submits[conn] = 0
             self._report_load()
             busy = self.core.has_work()
-            timeout = 0.0 if busy else IDLE_POLL_S
+            left = [conn for conn in self.conns if self.unhandled[conn]]  # read, not yet handled: no waiting
+            timeout = 0.0 if busy or left else IDLE_POLL_S
             wake_s = None if busy else self.core.seconds_to_wake()  # frames held for a deadline
             ready = wait(self.conns, timeout if wake_s is None else min(timeout, wake_s))
             read_ns = time.perf_counter_ns() if self.tracer is not None else 0  # reading, not waiting
             for conn in ready:
                 if not self._drain(conn):
+                    return
+            for conn in left:
+                if conn not in ready and conn in self.unhandled and not self._drain(conn, readable=False):
                     return
             busy = self.core.has_work()
             if busy:
@@ -293,11 +340,16 @@ class _Hub:
             if conn in self.conns:
                 self._drop(conn)
 
-    def _drain(self, conn: Connection) -> bool:
-        """Handles every message waiting on `conn`. False: the engine must exit (Shutdown, or its owner left)."""
+    def _drain(self, conn: Connection, readable: bool = True) -> bool:
+        """Reads what `conn` has (one read: wire.py; `readable`: `wait` said it has bytes) and handles the
+        commands read, at most MAX_COMMANDS_PER_DRAIN (a flood of commands must not starve the steps; the rest
+        are handled next turn). False: the engine must exit (Shutdown, or its owner left)."""
+        pending = self.unhandled[conn]
         try:
-            for _ in range(MAX_COMMANDS_PER_DRAIN):  # bounded: a flood of commands must not starve the steps
-                msg = conn.recv()
+            if readable:
+                pending.extend(self.inboxes[conn].read())
+            for _ in range(min(len(pending), MAX_COMMANDS_PER_DRAIN)):
+                msg = pending.popleft()
                 if isinstance(msg, Shutdown):
                     log.info("shutdown requested")
                     return False
@@ -305,10 +357,11 @@ class _Hub:
                     name = type(msg).__name__
                     self._commands[name] = self._commands.get(name, 0) + 1
                 self._handle(conn, msg)
-                if not conn.poll(0):
-                    return True
             return True
-        except (EOFError, OSError):
+        except Exception as exc:  # noqa: BLE001 (gone, reset, or bytes that are no message: the connection ends)
+            if not isinstance(exc, (EOFError, OSError)):
+                log.error("an engine connection sent what cannot be read (%s: %s); dropping it",
+                          type(exc).__name__, exc)
             if conn is self.owner:
                 raise EOFError from None
             self._drop(conn)
@@ -317,6 +370,8 @@ class _Hub:
     def _drop(self, conn: Connection) -> None:
         """A gateway went away: its requests are cancelled now, so their pages and slots return."""
         self.conns.remove(conn)
+        self.inboxes.pop(conn, None)
+        self.unhandled.pop(conn, None)
         self.num_submits.pop(conn, None)
         gone = [rid for rid, owner in self.requests.items() if owner is conn]
         for request_id in gone:
