@@ -331,6 +331,8 @@ class DeadlineScheduler(Scheduler):
         super().complete_codec(job, now_ns)
 
     def _plan_codec(self, plan: StepPlan, now_ns: int) -> None:
+        if not self.is_lane_free(URGENT) and not self.is_lane_free(BACKGROUND):
+            return  # nothing can be cut for either lane: no need to look (the look changes nothing)
         jobs, batch_jobs = self._codec_candidates(plan, now_ns)
         limit = self.config.max_codec_batch
         urgent_ns = self.config.urgent_ms * 1e6
@@ -385,7 +387,10 @@ class DeadlineScheduler(Scheduler):
             if (state is not running and state is not starved and state is not draining) or request.num_chunks_in_flight:
                 continue  # nothing to cut (`chunk_shape`): waiting, or its chunk is in flight
             have = len(request.frames) - request.num_frames_chunked  # frames not cut yet
-            need = next_size(request.num_frames_chunked)
+            if request.is_streaming:  # its next chunk's size comes with its deadline (`_next_chunk_parts`, cached)
+                due_ns, need, codec_ms = parts(request)
+            else:
+                due_ns, need = None, next_size(request.num_frames_chunked)
             # `chunk_shape(request)`, inline (every live request, every step): its answers in its order
             if request.finish_reason is not None:  # generation done: the rest, the last chunk when it fits
                 is_last = have <= need
@@ -403,8 +408,7 @@ class DeadlineScheduler(Scheduler):
                     if self._slack_ns(request, now_ns, held_step_ms) > held_step_ns:  # now < the cut time
                         continue
                 else:  # running, short of its next chunk: `_slack_ns` inline (the commonest case, every step)
-                    due_ns, size, codec_ms = parts(request)
-                    missing = size - have  # generating (a done one has a shape above), so short by this much
+                    missing = need - have  # generating (a done one has a shape above), so short by this much
                     if due_ns - now_ns - (missing * step_ms + codec_ms) * 1e6 >= step_ns:
                         continue
                 shape = self.chunk_shape(request, early=True)
@@ -413,7 +417,6 @@ class DeadlineScheduler(Scheduler):
                 out = early
             else:
                 out = ready if request.is_streaming else batch_jobs
-            due_ns = self._next_chunk_parts(request)[0] if request.is_streaming else None
             out.append(CodecJob(request, request.num_frames_chunked, shape[0], request.num_chunks, shape[1],
                                 due_ns, BACKGROUND, shape[2]))
         jobs = ready + early
