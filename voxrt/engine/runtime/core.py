@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import time
 
+import numpy as np
 import torch
 
 from voxrt.engine.errors import InvalidParamsError, UnknownVoiceError
@@ -592,7 +593,9 @@ class EngineCore:
 
     def _chunk_event(self, job: CodecJob, pcm) -> AudioChunk:
         request = job.request
-        return AudioChunk(request_id=request.request_id, chunk_index=job.chunk_index, pcm=pcm.astype("<f4").tobytes(),
+        # float32 already (CodecLaunch.results): `asarray` copies only another dtype; `tobytes` is the one copy
+        return AudioChunk(request_id=request.request_id, chunk_index=job.chunk_index,
+                          pcm=np.asarray(pcm, dtype="<f4").tobytes(),
                           sample_rate=self.info.sample_rate, first_frame=job.first_frame, num_frames=job.num_frames,
                           is_last=job.is_last, text_span=_text_span(request, job),
                           finish_reason=request.finish_reason if job.is_last else None)
