@@ -458,7 +458,7 @@ class EngineClient:
             for msg in messages:
                 if isinstance(msg, HeartbeatAck):
                     self._last_ack_s = time.monotonic()  # here, not on the loop: a busy loop is not a frozen engine
-                elif isinstance(msg, EngineLoad):  # kept here, no loop wake-up: routing reads the latest when it needs it
+                elif isinstance(msg, EngineLoad):  # kept here, no loop wake-up: routing reads the latest
                     if generation == self._generation:
                         self.load, self.load_received_s = msg, time.monotonic()
                 elif isinstance(msg, AudioChunk):
