@@ -261,6 +261,16 @@ def _ms(x) -> str:
     return "-" if x is None else f"{x:.0f}"
 
 
+def gateway_contexts(runs: Path):
+    """The gateways' trace records (gw-trace.*.jsonl: one a WebSocket context, its chunks' timestamps) of the
+    contexts that got at least one chunk."""
+    for path in sorted(runs.glob("gw-trace.*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if record.get("chunks"):
+                yield record
+
+
 def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
     """Where a run's misses fall in time: per rate and per `window_s` of arrivals, the requests, the misses (first
     audio later than 200 ms, a stall or a failure), among them the refused (`server_busy`: the engine's overload
@@ -271,14 +281,11 @@ def windows(runs_dir: str, tag: str, window_s: float = 5.0) -> None:
     runs = Path(runs_dir)
     requests = [json.loads(line) for line in (runs / tag / "requests.jsonl").read_text().splitlines() if line.strip()]
     traces = []  # (opened ns, engine ms, to gateway ms, to first send ms) per context, WebSocket runs only
-    for path in runs.glob("gw-trace.*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line) if line.strip() else {}
-            chunks = record.get("chunks") or []
-            if chunks:
-                done, received, sent = chunks[0][3], chunks[0][4], chunks[0][7]
-                traces.append((record["opened_ns"], (done - record["opened_ns"]) / 1e6, (received - done) / 1e6,
-                               (sent - received) / 1e6 if sent else None))
+    for record in gateway_contexts(runs):
+        chunks = record["chunks"]
+        done, received, sent = chunks[0][3], chunks[0][4], chunks[0][7]
+        traces.append((record["opened_ns"], (done - record["opened_ns"]) / 1e6, (received - done) / 1e6,
+                       (sent - received) / 1e6 if sent else None))
     traces.sort()
 
     print(f"{tag}: per {window_s:g} s of arrivals   reqs  missed  refused  stalled  ttfa p50 | engine p50/p99  "
@@ -317,22 +324,17 @@ def chunk_figures(runs_dir: str, late_ms: float = 1.0) -> dict:
     later: list[float] = []
     late = {"engine": 0, "delivery": 0, "gateway": 0}
     contexts = contexts_late = 0
-    for path in sorted(Path(runs_dir).glob("gw-trace.*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line) if line.strip() else {}
-            chunks = record.get("chunks")
-            if not chunks:
+    for record in gateway_contexts(Path(runs_dir)):
+        contexts += 1
+        is_late = False
+        for chunk, _first_frame, _frames, done, received, _handled, need, sent, _last in record["chunks"]:
+            if done is None or received is None:
                 continue
-            contexts += 1
-            is_late = False
-            for chunk, _first_frame, _frames, done, received, _handled, need, sent, _last in chunks:
-                if done is None or received is None:
-                    continue
-                (first if chunk == 0 else later).append((received - done) / 1e6)
-                if need is not None and sent is not None and sent > need + late_ms * 1e6:
-                    is_late = True
-                    late["engine" if done > need else "delivery" if received > need else "gateway"] += 1
-            contexts_late += is_late
+            (first if chunk == 0 else later).append((received - done) / 1e6)
+            if need is not None and sent is not None and sent > need + late_ms * 1e6:
+                is_late = True
+                late["engine" if done > need else "delivery" if received > need else "gateway"] += 1
+        contexts_late += is_late
 
     def spread(values: list[float]) -> dict:
         return {"chunks": len(values), **{f"p{q}_ms": _quantile(values, q / 100) for q in (50, 90, 99)},
