@@ -11,7 +11,8 @@
 # Knobs: PATCH (required), ORDER ("before after"; "after before" runs the tree as it is first), PATHS
 # ("ws-tokens direct"), RATES_ws_tokens (144), RATES_direct (152), DURATION_S (60), BUDGET_S (560: the whole
 # script; each run gets half of what is left when it starts), ENGINE_TRACE (requests), MODEL (qwen3-tts;
-# MODEL=standin is the CPU dry run of the script). Out: $OUT/before/, $OUT/after/ (each run's table.txt and
+# MODEL=standin is the CPU dry run of the script), PYSPY (a py-spy executable: each run's engine threads sampled,
+# bench/gpu_product_path.sh). Out: $OUT/before/, $OUT/after/ (each run's table.txt and
 # product_path.tgz) and $OUT/ab.txt: both tables and, for the WebSocket runs, `bench/product_path.py chunks`.
 # The patch is reversed on exit whatever happens, so the tree is left as it was found.
 set -uo pipefail
@@ -43,8 +44,13 @@ done
     echo "== $which"
     sed -n '1,/^path /p' "$OUT/$which/table.txt" 2>/dev/null | grep -v "^path "
     tmp=$(mktemp -d)
-    if tar xzf "$OUT/$which/product_path.tgz" -C "$tmp" 2>/dev/null && ls "$tmp"/runs/gw-trace.*.jsonl >/dev/null 2>&1; then
-      python bench/product_path.py chunks "$tmp/runs"
+    if tar xzf "$OUT/$which/product_path.tgz" -C "$tmp" 2>/dev/null; then
+      if ls "$tmp"/runs/gw-trace.*.jsonl >/dev/null 2>&1; then python bench/product_path.py chunks "$tmp/runs"; fi
+      for f in "$tmp"/runs/*.pyspy.txt; do  # PYSPY: the engine process's step loop, sampled
+        [ -s "$f" ] || continue
+        echo "-- $(basename "$f")"
+        python bench/pyspy_summary.py "$f" --under EngineCore.step --under _Hub._run --top 25
+      done
     fi
     rm -rf "$tmp"
   done

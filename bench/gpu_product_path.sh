@@ -34,7 +34,9 @@
 # per-request records only, --trace-requests-only, which leave the engine's step loop as it is), GW_SESSIONS (400), GW_THREADS (3), GW_BENCH_WORKERS (4), GW_QUICK_SESSIONS (50,100,150), MODEL
 # (qwen3-tts; MODEL=tiny or MODEL=standin is the CPU dry run: no checkpoint, --lanes inline), GW_GC_YOUNG (the
 # server's young-collection threshold, VOXRT_GC_YOUNG_THRESHOLD: unset 10,000; 700 is Python's own; the load
-# generator keeps its default). Everything is in
+# generator keeps its default), PYSPY (a py-spy executable: each run samples the engine process's threads,
+# PYSPY_RATE (200) a second for PYSPY_S (30) seconds from PYSPY_DELAY_S (15) into the run, without pausing it,
+# into RUN.pyspy.txt (collapsed stacks; `python bench/pyspy_summary.py FILE` reads them)). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
 set -uo pipefail
@@ -106,6 +108,7 @@ else
   if [ "$MODEL" = standin ]; then ENGINE_ARGS+=(--standin-speed 4); fi
 fi
 ENGINE_TRACE=${ENGINE_TRACE:-0}
+PYSPY=${PYSPY:-} PYSPY_DELAY_S=${PYSPY_DELAY_S:-15} PYSPY_S=${PYSPY_S:-30} PYSPY_RATE=${PYSPY_RATE:-200}
 if [ "$ENGINE_TRACE" != 0 ]; then ENGINE_ARGS+=(--trace-dir "$R/engine-trace"); fi
 if [ "$ENGINE_TRACE" = requests ]; then ENGINE_ARGS+=(--trace-requests-only); fi
 lscpu | grep -E "Model name|^CPU\(s\)" > "$R/cpu.txt"
@@ -149,6 +152,11 @@ run() {  # TAG DURATION RATES LOADGEN-ARGS...
   fi
   echo "$tag" > "$R/tag"
   python bench/product_path.py snapshot "$R/gw-stats" "$R/$tag.stats-before.json"
+  if [ -n "$PYSPY" ]; then  # the engine process's stacks during the run (after its warm-up)
+    local epid; epid=$(grep -o "engine\[[0-9]*\]" "$R/serve.log" | head -1 | tr -dc 0-9)
+    (sleep "$PYSPY_DELAY_S"; "$PYSPY" record -p "$epid" -r "$PYSPY_RATE" -d "$PYSPY_S" -f raw --threads --nonblocking \
+      -o "$R/$tag.pyspy.txt" > "$R/$tag.pyspy.log" 2>&1) &
+  fi
   timeout "$t" python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" \
     --duration "$duration" --procs "$LOADGEN_PROCS" --out "$R/$tag" > "$R/$tag.log" 2>&1
   local rc=$?

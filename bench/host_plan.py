@@ -37,14 +37,18 @@ HEAVY_COSTS = CostModel(lm_base_ms=3.0, lm_per_request_ms=0.012, prefill_per_tok
                         codec_per_frame_ms=0.06)
 
 
-def run(rate: float, duration_s: float, texts: list[str], batch: int, heavy: bool = False) -> dict:
+def run(rate: float, duration_s: float, texts: list[str], batch: int, heavy: bool = False,
+        live_cap: int = 512) -> dict:
     spent: dict[str, float] = {}
+    live: list[int] = []  # the live requests at each plan_step
     saved = {}
     for name in [p for p in PHASES if hasattr(dp.DeadlineScheduler, p)]:
         original = getattr(dp.DeadlineScheduler, name)
         saved[name] = original
 
         def timed(self, *args, _name=name, _original=original, **kwargs):
+            if _name == "plan_step":
+                live.append(len(self.requests))
             start = time.perf_counter()
             try:
                 return _original(self, *args, **kwargs)
@@ -55,15 +59,15 @@ def run(rate: float, duration_s: float, texts: list[str], batch: int, heavy: boo
         if heavy:
             result = simulate("deadline", rate=rate, duration_s=duration_s, seed=0, texts=texts, has_lanes=True,
                               lm_share=0.45, bg_share=0.25, costs=HEAVY_COSTS, num_slots=2048,
-                              config=SchedulerConfig(max_batch_size=batch, max_live_requests=512))
+                              config=SchedulerConfig(max_batch_size=batch, max_live_requests=live_cap))
         else:
             result = simulate("deadline", rate=rate, duration_s=duration_s, seed=0, texts=texts, has_lanes=True,
                               lm_share=0.45, bg_share=0.55, config=SchedulerConfig(max_batch_size=batch))
     finally:
         for name, original in saved.items():
             setattr(dp.DeadlineScheduler, name, original)
-    live = max(len(result.records), 1)
-    return dict(rate=rate, steps=result.num_steps, requests=live,
+    live.sort()
+    return dict(rate=rate, steps=result.num_steps, requests=len(result.records), live_p50=live[len(live) // 2],
                 ms_per_step={k: v / result.num_steps * 1e3 for k, v in spent.items()},
                 decisions=decisions_md5(result))
 
@@ -106,6 +110,8 @@ def main() -> None:
     ap.add_argument("--cases", action="store_true", help="only the decisions of CASES (no timing)")
     ap.add_argument("--heavy", action="store_true", help="~300 live requests (HEAVY_COSTS, live cap 512): e.g. "
                     "--heavy --rates 150 --duration 6")
+    ap.add_argument("--live-cap", type=int, default=512, help="--heavy's live cap (1024: ~800 live at 250 req/s "
+                    "and batch 256, as the 2026-12-07 H100 trace had)")
     args = ap.parse_args()
     with open(args.workload) as f:
         texts = [json.loads(line)["text"] for line in f][:2000]
@@ -114,11 +120,11 @@ def main() -> None:
         return
     rows = []
     for rate in (float(r) for r in args.rates.split(",")):
-        runs = [run(rate, args.duration, texts, args.batch, args.heavy) for _ in range(args.repeats)]
+        runs = [run(rate, args.duration, texts, args.batch, args.heavy, args.live_cap) for _ in range(args.repeats)]
         assert len({r["decisions"] for r in runs}) == 1, "the simulation is not deterministic"
         best = {k: min(r["ms_per_step"].get(k, 0.0) for r in runs) for k in PHASES if k in runs[0]["ms_per_step"]}
         rows.append(dict(runs[0], ms_per_step={k: round(v, 3) for k, v in best.items()}))
-        print(f"rate {rate:5.0f}: {runs[0]['steps']} steps, plan_step {best['plan_step']:.3f} ms/step "
+        print(f"rate {rate:5.0f}: {runs[0]['steps']} steps, live p50 {runs[0]['live_p50']}, plan_step {best['plan_step']:.3f} ms/step "
               f"({', '.join(f'{k} {v:.3f}' for k, v in best.items() if k != 'plan_step')}); decisions {runs[0]['decisions']}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
