@@ -129,10 +129,6 @@ class DeadlineScheduler(Scheduler):
         # A background launch's time from cut to `complete_codec` over its `codec_launch_ms` (module docstring)
         self.background_slowdown = 1.0
         self._background_batch: _LaunchRecord | None = None
-        # request id -> (request, chunks cut, playback anchor, first chunk time, cost model, next chunk's deadline,
-        # its frames, its codec ms): what `_slack_ns` derives from what changes only on events (a chunk cut, a
-        # playback report, the first chunk's completion), kept until one of them changes
-        self._chunk_parts: dict[str, tuple] = {}
         # `late_chunk_hold_ms`: the chunks completed within that long (completion time, late), oldest first, and
         # how many of them were late; `is_holding`: whether the last plan held admission back
         self._completions: deque[tuple[int, bool]] = deque()
@@ -173,23 +169,26 @@ class DeadlineScheduler(Scheduler):
         return key
 
     def _next_chunk_parts(self, request: Request) -> tuple:
-        """(deadline, frames, codec ms) of a request's next chunk (`chunk_deadline_ns`, `next_chunk_size`,
-        `CostModel.codec_ms` of one chunk), recomputed only when what they read changed."""
-        entry = self._chunk_parts.get(request.request_id)
-        if (entry is None or entry[0] is not request or entry[1] != request.num_frames_chunked
-                or entry[2] is not request.playback or entry[3] != request.first_chunk_ns or entry[4] is not self.costs):
+        """(chunks cut, playback anchor, first chunk time, cost model, the next chunk's deadline, its frames, its
+        codec ms): `chunk_deadline_ns`, `next_chunk_size` and `CostModel.codec_ms` of one chunk, kept on the request
+        (`Request.chunk_parts`) and recomputed only when what they read changed (a chunk cut, a playback report,
+        the first chunk's completion, another cost model). The planner asks for every live stream several times a
+        step: the last three items are what callers use (`_, _, _, _, due_ns, size, codec_ms = ...`)."""
+        entry = request.chunk_parts
+        if (entry is None or entry[0] != request.num_frames_chunked or entry[1] is not request.playback
+                or entry[2] != request.first_chunk_ns or entry[3] is not self.costs):
             first_frame = request.num_frames_chunked
             size = self.spec.next_chunk_size(first_frame)
-            entry = (request, first_frame, request.playback, request.first_chunk_ns, self.costs,
+            entry = (first_frame, request.playback, request.first_chunk_ns, self.costs,
                      chunk_deadline_ns(request, first_frame, self.spec, self._startup_ns, self._margin_ns),
                      size, self.costs.codec_ms(1, size))
-            self._chunk_parts[request.request_id] = entry
-        return entry[5:]
+            request.chunk_parts = entry
+        return entry
 
     def _slack_ns(self, request: Request, now_ns: int, step_ms: float) -> float:
         """`next_chunk_slack_ns` of a running request from its `_next_chunk_parts`: the planner asks for every
         stream up to three times a step (admission, decode order, early chunks), at different step times."""
-        due_ns, size, codec_ms = self._next_chunk_parts(request)
+        _, _, _, _, due_ns, size, codec_ms = self._next_chunk_parts(request)
         missing = 0 if request.finish_reason is not None else max(0, size - (request.num_frames
                                                                              - request.num_frames_chunked))
         return due_ns - now_ns - (missing * step_ms + codec_ms) * 1e6
@@ -199,7 +198,7 @@ class DeadlineScheduler(Scheduler):
         parts = self._next_chunk_parts
         least = None
         for request in streams:
-            due_ns, size, codec_ms = parts(request)
+            _, _, _, _, due_ns, size, codec_ms = parts(request)
             if request.finish_reason is not None:
                 missing = 0
             else:
@@ -209,10 +208,6 @@ class DeadlineScheduler(Scheduler):
             if least is None or slack_ns < least:
                 least = slack_ns
         return least
-
-    def _end(self, request: Request, state: RequestState) -> None:
-        self._chunk_parts.pop(request.request_id, None)
-        super()._end(request, state)
 
     def _by_urgency(self, running: list[Request], plan: StepPlan, now_ns: int) -> list[Request]:
         """The running requests in the order `decode` serves them when they are more than a batch: streams by
@@ -225,7 +220,7 @@ class DeadlineScheduler(Scheduler):
         def key(request: Request) -> tuple[bool, float]:  # `_slack_ns`, inline: every running request, every step
             if not request.is_streaming:
                 return (True, 0.0)
-            due_ns, size, codec_ms = parts(request)
+            _, _, _, _, due_ns, size, codec_ms = parts(request)
             missing = 0 if request.finish_reason is not None else size - (len(request.frames)
                                                                            - request.num_frames_chunked)
             return (False, due_ns - now_ns - ((missing if missing > 0 else 0) * step_ms + codec_ms) * 1e6)
@@ -388,7 +383,7 @@ class DeadlineScheduler(Scheduler):
                 continue  # nothing to cut (`chunk_shape`): waiting, or its chunk is in flight
             have = len(request.frames) - request.num_frames_chunked  # frames not cut yet
             if request.is_streaming:  # its next chunk's size comes with its deadline (`_next_chunk_parts`, cached)
-                due_ns, need, codec_ms = parts(request)
+                _, _, _, _, due_ns, need, codec_ms = parts(request)
             else:
                 due_ns, need = None, next_size(request.num_frames_chunked)
             # `chunk_shape(request)`, inline (every live request, every step): its answers in its order

@@ -95,6 +95,9 @@ class Request:
     finish_reason: str | None = None
     playback: PlaybackAnchor | None = None
     first_chunk_ns: int | None = None
+    # The deadline policy's cache of its next chunk's deadline, frames and codec time, with what they were derived
+    # from (`DeadlineScheduler._next_chunk_parts`); None until asked
+    chunk_parts: tuple | None = None
     error: str | None = None
     # `--trace-dir` only (runtime/core.py): when its commands came and its first chunk went, in ms on the engine's
     # clock, written as one `request` record when its last chunk is delivered; None when not tracing
