@@ -46,10 +46,11 @@ done
     tmp=$(mktemp -d)
     if tar xzf "$OUT/$which/product_path.tgz" -C "$tmp" 2>/dev/null; then
       if ls "$tmp"/runs/gw-trace.*.jsonl >/dev/null 2>&1; then python bench/product_path.py chunks "$tmp/runs"; fi
-      for f in "$tmp"/runs/*.pyspy.txt; do  # PYSPY: the engine process's step loop, sampled
+      for f in "$tmp"/runs/*.pyspy.txt "$tmp"/runs/*.pyspy-gil.txt; do  # PYSPY: the engine process, sampled
         [ -s "$f" ] || continue
         echo "-- $(basename "$f")"
-        python bench/pyspy_summary.py "$f" --under EngineCore.step --under _Hub._run --top 25
+        python bench/pyspy_summary.py "$f" --under EngineCore.step --under _Hub._run --top 25 \
+          --rate "${PYSPY_RATE:-200}" --seconds "${PYSPY_S:-30}"
       done
     fi
     rm -rf "$tmp"

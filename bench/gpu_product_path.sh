@@ -36,7 +36,8 @@
 # server's young-collection threshold, VOXRT_GC_YOUNG_THRESHOLD: unset 10,000; 700 is Python's own; the load
 # generator keeps its default), PYSPY (a py-spy executable: each run samples the engine process's threads,
 # PYSPY_RATE (200) a second for PYSPY_S (30) seconds from PYSPY_DELAY_S (15) into the run, without pausing it,
-# into RUN.pyspy.txt (collapsed stacks; `python bench/pyspy_summary.py FILE` reads them)). Everything is in
+# into RUN.pyspy.txt (collapsed stacks; `python bench/pyspy_summary.py FILE` reads them), and the thread holding the
+# GIL at each sample into RUN.pyspy-gil.txt (py-spy --gil)). Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
 set -uo pipefail
@@ -156,6 +157,9 @@ run() {  # TAG DURATION RATES LOADGEN-ARGS...
     local epid; epid=$(grep -o "engine\[[0-9]*\]" "$R/serve.log" | head -1 | tr -dc 0-9)
     (sleep "$PYSPY_DELAY_S"; "$PYSPY" record -p "$epid" -r "$PYSPY_RATE" -d "$PYSPY_S" -f raw --threads --nonblocking \
       -o "$R/$tag.pyspy.txt" > "$R/$tag.pyspy.log" 2>&1) &
+    # and, beside it, only the thread that holds the GIL at each sample: how the loop and the sender share it
+    (sleep "$PYSPY_DELAY_S"; "$PYSPY" record -p "$epid" -r "$PYSPY_RATE" -d "$PYSPY_S" -f raw --threads --nonblocking \
+      --gil -o "$R/$tag.pyspy-gil.txt" > "$R/$tag.pyspy-gil.log" 2>&1) &
   fi
   timeout "$t" python -m voxrt.cli loadgen "$@" "${COMMON[@]}" --sweep "$rates" --rate "${rates%%,*}" \
     --duration "$duration" --procs "$LOADGEN_PROCS" --out "$R/$tag" > "$R/$tag.log" 2>&1

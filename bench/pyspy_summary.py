@@ -1,6 +1,7 @@
 """Where a process's threads spent their time, from `py-spy record -f raw --threads` (collapsed stacks).
 
     python bench/pyspy_summary.py RUN.pyspy.txt [--thread MainThread] [--under EngineCore.step] [--top 30]
+                                  [--rate 200 --seconds 30]
 
 bench/gpu_product_path.sh writes one such file a run with PYSPY set (the engine process's threads, sampled without
 pausing it). Printed: the samples of each thread; then, for the thread named by --thread (its name, e.g. MainThread or
@@ -50,15 +51,18 @@ def parse(lines) -> list[tuple[str, list[str], int]]:
     return stacks
 
 
-def summarize(stacks, thread: str, under: list[str], top: int) -> str:
+def summarize(stacks, thread: str, under: list[str], top: int, expected: int | None = None) -> str:
+    """`expected`: the samples a thread that never idled would have (py-spy's rate times its seconds): each
+    thread's samples are then also a share of the run (the rest it waited: in a system call, or for the GIL)."""
     out = []
     per_thread = Counter()
     for name, _, count in stacks:
         per_thread[name] += count
     total_all = sum(per_thread.values())
-    out.append(f"samples: {total_all}")
+    out.append(f"samples: {total_all}" + (f" (a thread busy throughout: {expected})" if expected else ""))
     for name, count in per_thread.most_common():
-        out.append(f"  {count:8d}  {name or '(no thread)'}")
+        share = f"  {100 * count / expected:5.1f}% of the run" if expected else ""
+        out.append(f"  {count:8d}{share}  {name or '(no thread)'}")
     mine = [(frames, count) for name, frames, count in stacks if name == thread]
     total = sum(count for _, count in mine)
     if not total:
@@ -96,10 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--under", action="append", default=[],
                     help="a function (qualname) whose direct callees are split out; may repeat")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--rate", type=float, help="py-spy's samples a second (-r); with --seconds, each thread's "
+                    "samples as a share of the run")
+    ap.add_argument("--seconds", type=float, help="py-spy's duration (-d)")
     args = ap.parse_args(argv)
     with open(args.path, encoding="utf-8") as f:
         stacks = parse(f)
-    print(summarize(stacks, args.thread, args.under, args.top))
+    expected = round(args.rate * args.seconds) if args.rate and args.seconds else None
+    print(summarize(stacks, args.thread, args.under, args.top, expected))
 
 
 if __name__ == "__main__":

@@ -59,3 +59,11 @@ def test_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "under _Hub.run: 200 samples (100.0% of MainThread's)" in out
     assert "    50.0%  _Hub._step (process.py)" in out and "    50.0%  _Hub._drain (process.py)" in out
+
+
+def test_share_of_the_run():
+    stacks = pyspy_summary.parse(RAW.splitlines())
+    text = pyspy_summary.summarize(stacks, "MainThread", [], top=3, expected=400)
+    assert text.splitlines()[:3] == ["samples: 240 (a thread busy throughout: 400)",
+                                     "       200   50.0% of the run  MainThread",
+                                     "        40   10.0% of the run  voxrt-engine-send"]
