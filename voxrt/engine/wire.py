@@ -11,7 +11,8 @@ the other thread runs Python. A trace at max batch 256 on an H100 read 26 comman
 (bench/results/2026-12-07-h100-b256-paths/).
 
 `FrameReader` reads whatever a connection has in one `read` (up to `READ_BYTES`) and unpickles every complete
-message in it; `send_frame` writes a message's length and pickle in one `writev`. Both speak exactly
+message in it; `send_frame` writes a message's length and pickle in one `writev`, and `send_payloads` a batch
+of messages in one (the engine's sender thread writes what the loop queued meanwhile at once). Both speak exactly
 `multiprocessing.connection`'s framing, so either end may still use `Connection.send` / `recv`: a
 connection's reads must all go through one `FrameReader` once it has one (it may hold the start of the next
 message). The authentication handshake of `Listener.accept` / `Client` happens before, on the `Connection`.
@@ -27,6 +28,7 @@ from multiprocessing.reduction import ForkingPickler
 READ_BYTES = 1 << 20  # the most one read takes: commands are < 1 KB, chunks ~140 KB
 _LENGTH = struct.Struct("!i")
 _LONG_LENGTH = struct.Struct("!Q")
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers one writev takes
 
 
 def frame_header(size: int) -> bytes:
@@ -37,18 +39,26 @@ def frame_header(size: int) -> bytes:
 def send_frame(conn: Connection, msg) -> None:
     """`conn.send(msg)` in one `writev` (more only when the descriptor takes part of it). Raises what
     `Connection.send` raises for a closed connection (OSError) or a broken one."""
+    send_payloads(conn, [ForkingPickler.dumps(msg)])
+
+
+def send_payloads(conn: Connection, payloads: list[bytes]) -> None:
+    """Pickled messages (`ForkingPickler.dumps`), each framed, in as few `writev`s as the descriptor takes:
+    one system call, so one hand-back of the GIL, for a batch of messages instead of one a message."""
     if conn.closed:
         raise OSError("handle is closed")
-    payload = ForkingPickler.dumps(msg)
     fd = conn.fileno()
-    parts = [memoryview(frame_header(len(payload))), memoryview(payload)]
-    while parts:
-        written = os.writev(fd, parts)
-        while parts and written >= len(parts[0]):
-            written -= len(parts[0])
-            parts.pop(0)
-        if parts and written:
-            parts[0] = parts[0][written:]
+    parts: list[memoryview] = []
+    for payload in payloads:
+        parts += (memoryview(frame_header(len(payload))), memoryview(payload))
+    first = 0
+    while first < len(parts):
+        written = os.writev(fd, parts[first:first + _IOV_MAX])
+        while first < len(parts) and written >= len(parts[first]):
+            written -= len(parts[first])
+            first += 1
+        if written:
+            parts[first] = parts[first][written:]
 
 
 class FrameReader:
