@@ -37,7 +37,9 @@
 # generator keeps its default), PYSPY (a py-spy executable: each run samples the engine process's threads,
 # PYSPY_RATE (200) a second for PYSPY_S (30) seconds from PYSPY_DELAY_S (15) into the run, without pausing it,
 # into RUN.pyspy.txt (collapsed stacks; `python bench/pyspy_summary.py FILE` reads them), and the thread holding the
-# GIL at each sample into RUN.pyspy-gil.txt (py-spy --gil)). Everything is in
+# GIL at each sample into RUN.pyspy-gil.txt (py-spy --gil); a machine without the registry takes the static binary
+# from the wheel: `pip download py-spy==0.4.3 --no-deps`, then `unzip -j py_spy-*.whl '*/scripts/py-spy'`).
+# Everything is in
 # $OUT/product_path.tgz; the tables are printed last (and in $OUT/table.txt): every run's points, then one
 # line per path with its attainment per rate, its capacity on the grid and its TTFA p50/p99 at 1 req/s.
 set -uo pipefail
