@@ -4,6 +4,7 @@ the decode stage run one after the other. Full-size random checkpoint, bf16, Fla
 engine's default lanes.
 
     python bench/gpu_mixed.py --checkpoint /tmp/q17 --out DIR
+    python bench/gpu_mixed.py --checkpoint /tmp/q17 --batches 128,192,256 --prompts 1,2,3,4,8 --out DIR  # max batch 256
 
 The check (exits 1 on a mismatch): each prompt's and each decode row's hidden state within bf16 tolerance of
 the separate stages' (the code-0 history restored between the two runs), code 0 (greedy) equal in >= 95% of
@@ -38,12 +39,18 @@ def main() -> int:
     ap.add_argument("--prompts", default="1,2,4,8")
     ap.add_argument("--prompt-len", type=int, default=13, help="tokens per prompt (CustomVoice: 12-14)")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the check (a tiny checkpoint), no timing")
+    ap.add_argument("--max-batch", type=int, default=None,
+                    help="the engine's max batch (its graph buckets): default 128 on a GPU (8 on the CPU), or the "
+                         "largest of --batches if more (256: the default on GPUs of 64 GiB or more)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     counts = [int(p) for p in args.prompts.split(",")]
+    max_batch = args.max_batch or max([128 if args.device != "cpu" else 8, *batches])
+    if max(batches) > max_batch:
+        ap.error(f"--batches up to {max(batches)} need --max-batch >= that (got {max_batch})")
     core = EngineCore(EngineConfig(model="qwen3-tts", checkpoint=args.checkpoint, device=args.device,
-                                   max_batch_size=128 if args.device != "cpu" else 8, max_seq_len=1024,
-                                   mixed_prefill=True, max_live_requests=256 if args.device != "cpu" else 16))
+                                   max_batch_size=max_batch, max_seq_len=1024, mixed_prefill=True,
+                                   max_live_requests=2 * max_batch))
     core.warmup()
     runner = core.runner
     assert runner.mixed_stage_by_count is not None, "mixed stages did not capture"
