@@ -12,7 +12,7 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 
 from voxrt.engine.messages import AppendText, AudioChunk, HeartbeatAck
-from voxrt.engine.wire import FrameReader, frame_header, send_frame
+from voxrt.engine.wire import FrameReader, frame_header, send_frame, send_payloads
 
 
 def test_one_read_returns_every_message_the_connection_has_in_order():
@@ -77,3 +77,23 @@ def test_the_end_of_the_stream_a_closed_connection_and_garbage_raise():
     os.write(theirs.fileno(), struct.pack("!i", 3) + b"xyz")
     with pytest.raises(Exception):  # not a pickle: the caller drops the connection
         FrameReader(ours).read()
+
+
+def test_a_batch_of_more_messages_than_one_writev_takes_arrives_whole_and_in_order():
+    """`send_payloads` with more buffers than IOV_MAX (two a message) and more bytes than the pipe holds: the
+    writes continue where the last one stopped, whatever it took."""
+    from voxrt.engine import wire
+
+    ours, theirs = Pipe()
+    sent = [HeartbeatAck(i) for i in range(wire._IOV_MAX)] + [AudioChunk("r", 1, os.urandom(400_000), 24000, 0, 4, False)]
+    payloads = [ForkingPickler.dumps(m) for m in sent]
+    writer = threading.Thread(target=send_payloads, args=(ours, payloads))
+    writer.start()
+    reader, got = FrameReader(theirs), []
+    while len(got) < len(sent):
+        got += reader.read()
+    writer.join()
+    assert got == sent and reader.num_buffered_bytes == 0
+    ours.close()
+    with pytest.raises(OSError):
+        send_payloads(ours, payloads[:1])
