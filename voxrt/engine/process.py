@@ -27,7 +27,8 @@ took milliseconds to pickle and write, and a write waits while the client's end 
 loop thread that left the GPU idle between LM steps (issue 13: all 21 gaps over 1 ms of a 96 req/s trace on the
 H200 followed such a delivery, bench/results/2026-12-03-host-fill). A connection whose send fails is dropped by
 the loop at its next turn (the owner's: the engine exits). The loop reads each ready connection in one read
-and the sender writes each message in one call (voxrt/engine/wire.py): fewer hand-overs of the GIL between them.
+and the sender writes what was queued meanwhile in one call per connection (voxrt/engine/wire.py): fewer
+hand-overs of the GIL between them.
 """
 
 from __future__ import annotations
