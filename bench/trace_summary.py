@@ -4,7 +4,8 @@ prefills, the decode batch, the waiting queue, per codec lane its busy share, la
 the host loop's time per step by phase (`step` records), the LM's and codec lanes' busy shares also while requests
 were still arriving (`busy_pct_while_arriving`, from the `request` records: the whole window holds the drain), and
 the LM's decode step time by how much of it each codec lane was running (`lm_interference`: the codec slows the LM
-through the memory it shares on its own partition, and takes the LM's SMs on the urgent lane).
+through the memory it shares on its own partition, and takes the LM's SMs on the urgent lane), and the step time at
+the median decode batch by the prompts a step carried (`lm_by_prompts`: what admitting costs a step).
 Answers "what limits capacity at this rate": a LM lane near 100% busy is the frame's limit; a codec lane near
 100% or late chunks with an idle LM is the codec's; a long waiting queue with headroom on both is the
 scheduler's (admission, live cap); idle gaps are the host loop's.
@@ -163,7 +164,38 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
     interference = lm_interference(lm, codec)
     if interference:
         out["lm_interference"] = interference
+    by_prompts = lm_by_prompts(lm)
+    if by_prompts:
+        out["lm_by_prompts"] = by_prompts
     return out
+
+
+PROMPT_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 8), (9, None))
+
+
+def lm_by_prompts(lm: list[dict], band: float = 0.0625) -> dict | None:
+    """The LM steps with a decode batch within `band` of the median decode batch of all steps, by the prompts the
+    step carried (0, 1, 2, 3, 4, 5-8, 9+): steps and GPU ms p50. What a step's prompts cost at one batch size:
+    `gpu_ms_with_prefill_p50` against `gpu_ms_decode_only_p50` compares steps of different batches under load
+    (decode-only steps come when nothing arrives, mostly at the ramp, with fewer rows). None without decode steps."""
+    steps = [r for r in lm if r.get("gpu_ms") and r.get("decode")]
+    if not steps:
+        return None
+    median = float(np.median([r["decode"] for r in steps]))
+    lo, hi = median * (1 - band), median * (1 + band)
+    cells: dict[int, list[float]] = defaultdict(list)
+    for r in steps:
+        if lo <= r["decode"] <= hi:
+            n = int(r.get("prefill") or 0)
+            cells[next(i for i, (a, b) in enumerate(PROMPT_BINS) if a <= n and (b is None or n <= b))].append(r["gpu_ms"])
+
+    def label(i):
+        a, b = PROMPT_BINS[i]
+        return str(a) if a == b else (f"{a}-{b}" if b is not None else f">={a}")
+
+    return {"decode_batch": [round(lo, 1), round(hi, 1)],
+            "cells": [{"prompts": label(i), "steps": len(v), "gpu_ms_p50": _pct(np.array(v), 50)}
+                      for i, v in sorted(cells.items())]}
 
 
 URGENT_BINS = ((0.0, 0.1), (0.1, 0.3), (0.3, 0.5), (0.5, float("inf")))
@@ -257,6 +289,11 @@ def main() -> None:
                   f"{li['decode_batch'][0]}-{li['decode_batch'][1]}: " + ", ".join(
                       f"urgent {c['urgent_share']} / background {c['background_share']}: {c['gpu_ms_p50']} "
                       f"({c['steps']})" for c in li["cells"]))
+        if "lm_by_prompts" in s:
+            lp = s["lm_by_prompts"]
+            print(f"  lm step GPU ms p50 (steps) by the prompts in it, decode batch {lp['decode_batch'][0]}-"
+                  f"{lp['decode_batch'][1]}: " + ", ".join(f"{c['prompts']}: {c['gpu_ms_p50']} ({c['steps']})"
+                                                           for c in lp["cells"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

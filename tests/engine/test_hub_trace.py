@@ -102,3 +102,20 @@ def test_the_codec_lanes_say_how_often_a_launch_was_as_big_as_their_biggest():
     codec = trace_summary.summarize(records, skip_s=0)["codec"]
     assert codec["background"]["jobs_max"] == 16 and codec["background"]["at_jobs_max_pct"] == 66.7
     assert codec["urgent"]["jobs_max"] == 2 and codec["urgent"]["at_jobs_max_pct"] == 100.0
+
+
+def test_a_steps_prompts_are_costed_at_one_decode_batch():
+    """Under load the decode-only steps are the ramp's, with fewer rows: `lm_by_prompts` compares steps of the
+    median decode batch only, by the prompts they carried, so a step's prompts are not charged for its rows."""
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_summary)
+    lm = [dict(kind="lm", t_ms=float(t), decode=decode, prefill=prefill, gpu_ms=ms) for t, (decode, prefill, ms) in
+          enumerate([(100, 0, 5.0)] * 3 + [(250, 0, 10.0)] * 2 + [(250, 3, 11.0)] * 4 + [(252, 6, 12.0)] * 2)]
+    s = trace_summary.summarize(lm, skip_s=0)
+    assert s["lm"]["gpu_ms_decode_only_p50"] == 5.0 and s["lm"]["gpu_ms_with_prefill_p50"] == 11.0
+    by = s["lm_by_prompts"]
+    assert by["decode_batch"] == [234.4, 265.6]  # the ramp's 100-row steps are out
+    assert by["cells"] == [{"prompts": "0", "steps": 2, "gpu_ms_p50": 10.0},
+                           {"prompts": "3", "steps": 4, "gpu_ms_p50": 11.0},
+                           {"prompts": "5-8", "steps": 2, "gpu_ms_p50": 12.0}]
