@@ -455,3 +455,45 @@ def test_paged_decode_context_with_the_rotary_inside_equals_the_two_kernels(grap
         used = sorted({p for s in seqs for p in s.pages})
         torch.testing.assert_close(kvs["on"].layers[0], kvs["off"].layers[0], atol=0, rtol=0)
         torch.testing.assert_close(kvs["on"].layers[0][used], kvs["ref"].layers[0][used], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rope_inside", ["on", "off"])
+def test_a_mixed_step_attends_each_part_through_its_own_context(rope_inside, monkeypatch):
+    """SplitAttention.norm_rope_attend (each part's own path: the decode rows through PagedDecodeAttention's, the
+    paged kernel with the rotary inside when VOXRT_PAGED_DECODE_ROPE is on) against what it replaced, one
+    norm-rope kernel over every row through the joined page indices and then each part's attention: the same
+    cache bits and the same outputs for the real rows, decode rows (a graph bucket's padding row among them) and
+    two prompts padded to one length."""
+    from voxrt.engine.runtime.attention import AttentionContext, PagedDecodeAttention, SplitAttention
+    from voxrt.engine.runtime.kernels.rope import rope_inv_freq
+
+    monkeypatch.setenv("VOXRT_PAGED_DECODE_ROPE", rope_inside)
+    g = torch.Generator().manual_seed(11)
+    hq, hkv, d, ps, length = 4, 2, 32, 4, 6
+    kvs = {name: KVCache(1, 24, ps, hkv, d, CPU, torch.float32) for name in ("joined", "parts")}
+    base = torch.randn(kvs["joined"].layers[0].shape, generator=g)
+    for kv in kvs.values():
+        kv.layers[0].copy_(base)
+    decodes = [SeqSlice([3, 9, 1], 1, 10), SeqSlice([2, 11, 5, 0], 1, 16)]  # + one padding row (bucket of 3)
+    prompts = [SeqSlice([13, 14], length, length), SeqSlice([15, 16], length, length)]  # two prompts of 6, padded
+    ctx = {}
+    for name, kv in kvs.items():
+        dec = PagedDecodeAttention(kv, 3, 8, CPU, use_cuda_graph=True)
+        pre = TorchAttention(kv, 2, 2 * length, 2, CPU)
+        dec.fill(decodes)
+        pre.fill(prompts)
+        ctx[name] = SplitAttention(dec, pre, 3, 2 * length)
+        ctx[name].join()
+    n = 3 + 2 * length
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, generator=g)
+    x = torch.randn(n, 48, generator=g)
+    q_norm, k_norm = 1 + 0.1 * torch.randn(d, generator=g), 1 + 0.1 * torch.randn(d, generator=g)
+    inv_freq = rope_inv_freq(d, 10000.0, CPU)
+    args = (0, qkv, None, hq, hkv, d, q_norm, k_norm, inv_freq, 1e-6, "triton")
+    want = AttentionContext.norm_rope_attend(ctx["joined"], *args[:2], ctx["joined"].positions, *args[3:], x=x,
+                                             x_eps=1e-6)
+    got = ctx["parts"].norm_rope_attend(*args[:2], ctx["parts"].positions, *args[3:], x=x, x_eps=1e-6)
+    real = [0, 1] + list(range(3, n))  # row 2 is the decode bucket's padding row: its output is never read
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+    used = sorted({p for s in decodes + prompts for p in s.pages})
+    torch.testing.assert_close(kvs["parts"].layers[0][used], kvs["joined"].layers[0][used], atol=0, rtol=0)

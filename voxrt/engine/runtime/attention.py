@@ -294,6 +294,22 @@ class SplitAttention(AttentionContext):
         a = self.first_rows
         return torch.cat([self.first.attend(layer, q[:a]), self.second.attend(layer, q[a:])])
 
+    def norm_rope_attend(self, layer: int, qkv: torch.Tensor, positions: torch.Tensor, num_q_heads: int,
+                         num_kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
+                         inv_freq: torch.Tensor, eps: float, impl: str, x: torch.Tensor | None = None,
+                         x_eps: float = 1e-6) -> torch.Tensor:
+        """Each part through its own `norm_rope_attend`, so that a mixed step's decode rows take the decode
+        context's path (the paged decode kernel with the rotary inside: one launch a layer, as in a decode step)
+        rather than a norm-rope kernel over every row and then each part's attention. The parts write their
+        K/V into disjoint pages (a padding row's scratch page aside, whose outputs nobody reads), so doing the
+        decode rows first changes nothing the real rows read."""
+        a, b = self.first_rows, self.second_rows
+        rows = (slice(0, a), slice(a, a + b))
+        outs = [part.norm_rope_attend(layer, qkv[r], positions[r], num_q_heads, num_kv_heads, head_dim, q_norm,
+                                      k_norm, inv_freq, eps, impl, x=None if x is None else x[r], x_eps=x_eps)
+                for part, r in zip((self.first, self.second), rows)]
+        return torch.cat(outs)
+
 
 class FlashInferAttention(AttentionContext):
     """FlashInfer paged kernels. Decode (one new token per sequence) uses the decode wrapper; anything else
