@@ -72,8 +72,7 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
         "idle_p50_ms": _pct(idle, 50), "idle_p99_ms": _pct(idle, 99),
         "gpu_ms_decode_only_p50": _pct(decode_only, 50), "gpu_ms_with_prefill_p50": _pct(with_prefill, 50),
         "steps_with_prefill": int(len(with_prefill)),
-        "prefill_share_pct": None if len(with_prefill) == 0 or len(decode_only) == 0 else
-        round(100 * (with_prefill.sum() - len(with_prefill) * float(np.median(decode_only))) / window_ms, 1),
+        **prefill_share(lm, window_ms),
         "prefills_per_step_mean": round(float(np.mean([r.get("prefill", 0) for r in lm if r.get("prefill")] or [0])), 2),
         "decode_batch_p50": _pct(batch, 50), "decode_batch_max": int(batch.max()) if len(batch) else None,
     }
@@ -168,6 +167,30 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
     if by_prompts:
         out["lm_by_prompts"] = by_prompts
     return out
+
+
+def prefill_share(lm: list[dict], window_ms: float, band: float = 0.0625) -> dict:
+    """`prefill_share_pct`: the LM time the steps' prompts added, as a share of the window: each step with prompts
+    less the median decode-only step of its own decode batch (within `band`), summed. Steps with no decode-only
+    step near their batch are left out (`prefill_share_steps`: the steps counted). (Before 2026-12-07 every step
+    with prompts was set against the median of all decode-only steps, which under load are the ramp's, with fewer
+    rows: that overstated the share.)"""
+    timed = [r for r in lm if r.get("gpu_ms") is not None]
+    plain = sorted((r.get("decode", 0), r["gpu_ms"]) for r in timed if not r.get("prefill"))
+    with_prompts = [r for r in timed if r.get("prefill")]
+    if not plain or not with_prompts:
+        return {"prefill_share_pct": None, "prefill_share_steps": 0}
+    batches = np.array([b for b, _ in plain], dtype=float)
+    times = np.array([t for _, t in plain])
+    extra, counted = 0.0, 0
+    for r in with_prompts:
+        b = float(r.get("decode", 0))
+        lo, hi = np.searchsorted(batches, b * (1 - band), "left"), np.searchsorted(batches, b * (1 + band), "right")
+        if hi > lo:
+            extra += r["gpu_ms"] - float(np.median(times[lo:hi]))
+            counted += 1
+    return {"prefill_share_pct": round(100 * extra / window_ms, 1) if counted else None,
+            "prefill_share_steps": counted}
 
 
 PROMPT_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 8), (9, None))

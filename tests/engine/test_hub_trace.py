@@ -119,3 +119,17 @@ def test_a_steps_prompts_are_costed_at_one_decode_batch():
     assert by["cells"] == [{"prompts": "0", "steps": 2, "gpu_ms_p50": 10.0},
                            {"prompts": "3", "steps": 4, "gpu_ms_p50": 11.0},
                            {"prompts": "5-8", "steps": 2, "gpu_ms_p50": 12.0}]
+
+
+def test_the_prefill_share_sets_each_step_against_decode_steps_of_its_own_batch():
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_summary)
+    # the ramp's small decode-only steps (5 ms at 100 rows), full ones at 250 rows (10 ms), prompts add 1 ms there;
+    # one step with prompts at 180 rows has no decode-only step near it and is left out
+    rows = [(100, 0, 5.0)] * 3 + [(250, 0, 10.0)] * 2 + [(250, 3, 11.0)] * 4 + [(180, 2, 8.0)]
+    lm = [dict(kind="lm", t_ms=float(t), decode=d, prefill=p, gpu_ms=ms) for t, (d, p, ms) in enumerate(rows)]
+    share = trace_summary.prefill_share(lm, window_ms=100.0)
+    assert share == {"prefill_share_pct": 4.0, "prefill_share_steps": 4}  # 4 x 1 ms of 100, not 4 x 6 + 3
+    assert trace_summary.prefill_share([r for r in lm if not r["prefill"]], 100.0)["prefill_share_pct"] is None
+    assert trace_summary.summarize(lm, skip_s=0)["lm"]["prefill_share_steps"] == 4
