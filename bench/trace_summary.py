@@ -169,7 +169,10 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
     return out
 
 
-def prefill_share(lm: list[dict], window_ms: float, band: float = 0.0625) -> dict:
+SAME_BATCH = 0.0625  # steps within this fraction of a decode batch count as of that batch (prompt costs)
+
+
+def prefill_share(lm: list[dict], window_ms: float, band: float = SAME_BATCH) -> dict:
     """`prefill_share_pct`: the LM time the steps' prompts added, as a share of the window: each step with prompts
     less the median decode-only step of its own decode batch (within `band`), summed. Steps with no decode-only
     step near their batch are left out (`prefill_share_steps`: the steps counted). (Before 2026-12-07 every step
@@ -196,7 +199,7 @@ def prefill_share(lm: list[dict], window_ms: float, band: float = 0.0625) -> dic
 PROMPT_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 8), (9, None))
 
 
-def lm_by_prompts(lm: list[dict], band: float = 0.0625) -> dict | None:
+def lm_by_prompts(lm: list[dict], band: float = SAME_BATCH) -> dict | None:
     """The LM steps with a decode batch within `band` of the median decode batch of all steps, by the prompts the
     step carried (0, 1, 2, 3, 4, 5-8, 9+): steps and GPU ms p50. What a step's prompts cost at one batch size:
     `gpu_ms_with_prefill_p50` against `gpu_ms_decode_only_p50` compares steps of different batches under load
