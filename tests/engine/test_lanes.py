@@ -336,3 +336,67 @@ def test_stats_count_launches_per_lane_and_chunk_timing(lanes, policy, launch_la
     assert stats.deferred_admissions >= 0 and stats.pool_ok
     if policy != "deadline":
         assert stats.early_chunks == 0
+
+
+def test_the_lm_lane_knob_and_its_priorities(monkeypatch):
+    """VOXRT_LM_LANE: `partition` by default; `whole` puts the LM at the lowest priority and the background codec
+    one above it (CUDA counts down), or both at the one level a GPU without priorities has; anything else is an
+    error that `voxrt serve` reports before it starts (knobs.check_env)."""
+    from voxrt.engine.runtime import knobs
+    from voxrt.engine.runtime.lanes import lm_placement
+
+    monkeypatch.delenv("VOXRT_LM_LANE", raising=False)
+    assert knobs.lm_lane() == "partition"
+    for raw, mode in ((" Whole ", "whole"), ("partition", "partition"), ("", "partition")):
+        monkeypatch.setenv("VOXRT_LM_LANE", raw)
+        assert knobs.lm_lane() == mode
+    monkeypatch.setenv("VOXRT_LM_LANE", "68")
+    with pytest.raises(ValueError, match="VOXRT_LM_LANE='68'; expected partition or whole"):
+        knobs.check_env()
+    part = lm_placement("partition", 0, -5)
+    assert (part.whole, part.background_priority) == (False, None)
+    whole = lm_placement("whole", 0, -5)
+    assert (whole.whole, whole.lm_priority, whole.background_priority) == (True, 0, -1)
+    assert lm_placement("whole", 0, 0).background_priority == 0
+    with pytest.raises(ValueError, match="LM lane 'half'"):
+        lm_placement("half", 0, -5)
+
+
+@pytest.mark.parametrize("lane", ["partition", "whole"])
+def test_green_lanes_put_the_lm_where_the_knob_says(monkeypatch, lane):
+    """make_lanes with green contexts, the driver faked: with `whole` every SM mode shares one whole-GPU LM stream
+    at the lowest priority and each codec partition's stream is made one level above it; with `partition` the LM
+    runs on the split's other partition and the codec stream keeps the driver's default priority."""
+    from voxrt.engine.runtime import lanes as lanes_module
+    from voxrt.engine.runtime.lanes import LM
+
+    class FakeStream:
+        def __init__(self, device=None, priority=0):
+            self.priority = priority
+
+    made = []
+
+    def fake_green(index, count, codec_priority=None):
+        made.append((count, codec_priority))
+        return f"lm-part-{count}", f"codec-{count}", {BACKGROUND: count, LM: 132 - count}
+
+    monkeypatch.setenv("VOXRT_LM_LANE", lane)
+    monkeypatch.setattr(lanes_module, "green_streams", fake_green)
+    monkeypatch.setattr(lanes_module, "_priority_range", lambda: (0, -5))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: type("P", (), {"multi_processor_count": 132}))
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    lanes = make_lanes("green", torch.device("cuda", 0), codec_sms=[56, 64])
+    assert lanes.mode == "green" and [m.streams[BACKGROUND] for m in lanes.sm_modes] == ["codec-56", "codec-64"]
+    assert lanes.streams[URGENT].priority == -5
+    if lane == "whole":
+        assert made == [(56, -1), (64, -1)] and lanes.lm_whole
+        lm = lanes.streams[LM]
+        assert isinstance(lm, FakeStream) and lm.priority == 0
+        assert all(m.streams[LM] is lm and m.sm_counts[LM] == 132 for m in lanes.sm_modes)
+        assert "LM on the whole GPU" in lanes.describe()
+        assert lanes.set_mode(1) and lanes.streams[LM] is lm and lanes.sm_counts == {BACKGROUND: 64, LM: 132}
+    else:
+        assert made == [(56, None), (64, None)] and not lanes.lm_whole
+        assert [m.streams[LM] for m in lanes.sm_modes] == ["lm-part-56", "lm-part-64"]
+        assert "whole GPU at the lowest" not in lanes.describe()

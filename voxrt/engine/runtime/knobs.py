@@ -40,6 +40,11 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py). Measured slower
   on an H100 (the frame on the LM's 68-SM partition 6.34 -> 7.27 ms at batch 64, 8.34 -> 9.19 at 128;
   bench/results/2026-12-06-h100-levers/), so it stays off.
+- `VOXRT_LM_LANE`: `partition` (default) or `whole`: with green-context lanes, where the LM's graphs run. `partition`:
+  on the SMs the background codec lane leaves (68 of 132 for Qwen3-TTS), where a frame costs ~1.44x the whole GPU's
+  (bench/results/2026-12-07-h100-lane-frame/). `whole`: on the whole GPU at the lowest stream priority, the
+  background codec lane on its partition one priority above it: the codec keeps first call on its SMs (its blocks
+  go first whenever both wait), the LM takes the SMs the codec leaves idle (runtime/lanes.py).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pi
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 BLAS_SM_TARGETS = ("off", "lanes")
+LM_LANES = ("partition", "whole")
 CODEC_CONV_MODES = ("off", "timed", "all")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
 ON_OFF = ("on", "off")  # a switch that is on unless set off
@@ -173,6 +179,12 @@ def blas_sm_target() -> str:
     return _mode_knob("VOXRT_BLAS_SM_TARGET", BLAS_SM_TARGETS)
 
 
+def lm_lane() -> str:
+    """`VOXRT_LM_LANE`: `partition` (the default: the LM's graphs on the SMs the codec partition leaves) or `whole`
+    (on the whole GPU below the codec lane's priority), read when the lanes are made (runtime/lanes.py)."""
+    return _mode_knob("VOXRT_LM_LANE", LM_LANES)
+
+
 def codec_conv() -> str:
     """`VOXRT_CODEC_CONV`: `off` (the default), `timed` or `all` (models/qwen3_tts/codec_layers.py,
     CausalConv.set_tap_kernel)."""
@@ -203,6 +215,7 @@ def check_env() -> None:
     predictor_qkv_table()
     glue_kernels()
     blas_sm_target()
+    lm_lane()
     codec_conv()
     codec_channels_last()
     codec_fused_unit()

@@ -13,6 +13,12 @@ Modes (`EngineConfig.lanes`, `voxrt serve --lanes`):
   `off`; `inline` exists so that the lane bookkeeping is tested on the CPU.
 - `auto`: `green` on CUDA when the driver bindings allow it, else `streams`; `off` on the CPU.
 
+`VOXRT_LM_LANE=whole` (runtime/knobs.py) changes where the LM runs with green contexts: on the whole GPU at the
+lowest stream priority instead of its partition, the background codec lane on its partition one priority above
+the LM. The codec's SMs stay the codec's (its blocks go first there whenever both wait; a running LM block
+finishes first, blocks are not preempted), and the LM takes whatever SMs the codec leaves idle, instead of a
+fixed share. `partition` (the default) keeps the LM off the codec's SMs altogether.
+
 A CUDA graph keeps the SM partition and the priority of the stream it was captured on, so each lane captures
 its own graphs (and its own graph memory pool: two lanes replay at the same time).
 
@@ -57,6 +63,7 @@ class Lanes:
     pools: dict[str, Any] = field(default_factory=dict)  # lane -> graph memory pool handle (cuda)
     sm_counts: dict[str, int] = field(default_factory=dict)  # green: SMs of the LM and background partitions
     note: str = ""  # why this mode (a fallback names its reason)
+    lm_whole: bool = False  # green: the LM on the whole GPU below the codec partition's priority (VOXRT_LM_LANE)
     sm_modes: list[LaneMode] = field(default_factory=list)  # several SM splits (green, or inline on the CPU)
     active: int = 0  # index into sm_modes
 
@@ -110,13 +117,15 @@ class Lanes:
         return self.pools.get(lane)
 
     def describe(self) -> str:
+        lm_where = " (LM on the whole GPU at the lowest priority, the codec partition above it)" \
+            if self.lm_whole else ""
         if self.mode == "green" and len(self.sm_modes) > 1:
             splits = ", ".join(f"{m.sm_counts.get(LM)}/{m.sm_counts.get(BACKGROUND)}" for m in self.sm_modes)
             return (f"lanes: green contexts, {len(self.sm_modes)} SM modes (LM/background codec SMs: {splits}) | "
-                    f"urgent lane on the whole GPU at high priority")
+                    f"urgent lane on the whole GPU at high priority{lm_where}")
         if self.mode == "green":
             return (f"lanes: green contexts, LM {self.sm_counts.get(LM)} SMs | background codec "
-                    f"{self.sm_counts.get(BACKGROUND)} SMs | urgent lane on the whole GPU at high priority")
+                    f"{self.sm_counts.get(BACKGROUND)} SMs | urgent lane on the whole GPU at high priority{lm_where}")
         if self.mode == "streams":
             return f"lanes: CUDA streams without SM partitions ({self.note})" if self.note else \
                 "lanes: CUDA streams without SM partitions"
@@ -151,21 +160,25 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
         return Lanes("off")
     lanes = Lanes("streams")
     index = device.index if device.index is not None else torch.cuda.current_device()
+    low, high = _priority_range()
     if mode in ("auto", "green"):
         try:
             modes = []
             total = torch.cuda.get_device_properties(index).multi_processor_count
+            placement = lm_placement(knobs.lm_lane(), low, high)
+            whole_lm = torch.cuda.Stream(device, priority=placement.lm_priority) if placement.whole else None
             for count in counts:
                 count = default_codec_sms(total, codec_share) if count is None else count
-                lm_stream, bg_stream, sm_counts = green_streams(index, count)
+                lm_stream, bg_stream, sm_counts = green_streams(index, count, placement.background_priority)
+                if whole_lm is not None:
+                    lm_stream, sm_counts = whole_lm, {**sm_counts, LM: total}
                 modes.append(LaneMode({LM: lm_stream, BACKGROUND: bg_stream}, sm_counts))
             lanes = Lanes("green", streams=dict(modes[0].streams), sm_counts=dict(modes[0].sm_counts),
-                          sm_modes=modes if len(modes) > 1 else [])
+                          sm_modes=modes if len(modes) > 1 else [], lm_whole=placement.whole)
         except Exception as exc:  # noqa: BLE001 (no driver bindings, an old driver, MIG: fall back, say why)
             if mode == "green":
                 raise RuntimeError(f"green contexts unavailable: {type(exc).__name__}: {exc}") from exc
             lanes.note = f"green contexts unavailable: {type(exc).__name__}: {exc}"
-    low, high = _priority_range()
     if lanes.mode == "streams" and len(counts) > 1:
         lanes.note = (lanes.note + "; " if lanes.note else "") + "one SM mode: SM modes need green contexts"
     if lanes.mode == "streams":
@@ -175,6 +188,27 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
     for lane in (LM, URGENT, BACKGROUND):
         lanes.pools[lane] = torch.cuda.graph_pool_handle()
     return lanes
+
+
+@dataclass(frozen=True)
+class LmPlacement:
+    """Where green lanes put the LM (`VOXRT_LM_LANE`) and the stream priorities that go with it."""
+
+    whole: bool  # the LM on the whole GPU (else on the SMs the codec partition leaves)
+    lm_priority: int  # the LM's stream priority (whole only)
+    background_priority: int | None  # the codec partition's stream priority; None: the driver's default
+
+
+def lm_placement(lane: str, low: int, high: int) -> LmPlacement:
+    """`partition`: the LM on its own partition, both partitions' streams at the default priority. `whole`: the LM
+    at the lowest priority `low`, the background codec one above it (CUDA counts priorities down: `high` is the
+    most negative), so the codec's blocks go first on its SMs; on a GPU with a single priority level both share
+    it (the codec then keeps its SMs only by arriving first)."""
+    if lane not in knobs.LM_LANES:
+        raise ValueError(f"LM lane {lane!r}; expected one of {', '.join(knobs.LM_LANES)}")
+    if lane == "partition":
+        return LmPlacement(False, low, None)
+    return LmPlacement(True, low, max(high, low - 1))
 
 
 def _priority_range() -> tuple[int, int]:
@@ -192,11 +226,13 @@ def default_codec_sms(total_sms: int, codec_share: float) -> int:
     return min(total_sms - 1, max(1, round(total_sms * codec_share)))
 
 
-def green_streams(device_index: int, codec_sms: int | None) -> tuple[Any, Any, dict[str, int]]:
+def green_streams(device_index: int, codec_sms: int | None,
+                  codec_priority: int | None = None) -> tuple[Any, Any, dict[str, int]]:
     """Two streams on disjoint SM partitions of one split: (LM stream, codec stream, SM counts), through
     FlashInfer's green-context helpers (cuda-python driver bindings underneath). The codec lane gets
     `codec_sms` (rounded up to the driver's granularity, 8 on Hopper; `make_lanes` passes the program's
-    `codec_sm_share` of the GPU when none is given), the LM lane the remaining SMs."""
+    `codec_sm_share` of the GPU when none is given), the LM lane the remaining SMs. `codec_priority`: the codec
+    stream's priority (FlashInfer's streams have the default, 0)."""
     from flashinfer.green_ctx import split_device_green_ctx_by_sm_count  # noqa: PLC0415 (GPU only)
 
     device = torch.device("cuda", device_index)
@@ -207,5 +243,21 @@ def green_streams(device_index: int, codec_sms: int | None) -> tuple[Any, Any, d
         raise ValueError(f"codec SMs must be between 1 and {total - 1} on this GPU, got {codec_sms}")
     streams, resources = split_device_green_ctx_by_sm_count(device, [codec_sms])
     codec_stream, lm_stream = streams[0], streams[1]
+    if codec_priority is not None:
+        codec_stream = _green_stream(device, resources[0], codec_priority)
     counts = {BACKGROUND: int(resources[0].sm.smCount), LM: int(resources[1].sm.smCount)}
     return lm_stream, codec_stream, counts
+
+
+def _green_stream(device: torch.device, resource: Any, priority: int) -> Any:
+    """A stream at `priority` on a green context over `resource` (an SM partition from the split above): the
+    driver calls FlashInfer's helper makes, with a priority it does not take."""
+    from cuda.bindings import driver  # noqa: PLC0415 (GPU only)
+    from flashinfer.cuda_utils import checkCudaErrors  # noqa: PLC0415
+    from flashinfer.green_ctx import get_cudevice  # noqa: PLC0415
+
+    cu_dev = get_cudevice(device)
+    desc = checkCudaErrors(driver.cuDevResourceGenerateDesc([resource], 1))
+    ctx = checkCudaErrors(driver.cuGreenCtxCreate(desc, cu_dev, driver.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM))
+    stream = checkCudaErrors(driver.cuGreenCtxStreamCreate(ctx, driver.CUstream_flags.CU_STREAM_NON_BLOCKING, priority))
+    return torch.cuda.get_stream_from_external(stream)
