@@ -46,12 +46,14 @@ SPLIT_RATES=${SPLIT_RATES:-120,128}
 SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s72=--sm-modes 72}
 
 # Each dataset's grid per job, around the knees measured with max batch 256 (the default since 2026-12-07 on GPUs of
-# 64 GiB or more) on an H100 (LibriTTS: (a) >= 88 at 90% and 80 at 99%, (c) 160 at 90% and >= 144 at 99%:
-# bench/results/2026-12-07-h100-batch256/) and, for Seed-TTS (rows ~60% as long), (c) 184 with max batch 128
-# (2026-12-06-h100-hold-codec-batch; its grid goes past it). A sweep climbs its grid and stops after a point below STOP.
-GRID_libritts_a=${GRID_libritts_a:-72,80,88,96,104}
+# 64 GiB or more): LibriTTS on an H100 (a) >= 88 at 90% and 80 at 99%, (c) 160 / >= 144
+# (bench/results/2026-12-07-h100-batch256/), on an H200 (a) >= 96 / 88, (c) 152 / 144
+# (bench/results/2026-12-07-h200-lm-lane/); Seed-TTS (rows ~60% as long), (c) 184 with max batch 128 on an H100
+# (2026-12-06-h100-hold-codec-batch; its grid goes past it). A sweep climbs its grid and stops after a point below
+# STOP, so each grid starts one step under the lower of the knees measured: every point costs ~75 s.
+GRID_libritts_a=${GRID_libritts_a:-80,88,96,104,112}
 GRID_libritts_b=${GRID_libritts_b:-104,112,120,128,136}
-GRID_libritts_c=${GRID_libritts_c:-136,144,152,160,168}
+GRID_libritts_c=${GRID_libritts_c:-144,152,160,168}
 GRID_libritts_ws=${GRID_libritts_ws:-128,136,144,152,160}
 GIVEN_KNEE_libritts=${KNEE_libritts:-}; GIVEN_KNEE_seedtts=${KNEE_seedtts:-}  # the trace job's rate, when given
 KNEE_libritts=${KNEE_libritts:-160}
