@@ -166,6 +166,9 @@ def summarize(records: list[dict], skip_s: float = 3.0) -> dict:
     by_prompts = lm_by_prompts(lm)
     if by_prompts:
         out["lm_by_prompts"] = by_prompts
+    by_mode = lm_by_sm_mode(lm)
+    if by_mode:
+        out["lm_by_sm_mode"] = by_mode
     return out
 
 
@@ -222,6 +225,25 @@ def lm_by_prompts(lm: list[dict], band: float = SAME_BATCH) -> dict | None:
     return {"decode_batch": [round(lo, 1), round(hi, 1)],
             "cells": [{"prompts": label(i), "steps": len(v), "gpu_ms_p50": _pct(np.array(v), 50)}
                       for i, v in sorted(cells.items())]}
+
+
+def lm_by_sm_mode(lm: list[dict], band: float = SAME_BATCH) -> dict | None:
+    """With several SM modes (`lm` records carry `sm_mode`: `--sm-mode adaptive`, `VOXRT_LM_LANE=idle`, whose mode
+    1 is the whole GPU): each mode's share of the steps, and the GPU ms p50 of its steps within `band` of the
+    median decode batch (what the placement does to a step of one size). None without the field."""
+    steps = [r for r in lm if r.get("sm_mode") is not None]
+    if not steps:
+        return None
+    timed = [r for r in steps if r.get("gpu_ms") and r.get("decode")]
+    median = float(np.median([r["decode"] for r in timed])) if timed else 0.0
+    lo, hi = median * (1 - band), median * (1 + band)
+    modes = sorted({int(r["sm_mode"]) for r in steps})
+    cells = []
+    for m in modes:
+        same = [r["gpu_ms"] for r in timed if r["sm_mode"] == m and lo <= r["decode"] <= hi]
+        cells.append({"mode": m, "steps_pct": round(100 * sum(r["sm_mode"] == m for r in steps) / len(steps), 1),
+                      "steps_at_batch": len(same), "gpu_ms_p50": _pct(np.array(same), 50) if same else None})
+    return {"decode_batch": [round(lo, 1), round(hi, 1)], "cells": cells}
 
 
 URGENT_BINS = ((0.0, 0.1), (0.1, 0.3), (0.3, 0.5), (0.5, float("inf")))
@@ -320,6 +342,12 @@ def main() -> None:
             print(f"  lm step GPU ms p50 (steps) by the prompts in it, decode batch {lp['decode_batch'][0]}-"
                   f"{lp['decode_batch'][1]}: " + ", ".join(f"{c['prompts']}: {c['gpu_ms_p50']} ({c['steps']})"
                                                            for c in lp["cells"]))
+        if "lm_by_sm_mode" in s:
+            lm_mode = s["lm_by_sm_mode"]
+            print(f"  lm steps by SM mode: share of steps; GPU ms p50 (steps) at decode batch {lm_mode['decode_batch'][0]}-"
+                  f"{lm_mode['decode_batch'][1]}: " + ", ".join(
+                      f"mode {c['mode']} {c['steps_pct']}%: {c['gpu_ms_p50']} ({c['steps_at_batch']})"
+                      for c in lm_mode["cells"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -133,3 +133,19 @@ def test_the_prefill_share_sets_each_step_against_decode_steps_of_its_own_batch(
     assert share == {"prefill_share_pct": 4.0, "prefill_share_steps": 4}  # 4 x 1 ms of 100, not 4 x 6 + 3
     assert trace_summary.prefill_share([r for r in lm if not r["prefill"]], 100.0)["prefill_share_pct"] is None
     assert trace_summary.summarize(lm, skip_s=0)["lm"]["prefill_share_steps"] == 4
+
+
+def test_lm_steps_are_split_by_their_sm_mode_at_one_decode_batch():
+    """`lm_by_sm_mode` (records of an engine with several SM modes, e.g. VOXRT_LM_LANE=idle): each mode's share of
+    the steps and its steps' GPU ms at the median decode batch; absent when the records carry no mode."""
+    spec = importlib.util.spec_from_file_location("trace_summary", ROOT / "bench" / "trace_summary.py")
+    trace_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_summary)
+    rows = [(250, 0, 11.0)] * 5 + [(250, 1, 8.0)] * 3 + [(100, 1, 4.0)] * 2  # mode 1's ramp steps: other batch
+    lm = [dict(kind="lm", t_ms=float(t), decode=d, prefill=0, gpu_ms=ms, sm_mode=m)
+          for t, (d, m, ms) in enumerate(rows)]
+    by = trace_summary.summarize(lm, skip_s=0)["lm_by_sm_mode"]
+    assert by["cells"] == [{"mode": 0, "steps_pct": 50.0, "steps_at_batch": 5, "gpu_ms_p50": 11.0},
+                           {"mode": 1, "steps_pct": 50.0, "steps_at_batch": 3, "gpu_ms_p50": 8.0}]
+    plain = [{k: v for k, v in r.items() if k != "sm_mode"} for r in lm]
+    assert "lm_by_sm_mode" not in trace_summary.summarize(plain, skip_s=0)
