@@ -351,18 +351,19 @@ def test_the_lm_lane_knob_and_its_priorities(monkeypatch):
         monkeypatch.setenv("VOXRT_LM_LANE", raw)
         assert knobs.lm_lane() == mode
     monkeypatch.setenv("VOXRT_LM_LANE", "68")
-    with pytest.raises(ValueError, match="VOXRT_LM_LANE='68'; expected partition or whole"):
+    with pytest.raises(ValueError, match="VOXRT_LM_LANE='68'; expected partition, whole or idle"):
         knobs.check_env()
     part = lm_placement("partition", 0, -5)
-    assert (part.whole, part.background_priority) == (False, None)
-    whole = lm_placement("whole", 0, -5)
-    assert (whole.whole, whole.lm_priority, whole.background_priority) == (True, 0, -1)
+    assert (part.whole_stream, part.background_priority) == (False, None)
+    for lane in ("whole", "idle"):
+        placed = lm_placement(lane, 0, -5)
+        assert (placed.whole_stream, placed.lm_priority, placed.background_priority) == (True, 0, -1)
     assert lm_placement("whole", 0, 0).background_priority == 0
     with pytest.raises(ValueError, match="LM lane 'half'"):
         lm_placement("half", 0, -5)
 
 
-@pytest.mark.parametrize("lane", ["partition", "whole"])
+@pytest.mark.parametrize("lane", ["partition", "whole", "idle"])
 def test_green_lanes_put_the_lm_where_the_knob_says(monkeypatch, lane):
     """make_lanes with green contexts, the driver faked: with `whole` every SM mode shares one whole-GPU LM stream
     at the lowest priority and each codec partition's stream is made one level above it; with `partition` the LM
@@ -386,17 +387,87 @@ def test_green_lanes_put_the_lm_where_the_knob_says(monkeypatch, lane):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: type("P", (), {"multi_processor_count": 132}))
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    if lane == "idle":  # its own two modes over one split: two codec counts are an error, raised before any split
+        with pytest.raises(ValueError, match="VOXRT_LM_LANE=idle .* one --sm-modes count"):
+            make_lanes("green", torch.device("cuda", 0), codec_sms=[56, 64])
+        assert not made
+        lanes = make_lanes("green", torch.device("cuda", 0), codec_sms=64)
+        assert made == [(64, -1)] and lanes.lm_lane == "idle" and lanes.num_sm_modes == 2
+        part, whole = lanes.sm_modes
+        assert part.streams[LM] == "lm-part-64" and part.sm_counts == {BACKGROUND: 64, LM: 68}
+        assert isinstance(whole.streams[LM], FakeStream) and whole.streams[LM].priority == 0
+        assert whole.sm_counts == {BACKGROUND: 64, LM: 132}
+        assert part.streams[BACKGROUND] == whole.streams[BACKGROUND] == "codec-64"  # one codec stream
+        assert lanes.streams[LM] == "lm-part-64" and "while the background codec lane idles" in lanes.describe()
+        return
     lanes = make_lanes("green", torch.device("cuda", 0), codec_sms=[56, 64])
     assert lanes.mode == "green" and [m.streams[BACKGROUND] for m in lanes.sm_modes] == ["codec-56", "codec-64"]
     assert lanes.streams[URGENT].priority == -5
     if lane == "whole":
-        assert made == [(56, -1), (64, -1)] and lanes.lm_whole
+        assert made == [(56, -1), (64, -1)] and lanes.lm_lane == "whole"
         lm = lanes.streams[LM]
         assert isinstance(lm, FakeStream) and lm.priority == 0
         assert all(m.streams[LM] is lm and m.sm_counts[LM] == 132 for m in lanes.sm_modes)
         assert "LM on the whole GPU" in lanes.describe()
         assert lanes.set_mode(1) and lanes.streams[LM] is lm and lanes.sm_counts == {BACKGROUND: 64, LM: 132}
     else:
-        assert made == [(56, None), (64, None)] and not lanes.lm_whole
+        assert made == [(56, None), (64, None)] and lanes.lm_lane == "partition"
         assert [m.streams[LM] for m in lanes.sm_modes] == ["lm-part-56", "lm-part-64"]
         assert "whole GPU at the lowest" not in lanes.describe()
+
+
+def test_the_codec_idle_chooser_puts_a_step_on_the_whole_gpu_only_with_the_background_lane_idle():
+    """CodecIdleLmMode: the whole GPU (mode 1) when nothing is in flight on the background lane and the step's plan
+    sends nothing there; chunks ready but unplanned do not keep the LM on its partition."""
+    from voxrt.engine.sched.sm_modes import CodecIdleLmMode, SmModeSignals
+
+    chooser = CodecIdleLmMode(partition=0, whole=1)
+    signals = [SmModeSignals(0, background_waiting=40, background_in_flight=False, urgent_continuations=0),
+               SmModeSignals(1, background_waiting=0, background_in_flight=True, urgent_continuations=0),
+               SmModeSignals(2, background_waiting=0, background_in_flight=False, urgent_continuations=2,
+                             background_planned=3),
+               SmModeSignals(3, background_waiting=0, background_in_flight=False, urgent_continuations=1),
+               SmModeSignals(4, background_waiting=5, background_in_flight=False, urgent_continuations=0)]
+    assert [chooser.choose(s) for s in signals] == [1, 0, 0, 1, 1]
+    assert (chooser.num_switches, chooser.whole_steps, chooser.steps) == (3, 3, 5)  # from the partition
+
+
+def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_audio(monkeypatch, tmp_path):
+    """VOXRT_LM_LANE=idle on inline lanes (the bookkeeping of its two modes without a GPU): the engine picks the
+    chooser itself, LM steps run in both modes (their own graphs' stages), the audio equals the time-shared loop's,
+    every pool returns; with --sm-mode adaptive or two codec counts it is a clear error."""
+    from voxrt.engine.sched.sm_modes import CodecIdleLmMode
+
+    monkeypatch.setenv("VOXRT_LM_LANE", "idle")
+    sync = make_core(lanes="off")
+    assert sync.sm_chooser is None and sync.lanes.num_sm_modes == 1  # no lanes: nothing to switch
+    idle = make_core(lanes="inline", scheduler_type="deadline", trace_dir=str(tmp_path))
+    assert isinstance(idle.sm_chooser, CodecIdleLmMode) and idle.lanes.num_sm_modes == 2
+    seen = []
+    real = idle.sm_chooser.choose
+    monkeypatch.setattr(idle.sm_chooser, "choose", lambda s: seen.append(s) or real(s))
+    used = {0: 0, 1: 0}
+    for mode in (0, 1):
+        stage = idle.runner.decode_stages[mode]
+        inner = stage.run
+
+        def counted(*args, _inner=inner, _mode=mode, **kwargs):
+            used[_mode] += 1
+            return _inner(*args, **kwargs)
+        stage.run = counted
+    a, b = run_all(sync), run_all(idle)
+    assert used[0] > 0 and used[1] > 0  # steps on the partition (codec work planned) and on the whole GPU
+    assert any(s.background_planned > 0 for s in seen) and any(s.background_planned == 0 for s in seen)
+    assert idle.stats().sm_mode_switches == idle.sm_chooser.num_switches >= 2
+    for rid in a:
+        np.testing.assert_allclose(b[rid], a[rid], rtol=0, atol=1e-5)
+    assert_pools_empty(idle)
+    idle.close()
+    (path,) = tmp_path.glob("engine-*.jsonl")  # each LM record names the mode its step was launched in
+    lm_modes = [json.loads(line).get("sm_mode") for line in path.read_text().splitlines() if '"lm"' in line]
+    # (a step of prompts alone runs no decode stage: the records count every LM step)
+    assert sorted(set(lm_modes)) == [0, 1] and lm_modes.count(0) >= used[0] and lm_modes.count(1) >= used[1]
+    with pytest.raises(InvalidParamsError, match="does not combine with --sm-mode adaptive"):
+        make_core(lanes="inline", codec_sms=(32, 64), sm_mode="adaptive")
+    with pytest.raises(ValueError, match="one --sm-modes count"):
+        make_lanes("inline", torch.device("cpu"), codec_sms=[32, 64])

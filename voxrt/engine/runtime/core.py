@@ -36,11 +36,11 @@ from voxrt.engine.runtime.trace import Tracer
 from voxrt.engine.sched.costs import CostModel
 from voxrt.engine.sched.load import least_slack_ms
 from voxrt.engine.sched.pages import PagePool, SlotPool, default_num_slots
-from voxrt.engine.sched.plan import URGENT, CodecJob
+from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob
 from voxrt.engine.sched.policies import policy_class
 from voxrt.engine.sched.request import PlaybackAnchor, Request
 from voxrt.engine.sched.scheduler import SchedulerConfig
-from voxrt.engine.sched.sm_modes import AdaptiveSmMode, SmModeSignals
+from voxrt.engine.sched.sm_modes import AdaptiveSmMode, CodecIdleLmMode, SmModeSignals
 from voxrt.gcpause import GcPauses
 from voxrt.engine.runtime import cublas, knobs
 from voxrt.models.registry import build_program
@@ -430,7 +430,8 @@ class EngineCore:
         signals = SmModeSignals(now_ns, background_waiting=waiting,
                                 background_in_flight=self.codec.background_in_flight,
                                 urgent_continuations=sum(1 for job in plan.codec
-                                                         if job.lane == URGENT and job.chunk_index > 0))
+                                                         if job.lane == URGENT and job.chunk_index > 0),
+                                background_planned=sum(1 for job in plan.codec if job.lane == BACKGROUND))
         mode = self.sm_chooser.choose(signals)
         if self.lanes.set_mode(mode):
             self.sm_mode_switches += 1
@@ -487,7 +488,8 @@ class EngineCore:
                               ms=(time.monotonic_ns() - launch.launched_ns) / 1e6, gpu_ms=gpu_ms,
                               gpu_idle_ms=idle_ms, prefill=len(plan.prefill), decode=len(plan.decode),
                               prefill_tokens=sum(len(r.prompt) for r in plan.prefill if r.prompt is not None),
-                              gc_ms=round(gc_ms, 3), gc_count=gc_count)
+                              gc_ms=round(gc_ms, 3), gc_count=gc_count,
+                              **({"sm_mode": launch.sm_mode} if self.lanes.num_sm_modes > 1 else {}))
 
     def _lm_failed(self, plan) -> None:
         log.exception("LM step failed; failing its %d requests", len(plan.lm_requests))
@@ -637,14 +639,18 @@ class EngineCore:
 
 
 def _lanes_and_modes(config: EngineConfig, device: torch.device,
-                     codec_share: float = 0.5) -> tuple[Lanes, AdaptiveSmMode | None]:
+                     codec_share: float = 0.5) -> tuple[Lanes, AdaptiveSmMode | CodecIdleLmMode | None]:
     """The lanes for `config.codec_sms` and `config.sm_mode`: one split for a mode index, every split for
     "adaptive" (with the rule that moves between them; one mode when green contexts are unavailable). No
-    count: `codec_share` of the SMs (the program's `codec_sm_share`)."""
+    count: `codec_share` of the SMs (the program's `codec_sm_share`). `VOXRT_LM_LANE=idle`: one split, the LM's
+    two placements beside it as two modes, `CodecIdleLmMode` choosing."""
     counts = config.codec_sms
     counts = [counts] if counts is None or isinstance(counts, int) else list(counts)
     if not counts:
         raise InvalidParamsError("codec_sms: give at least one SM count")
+    if knobs.lm_lane() == "idle" and config.sm_mode == "adaptive":
+        raise InvalidParamsError("VOXRT_LM_LANE=idle chooses the LM's placement each step beside one codec split; "
+                                 "it does not combine with --sm-mode adaptive")
     if config.sm_mode == "adaptive":
         if len(counts) < 2 or None in counts:
             raise InvalidParamsError("--sm-mode adaptive needs at least two --sm-modes (codec-lane SM counts), "
@@ -657,7 +663,10 @@ def _lanes_and_modes(config: EngineConfig, device: torch.device,
     if not isinstance(config.sm_mode, int) or not 0 <= config.sm_mode < len(counts):
         raise InvalidParamsError(f"sm_mode must be an index into the SM modes {counts} or 'adaptive', "
                                  f"got {config.sm_mode!r}")
-    return make_lanes(config.lanes, device, counts[config.sm_mode], codec_share), None
+    lanes = make_lanes(config.lanes, device, counts[config.sm_mode], codec_share)
+    if lanes.lm_lane == "idle" and lanes.num_sm_modes == 2:
+        return lanes, CodecIdleLmMode(partition=0, whole=1)
+    return lanes, None
 
 
 def _text_span(request: Request, job: CodecJob) -> tuple[int, int] | None:

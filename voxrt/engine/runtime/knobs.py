@@ -46,7 +46,9 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   background codec lane on its partition one priority above it: the codec keeps first call on its SMs (its blocks
   go first whenever both wait), the LM takes the SMs the codec leaves idle (runtime/lanes.py). On an H200 at max
   batch 256 it held more past the knee (86.1 against 76.3% at 160 req/s) and less below it (92.9 against 98.4% at
-  152, 3-4x the stalls): the same capacity, so `partition` stays (bench/results/2026-12-07-h200-lm-lane/).
+  152, 3-4x the stalls): the same capacity, so `partition` stays (bench/results/2026-12-07-h200-lm-lane/). `idle`:
+  step by step, the whole GPU for a step that starts while the background codec lane idles (nothing in flight,
+  nothing planned), the partition otherwise (sched/sm_modes.py, CodecIdleLmMode); not yet measured on a GPU.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ GEMV_KEYS = {"programs": "TARGET_PROGRAMS", "first": "PLAIN_FIRST_ELEMENTS", "pi
 SAMPLER_SEARCHES = ("rounds", "sort", "rounds16", "radix")
 DECODE_KERNELS = ("auto", "cuda-cores", "fa2-nosplit", "fa3", "triton")
 BLAS_SM_TARGETS = ("off", "lanes")
-LM_LANES = ("partition", "whole")
+LM_LANES = ("partition", "whole", "idle")
 CODEC_CONV_MODES = ("off", "timed", "all")
 CODEC_FUSED_UNIT_MODES = ("off", "timed", "all")
 ON_OFF = ("on", "off")  # a switch that is on unless set off
@@ -182,8 +184,9 @@ def blas_sm_target() -> str:
 
 
 def lm_lane() -> str:
-    """`VOXRT_LM_LANE`: `partition` (the default: the LM's graphs on the SMs the codec partition leaves) or `whole`
-    (on the whole GPU below the codec lane's priority), read when the lanes are made (runtime/lanes.py)."""
+    """`VOXRT_LM_LANE`: `partition` (the default: the LM's graphs on the SMs the codec partition leaves), `whole`
+    (on the whole GPU below the codec lane's priority) or `idle` (the whole GPU for the steps that start while the
+    background codec lane idles), read when the lanes are made (runtime/lanes.py)."""
     return _mode_knob("VOXRT_LM_LANE", LM_LANES)
 
 

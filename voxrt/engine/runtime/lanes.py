@@ -17,7 +17,11 @@ Modes (`EngineConfig.lanes`, `voxrt serve --lanes`):
 lowest stream priority instead of its partition, the background codec lane on its partition one priority above
 the LM. The codec's SMs stay the codec's (its blocks go first there whenever both wait; a running LM block
 finishes first, blocks are not preempted), and the LM takes whatever SMs the codec leaves idle, instead of a
-fixed share. `partition` (the default) keeps the LM off the codec's SMs altogether.
+fixed share. `partition` (the default) keeps the LM off the codec's SMs altogether. `idle` switches between the two
+step by step: two SM modes over the one codec split, the LM on its partition (mode 0) or on the whole GPU (mode 1),
+the background codec stream shared; `sched/sm_modes.py`'s `CodecIdleLmMode` runs a step on the whole GPU when it
+starts with the background lane idle (no launch in flight, none in the step's plan), so a background launch meets
+at most the tail of one such step on its SMs instead of every step (`whole` measured 3-4x the stalled streams).
 
 A CUDA graph keeps the SM partition and the priority of the stream it was captured on, so each lane captures
 its own graphs (and its own graph memory pool: two lanes replay at the same time).
@@ -63,7 +67,7 @@ class Lanes:
     pools: dict[str, Any] = field(default_factory=dict)  # lane -> graph memory pool handle (cuda)
     sm_counts: dict[str, int] = field(default_factory=dict)  # green: SMs of the LM and background partitions
     note: str = ""  # why this mode (a fallback names its reason)
-    lm_whole: bool = False  # green: the LM on the whole GPU below the codec partition's priority (VOXRT_LM_LANE)
+    lm_lane: str = "partition"  # where the LM runs beside the codec partition (VOXRT_LM_LANE; green and inline)
     sm_modes: list[LaneMode] = field(default_factory=list)  # several SM splits (green, or inline on the CPU)
     active: int = 0  # index into sm_modes
 
@@ -117,8 +121,13 @@ class Lanes:
         return self.pools.get(lane)
 
     def describe(self) -> str:
-        lm_where = " (LM on the whole GPU at the lowest priority, the codec partition above it)" \
-            if self.lm_whole else ""
+        lm_where = {"whole": " (LM on the whole GPU at the lowest priority, the codec partition above it)",
+                    "idle": " (LM on its partition, or on the whole GPU below the codec partition's priority for "
+                            "steps that start while the background codec lane idles)"}.get(self.lm_lane, "")
+        if self.mode == "green" and self.lm_lane == "idle":
+            counts = self.sm_modes[0].sm_counts
+            return (f"lanes: green contexts, LM {counts.get(LM)} SMs | background codec {counts.get(BACKGROUND)} SMs | "
+                    f"urgent lane on the whole GPU at high priority{lm_where}")
         if self.mode == "green" and len(self.sm_modes) > 1:
             splits = ", ".join(f"{m.sm_counts.get(LM)}/{m.sm_counts.get(BACKGROUND)}" for m in self.sm_modes)
             return (f"lanes: green contexts, {len(self.sm_modes)} SM modes (LM/background codec SMs: {splits}) | "
@@ -151,8 +160,13 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
         if mode in ("green", "streams"):
             return Lanes("off", note=f" ({mode} lanes need a CUDA device)")
         if mode == "inline":
-            modes = [LaneMode(sm_counts={BACKGROUND: c}) for c in counts] if len(counts) > 1 else []
-            return Lanes("inline", sm_modes=modes)
+            lm_lane = knobs.lm_lane()
+            if lm_lane == "idle":  # the bookkeeping of the two modes: partition, whole GPU
+                check_idle_counts(counts)
+                modes = [LaneMode(sm_counts={BACKGROUND: counts[0]}), LaneMode(sm_counts={BACKGROUND: counts[0]})]
+            else:
+                modes = [LaneMode(sm_counts={BACKGROUND: c}) for c in counts] if len(counts) > 1 else []
+            return Lanes("inline", sm_modes=modes, lm_lane=lm_lane)
         return Lanes("off", note="" if mode != "auto" else " (no GPU)")
     if mode == "inline":
         raise ValueError("lanes mode 'inline' is for the CPU; on CUDA use auto, green, streams or off")
@@ -161,20 +175,24 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
     lanes = Lanes("streams")
     index = device.index if device.index is not None else torch.cuda.current_device()
     low, high = _priority_range()
+    placement = lm_placement(knobs.lm_lane(), low, high)
+    if placement.lane == "idle":
+        check_idle_counts(counts)
     if mode in ("auto", "green"):
         try:
             modes = []
             total = torch.cuda.get_device_properties(index).multi_processor_count
-            placement = lm_placement(knobs.lm_lane(), low, high)
-            whole_lm = torch.cuda.Stream(device, priority=placement.lm_priority) if placement.whole else None
+            whole_lm = torch.cuda.Stream(device, priority=placement.lm_priority) if placement.whole_stream else None
             for count in counts:
                 count = default_codec_sms(total, codec_share) if count is None else count
                 lm_stream, bg_stream, sm_counts = green_streams(index, count, placement.background_priority)
+                if placement.lane == "idle":  # mode 0 on the partition, mode 1 on the whole GPU; one codec stream
+                    modes.append(LaneMode({LM: lm_stream, BACKGROUND: bg_stream}, sm_counts))
                 if whole_lm is not None:
                     lm_stream, sm_counts = whole_lm, {**sm_counts, LM: total}
                 modes.append(LaneMode({LM: lm_stream, BACKGROUND: bg_stream}, sm_counts))
             lanes = Lanes("green", streams=dict(modes[0].streams), sm_counts=dict(modes[0].sm_counts),
-                          sm_modes=modes if len(modes) > 1 else [], lm_whole=placement.whole)
+                          sm_modes=modes if len(modes) > 1 else [], lm_lane=placement.lane)
         except Exception as exc:  # noqa: BLE001 (no driver bindings, an old driver, MIG: fall back, say why)
             if mode == "green":
                 raise RuntimeError(f"green contexts unavailable: {type(exc).__name__}: {exc}") from exc
@@ -194,21 +212,33 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
 class LmPlacement:
     """Where green lanes put the LM (`VOXRT_LM_LANE`) and the stream priorities that go with it."""
 
-    whole: bool  # the LM on the whole GPU (else on the SMs the codec partition leaves)
-    lm_priority: int  # the LM's stream priority (whole only)
+    lane: str  # partition, whole or idle (knobs.LM_LANES)
+    lm_priority: int  # the whole-GPU LM stream's priority (whole, idle)
     background_priority: int | None  # the codec partition's stream priority; None: the driver's default
+
+    @property
+    def whole_stream(self) -> bool:
+        """The LM gets a whole-GPU stream (for every step, or for the steps `idle` picks)."""
+        return self.lane != "partition"
 
 
 def lm_placement(lane: str, low: int, high: int) -> LmPlacement:
-    """`partition`: the LM on its own partition, both partitions' streams at the default priority. `whole`: the LM
-    at the lowest priority `low`, the background codec one above it (CUDA counts priorities down: `high` is the
-    most negative), so the codec's blocks go first on its SMs; on a GPU with a single priority level both share
-    it (the codec then keeps its SMs only by arriving first)."""
+    """`partition`: the LM on its own partition, both partitions' streams at the default priority. `whole` and
+    `idle`: the whole-GPU LM stream at the lowest priority `low`, the background codec one above it (CUDA counts
+    priorities down: `high` is the most negative), so the codec's blocks go first on its SMs; on a GPU with a
+    single priority level both share it (the codec then keeps its SMs only by arriving first)."""
     if lane not in knobs.LM_LANES:
         raise ValueError(f"LM lane {lane!r}; expected one of {', '.join(knobs.LM_LANES)}")
     if lane == "partition":
-        return LmPlacement(False, low, None)
-    return LmPlacement(True, low, max(high, low - 1))
+        return LmPlacement(lane, low, None)
+    return LmPlacement(lane, low, max(high, low - 1))
+
+
+def check_idle_counts(counts: Sequence[int | None]) -> None:
+    """`VOXRT_LM_LANE=idle` makes its own two SM modes over one codec split: one codec SM count at most."""
+    if len(counts) > 1:
+        raise ValueError(f"VOXRT_LM_LANE=idle switches the LM between its partition and the whole GPU beside one "
+                         f"codec split; give one --sm-modes count, not {list(counts)}")
 
 
 def _priority_range() -> tuple[int, int]:

@@ -99,6 +99,7 @@ class LMLaunch:
     launched_ns: int
     event: Any = None  # recorded after the codes' copy
     start_event: Any = None  # with timing: recorded before the step's first kernel
+    sm_mode: int = 0  # the SM mode (`Lanes.active`) the step was launched in
 
     def is_done(self) -> bool:
         return self.event is None or self.event.query()
@@ -557,7 +558,8 @@ class ModelRunner:
         returns at once. The frames are written to `last_codes` on the device and copied to pinned host memory;
         nothing here waits for the GPU (a plan() may wait for its own previous copy: attention.py)."""
         is_cuda = self.cfg.device.type == "cuda"
-        launch = LMLaunch(plan=plan, codes=None, launched_ns=time.monotonic_ns())  # type: ignore[arg-type]
+        launch = LMLaunch(plan=plan, codes=None, launched_ns=time.monotonic_ns(),  # type: ignore[arg-type]
+                          sm_mode=self.lanes.active)
         with self.lanes.on(LM):
             if is_cuda:
                 if self._last_lm_event is not None:  # an SM-mode switch moves the LM to another stream

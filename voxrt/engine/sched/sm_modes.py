@@ -12,6 +12,9 @@ SMs (`voxrt profile-split`), so the codec's share should follow its backlog:
 - at most one move every `dwell_ms`, so that a burst does not make the split flap.
 
 The engine reads the signals after each plan and switches before the step's LM work (`Lanes.set_mode`).
+
+`VOXRT_LM_LANE=idle` (runtime/lanes.py) has its own two modes over one codec split, the LM on its partition (0)
+or on the whole GPU below the codec partition's priority (1), and `CodecIdleLmMode` picks one a step.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class SmModeSignals:
     background_waiting: int  # chunks ready or queued for the background lane, not yet launched
     background_in_flight: bool
     urgent_continuations: int  # chunks past the first that this step sent to the urgent lane
+    background_planned: int = 0  # chunks this step's plan sends to the background lane
 
 
 class AdaptiveSmMode:
@@ -64,6 +68,31 @@ class AdaptiveSmMode:
         self.current = mode
         self.last_switch_ns = now_ns
         self.num_switches += 1
+        return mode
+
+
+class CodecIdleLmMode:
+    """`VOXRT_LM_LANE=idle`: the LM's step on the whole GPU (mode `whole`) when it starts with the background codec
+    lane idle, no launch in flight and none in this step's plan; on its partition (mode `partition`) otherwise.
+    The loop launches background work only at step boundaries, so a background launch can meet only the tail of
+    one whole-GPU step (the one the GPU is still running when the launch goes out), not a run of them. Chunks
+    ready but not planned do not count: under load some always are, and the plan is what launches."""
+
+    def __init__(self, partition: int = 0, whole: int = 1) -> None:
+        self.partition, self.whole = partition, whole
+        self.current = partition
+        self.num_switches = 0
+        self.whole_steps = 0
+        self.steps = 0
+
+    def choose(self, s: SmModeSignals) -> int:
+        idle = not s.background_in_flight and s.background_planned == 0
+        mode = self.whole if idle else self.partition
+        self.steps += 1
+        self.whole_steps += mode == self.whole
+        if mode != self.current:
+            self.current = mode
+            self.num_switches += 1
         return mode
 
 
