@@ -432,7 +432,7 @@ def test_the_codec_idle_chooser_puts_a_step_on_the_whole_gpu_only_with_the_backg
     assert (chooser.num_switches, chooser.whole_steps, chooser.steps) == (3, 3, 5)  # from the partition
 
 
-def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_audio(monkeypatch, tmp_path):
+def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_audio(monkeypatch, tmp_path, caplog):
     """VOXRT_LM_LANE=idle on inline lanes (the bookkeeping of its two modes without a GPU): the engine picks the
     chooser itself, LM steps run in both modes (their own graphs' stages), the audio equals the time-shared loop's,
     every pool returns; with --sm-mode adaptive or two codec counts it is a clear error."""
@@ -462,11 +462,16 @@ def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_au
     for rid in a:
         np.testing.assert_allclose(b[rid], a[rid], rtol=0, atol=1e-5)
     assert_pools_empty(idle)
-    idle.close()
+    with caplog.at_level("INFO", logger="voxrt.engine"):
+        idle.close()
+    assert f"LM steps by SM mode {list(idle.stats().lm_steps_by_sm_mode)}" in caplog.text  # what a run's log keeps
     (path,) = tmp_path.glob("engine-*.jsonl")  # each LM record names the mode its step was launched in
     lm_modes = [json.loads(line).get("sm_mode") for line in path.read_text().splitlines() if '"lm"' in line]
     # (a step of prompts alone runs no decode stage: the records count every LM step)
     assert sorted(set(lm_modes)) == [0, 1] and lm_modes.count(0) >= used[0] and lm_modes.count(1) >= used[1]
+    assert idle.stats().lm_steps_by_sm_mode == (lm_modes.count(0), lm_modes.count(1))  # the stats count the same
+    (lm_steps,) = sync.stats().lm_steps_by_sm_mode  # one mode without lanes
+    assert 0 < lm_steps <= sync.num_steps
     with pytest.raises(InvalidParamsError, match="does not combine with --sm-mode adaptive"):
         make_core(lanes="inline", codec_sms=(32, 64), sm_mode="adaptive")
     with pytest.raises(ValueError, match="one --sm-modes count"):

@@ -49,10 +49,12 @@ def test_stats_sum_over_replicas():
     from voxrt.engine.messages import EngineStats  # noqa: PLC0415
 
     a = EngineStats(1, 1, 2, 3, 10, 5, 4, 2, 100, 0, True, codec_launches=(("loop", 3),), chunks_late=1)
-    b = dataclasses.replace(a, pool_ok=False, codec_launches=(("loop", 2), ("urgent", 1)), chunks_late=2)
-    total = sum_stats([a, b])
+    b = dataclasses.replace(a, pool_ok=False, codec_launches=(("loop", 2), ("urgent", 1)), chunks_late=2,
+                            lm_steps_by_sm_mode=(7, 3))
+    total = sum_stats([dataclasses.replace(a, lm_steps_by_sm_mode=(5,)), b])
     assert (total.num_running, total.num_pages_total, total.chunks_late, total.pool_ok) == (4, 20, 3, False)
     assert total.codec_launches == (("loop", 5), ("urgent", 1))
+    assert total.lm_steps_by_sm_mode == (12, 3)  # per mode index
 
 
 def test_new_contexts_go_to_the_replica_with_headroom_and_cancel_reaches_theirs():

@@ -286,6 +286,7 @@ class EngineStats:
     early_chunks: int = 0
     sm_mode_switches: int = 0  # adaptive SM modes: moves between splits
     held_steps: int = 0  # steps that admitted no stream because the engine was behind (late_chunk_hold_ms)
+    lm_steps_by_sm_mode: tuple[int, ...] = ()  # LM steps launched in each SM mode (one entry without modes)
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,9 @@ def sum_stats(stats: list[EngineStats]) -> EngineStats:
                 for lane, count in launches:
                     lanes[lane] = lanes.get(lane, 0) + count
             fields[f.name] = tuple(sorted(lanes.items()))
+        elif f.name == "lm_steps_by_sm_mode":  # per mode index; replicas with fewer modes add to the first ones
+            width = max(len(v) for v in values)
+            fields[f.name] = tuple(sum(v[i] for v in values if i < len(v)) for i in range(width))
         else:
             fields[f.name] = sum(values)
     return EngineStats(**fields)

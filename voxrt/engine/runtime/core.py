@@ -254,6 +254,7 @@ class EngineCore:
         self.early_chunks = 0
         self.held_steps = 0
         self.sm_mode_switches = 0
+        self.lm_steps_by_sm_mode = [0] * self.lanes.num_sm_modes  # LM steps launched in each SM mode
         self.decode_batch = 0  # requests the latest step decoded (the load report's)
         self.info = ModelInfo(  # the model's constants from its spec (checked_spec: the one source)
             name=program.name, sample_rate=spec.sample_rate, frame_rate_hz=spec.sample_rate / spec.samples_per_frame,
@@ -450,7 +451,9 @@ class EngineCore:
     def _launch_lm(self, plan):
         """Queues the plan's LM step (runner.launch_lm); None when the launch itself failed (its requests fail)."""
         try:
-            return self.runner.launch_lm(plan, timing=self.tracer is not None)
+            launch = self.runner.launch_lm(plan, timing=self.tracer is not None)
+            self.lm_steps_by_sm_mode[launch.sm_mode] += 1
+            return launch
         except Exception:  # noqa: BLE001 (a step's failure is its requests' failure, not the engine's)
             self._lm_failed(plan)
             return None
@@ -588,6 +591,10 @@ class EngineCore:
                           held=self.scheduler.is_holding)
 
     def close(self) -> None:
+        log.info("engine closing after %d steps: chunks on time %d, late %d, cut early %d; held steps %d%s",
+                 self.num_steps, self.chunks_on_time, self.chunks_late, self.early_chunks, self.held_steps,
+                 f"; LM steps by SM mode {self.lm_steps_by_sm_mode}, {self.sm_mode_switches} switches"
+                 if self.lanes.num_sm_modes > 1 else "")
         if self.gc_pauses is not None:
             self.gc_pauses.uninstall()
         if self.request_tracer is not None:  # the one Tracer (`tracer` is it too, or None)
@@ -621,7 +628,8 @@ class EngineCore:
                            codec_launches=tuple(sorted(self.codec_launches.items())),
                            chunks_on_time=self.chunks_on_time, chunks_late=self.chunks_late,
                            deferred_admissions=self.deferred_admissions, early_chunks=self.early_chunks,
-                           sm_mode_switches=self.sm_mode_switches, held_steps=self.held_steps)
+                           sm_mode_switches=self.sm_mode_switches, held_steps=self.held_steps,
+                           lm_steps_by_sm_mode=tuple(self.lm_steps_by_sm_mode))
 
     def load(self, now_ns: int | None = None) -> EngineLoad:
         """The load report the engine process pushes to its clients (sched/load.py): host-side counts and the
