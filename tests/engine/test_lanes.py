@@ -458,6 +458,7 @@ def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_au
     a, b = run_all(sync), run_all(idle)
     assert used[0] > 0 and used[1] > 0  # steps on the partition (codec work planned) and on the whole GPU
     assert any(s.background_planned > 0 for s in seen) and any(s.background_planned == 0 for s in seen)
+    assert all(s.background_waiting == 0 for s in seen)  # the backlog, which it does not read, is not counted
     assert idle.stats().sm_mode_switches == idle.sm_chooser.num_switches >= 2
     for rid in a:
         np.testing.assert_allclose(b[rid], a[rid], rtol=0, atol=1e-5)

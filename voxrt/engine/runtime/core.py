@@ -426,8 +426,10 @@ class EngineCore:
     def _choose_sm_mode(self, now_ns: int, plan) -> None:
         """Adaptive SM modes: the split for this step's LM work and the next background launch."""
         assert isinstance(self.codec, LaneExecutor)  # SM modes exist only with lanes
+        # the backlog scans every live request: only for a chooser that reads it
         waiting = self.codec.num_background_queued + sum(1 for job in self.scheduler.ready_chunks()
-                                                         if job.request.is_streaming)
+                                                         if job.request.is_streaming) \
+            if getattr(self.sm_chooser, "reads_backlog", True) else 0
         signals = SmModeSignals(now_ns, background_waiting=waiting,
                                 background_in_flight=self.codec.background_in_flight,
                                 urgent_continuations=sum(1 for job in plan.codec

@@ -78,6 +78,8 @@ class CodecIdleLmMode:
     one whole-GPU step (the one the GPU is still running when the launch goes out), not a run of them. Chunks
     ready but not planned do not count: under load some always are, and the plan is what launches."""
 
+    reads_backlog = False  # the engine then skips counting `background_waiting` (a scan of every live request)
+
     def __init__(self, partition: int = 0, whole: int = 1) -> None:
         self.partition, self.whole = partition, whole
         self.current = partition
