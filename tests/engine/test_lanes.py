@@ -399,6 +399,7 @@ def test_green_lanes_put_the_lm_where_the_knob_says(monkeypatch, lane):
         assert whole.sm_counts == {BACKGROUND: 64, LM: 132}
         assert part.streams[BACKGROUND] == whole.streams[BACKGROUND] == "codec-64"  # one codec stream
         assert lanes.streams[LM] == "lm-part-64" and "while the background codec lane idles" in lanes.describe()
+        check_fallback(monkeypatch, lanes_module, lane)
         return
     lanes = make_lanes("green", torch.device("cuda", 0), codec_sms=[56, 64])
     assert lanes.mode == "green" and [m.streams[BACKGROUND] for m in lanes.sm_modes] == ["codec-56", "codec-64"]
@@ -414,6 +415,15 @@ def test_green_lanes_put_the_lm_where_the_knob_says(monkeypatch, lane):
         assert made == [(56, None), (64, None)] and lanes.lm_lane == "partition"
         assert [m.streams[LM] for m in lanes.sm_modes] == ["lm-part-56", "lm-part-64"]
         assert "whole GPU at the lowest" not in lanes.describe()
+    check_fallback(monkeypatch, lanes_module, lane)
+
+
+def check_fallback(monkeypatch, lanes_module, lane):
+    """Without green contexts (`auto` falls back to streams) the knob cannot apply, and the lanes' log line says so."""
+    monkeypatch.setattr(lanes_module, "green_streams", lambda *a: (_ for _ in ()).throw(RuntimeError("no driver")))
+    fallback = make_lanes("auto", torch.device("cuda", 0), codec_sms=64)
+    assert fallback.mode == "streams" and fallback.lm_lane == "partition" and fallback.num_sm_modes == 1
+    assert ("VOXRT_LM_LANE" in fallback.describe()) == (lane != "partition")
 
 
 def test_the_codec_idle_chooser_puts_a_step_on_the_whole_gpu_only_with_the_background_lane_idle():

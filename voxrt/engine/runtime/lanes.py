@@ -199,6 +199,9 @@ def make_lanes(mode: str, device: torch.device, codec_sms: int | Sequence[int] |
             lanes.note = f"green contexts unavailable: {type(exc).__name__}: {exc}"
     if lanes.mode == "streams" and len(counts) > 1:
         lanes.note = (lanes.note + "; " if lanes.note else "") + "one SM mode: SM modes need green contexts"
+    if lanes.mode == "streams" and placement.lane != "partition":
+        lanes.note = (lanes.note + "; " if lanes.note else "") + \
+            f"VOXRT_LM_LANE={placement.lane} ignored: it needs green contexts (every lane is on the whole GPU here)"
     if lanes.mode == "streams":
         lanes.streams[LM] = torch.cuda.Stream(device)
         lanes.streams[BACKGROUND] = torch.cuda.Stream(device, priority=low)
