@@ -61,21 +61,26 @@ def test_early_chunks_give_the_same_audio_and_are_counted():
     assert_pools_empty(early)
 
 
+def count_decode_runs(core) -> dict[int, int]:
+    """Counts, live, the decode stage runs of each SM mode of `core` (whose graphs' stages ran a step)."""
+    used = {mode: 0 for mode in range(core.lanes.num_sm_modes)}
+    for mode in used:
+        stage = core.runner.decode_stages[mode]
+
+        def counted(*args, _inner=stage.run, _mode=mode, **kwargs):
+            used[_mode] += 1
+            return _inner(*args, **kwargs)
+        stage.run = counted
+    return used
+
+
 def test_sm_modes_switching_every_step_gives_the_same_audio():
     sync = make_core(lanes="off")
     moving = make_core(lanes="inline", scheduler_type="deadline", codec_sms=(32, 64), sm_mode="adaptive")
     assert moving.lanes.num_sm_modes == 2 and moving.sm_chooser is not None
     assert "2 SM modes" in moving.lanes.describe()
     moving.sm_chooser = EveryStepSmMode()
-    used = {0: 0, 1: 0}
-    for mode in (0, 1):
-        stage = moving.runner.decode_stages[mode]
-        inner = stage.run
-
-        def counted(*args, _inner=inner, _mode=mode, **kwargs):
-            used[_mode] += 1
-            return _inner(*args, **kwargs)
-        stage.run = counted
+    used = count_decode_runs(moving)
     a, b = run_all(sync), run_all(moving)
     assert moving.stats().sm_mode_switches >= 2 and used[0] > 0 and used[1] > 0  # both splits ran LM steps
     assert moving.runner.codec_stages is moving.runner.background_stages[moving.lanes.active]
@@ -456,15 +461,7 @@ def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_au
     seen = []
     real = idle.sm_chooser.choose
     monkeypatch.setattr(idle.sm_chooser, "choose", lambda s: seen.append(s) or real(s))
-    used = {0: 0, 1: 0}
-    for mode in (0, 1):
-        stage = idle.runner.decode_stages[mode]
-        inner = stage.run
-
-        def counted(*args, _inner=inner, _mode=mode, **kwargs):
-            used[_mode] += 1
-            return _inner(*args, **kwargs)
-        stage.run = counted
+    used = count_decode_runs(idle)
     a, b = run_all(sync), run_all(idle)
     assert used[0] > 0 and used[1] > 0  # steps on the partition (codec work planned) and on the whole GPU
     assert any(s.background_planned > 0 for s in seen) and any(s.background_planned == 0 for s in seen)
