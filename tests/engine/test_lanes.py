@@ -444,7 +444,7 @@ def test_the_codec_idle_chooser_puts_a_step_on_the_whole_gpu_only_with_the_backg
                SmModeSignals(3, background_waiting=0, background_in_flight=False, urgent_continuations=1),
                SmModeSignals(4, background_waiting=5, background_in_flight=False, urgent_continuations=0)]
     assert [chooser.choose(s) for s in signals] == [1, 0, 0, 1, 1]
-    assert (chooser.num_switches, chooser.whole_steps, chooser.steps) == (3, 3, 5)  # from the partition
+    assert chooser.num_switches == 3  # from the partition
 
 
 def test_the_lm_lane_idle_switches_placements_by_the_codec_lane_and_keeps_the_audio(monkeypatch, tmp_path, caplog):

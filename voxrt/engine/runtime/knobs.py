@@ -40,7 +40,7 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   choosing its kernels for that lane's SM count instead of the whole GPU's (runtime/cublas.py). Measured slower
   on an H100 (the frame on the LM's 68-SM partition 6.34 -> 7.27 ms at batch 64, 8.34 -> 9.19 at 128;
   bench/results/2026-12-06-h100-levers/), so it stays off.
-- `VOXRT_LM_LANE`: `partition` (default) or `whole`: with green-context lanes, where the LM's graphs run. `partition`:
+- `VOXRT_LM_LANE`: `partition` (default), `whole` or `idle`: with green-context lanes, where the LM's graphs run. `partition`:
   on the SMs the background codec lane leaves (68 of 132 for Qwen3-TTS), where a frame costs ~1.44x the whole GPU's
   (bench/results/2026-12-07-h100-lane-frame/). `whole`: on the whole GPU at the lowest stream priority, the
   background codec lane on its partition one priority above it: the codec keeps first call on its SMs (its blocks

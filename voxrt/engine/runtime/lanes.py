@@ -124,17 +124,14 @@ class Lanes:
         lm_where = {"whole": " (LM on the whole GPU at the lowest priority, the codec partition above it)",
                     "idle": " (LM on its partition, or on the whole GPU below the codec partition's priority for "
                             "steps that start while the background codec lane idles)"}.get(self.lm_lane, "")
-        if self.mode == "green" and self.lm_lane == "idle":
-            counts = self.sm_modes[0].sm_counts
-            return (f"lanes: green contexts, LM {counts.get(LM)} SMs | background codec {counts.get(BACKGROUND)} SMs | "
-                    f"urgent lane on the whole GPU at high priority{lm_where}")
-        if self.mode == "green" and len(self.sm_modes) > 1:
+        if self.mode == "green" and len(self.sm_modes) > 1 and self.lm_lane != "idle":
             splits = ", ".join(f"{m.sm_counts.get(LM)}/{m.sm_counts.get(BACKGROUND)}" for m in self.sm_modes)
             return (f"lanes: green contexts, {len(self.sm_modes)} SM modes (LM/background codec SMs: {splits}) | "
                     f"urgent lane on the whole GPU at high priority{lm_where}")
-        if self.mode == "green":
-            return (f"lanes: green contexts, LM {self.sm_counts.get(LM)} SMs | background codec "
-                    f"{self.sm_counts.get(BACKGROUND)} SMs | urgent lane on the whole GPU at high priority{lm_where}")
+        if self.mode == "green":  # one split (idle's two modes share it: its first names the LM's partition)
+            counts = self.sm_modes[0].sm_counts if self.lm_lane == "idle" else self.sm_counts
+            return (f"lanes: green contexts, LM {counts.get(LM)} SMs | background codec "
+                    f"{counts.get(BACKGROUND)} SMs | urgent lane on the whole GPU at high priority{lm_where}")
         if self.mode == "streams":
             return f"lanes: CUDA streams without SM partitions ({self.note})" if self.note else \
                 "lanes: CUDA streams without SM partitions"

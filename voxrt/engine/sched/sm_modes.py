@@ -32,6 +32,8 @@ class SmModeSignals:
 
 
 class AdaptiveSmMode:
+    reads_backlog = True  # `background_waiting` is its signal to move up
+
     def __init__(self, codec_sms: list[int], dec_batch: int, dwell_ms: float = 250.0, idle_ms: float = 500.0,
                  start: int = 0) -> None:
         if len(codec_sms) < 2:
@@ -83,15 +85,11 @@ class CodecIdleLmMode:
     def __init__(self, partition: int = 0, whole: int = 1) -> None:
         self.partition, self.whole = partition, whole
         self.current = partition
-        self.num_switches = 0
-        self.whole_steps = 0
-        self.steps = 0
+        self.num_switches = 0  # (the engine counts the LM steps of each mode: EngineStats.lm_steps_by_sm_mode)
 
     def choose(self, s: SmModeSignals) -> int:
         idle = not s.background_in_flight and s.background_planned == 0
         mode = self.whole if idle else self.partition
-        self.steps += 1
-        self.whole_steps += mode == self.whole
         if mode != self.current:
             self.current = mode
             self.num_switches += 1
