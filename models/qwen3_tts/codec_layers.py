@@ -243,8 +243,8 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     first = next(iter(candidates))
     if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return first
-    # The fallback is timed last, and a candidate whose first (eager) run is already GIVE_UP_FACTOR times the best
-    # so far is not captured and replayed: cuDNN's channels-last kernel for the 384-channel dilation-9 conv took
+    # The fallback is timed last, and a candidate whose eager run (the second: the first pays lazy initialisation,
+    # `_eager_past`) is already GIVE_UP_FACTOR times the best so far is not captured and replayed: cuDNN's channels-last kernel for the 384-channel dilation-9 conv took
     # 1.1 s a call on an H100 against 1.4 ms as products (bench/results/2026-12-06-h100-codec-cl), and timing it
     # fully at every shape cost the start-up tens of seconds. One that lost by that factor at one shape of this
     # layer is not timed again at its other shapes (`_losers`).
@@ -270,27 +270,44 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
 
 
 GIVE_UP_FACTOR = 20  # a candidate this many times slower than the best so far is not timed further
-GIVE_UP_MS = 20.0  # ... nor below this many ms (a first eager call pays lazy initialisation and launches)
+GIVE_UP_MS = 20.0  # ... nor below this many ms (an eager call pays the launches a graph does not)
+
+
+def timed_choices(module: nn.Module) -> str | None:
+    """What the timed choices of `module`'s layers picked, in one line for the engine's log: shapes per
+    formulation, and the layers where a candidate was cut short and left out of the layer's other shapes (the
+    line that shows a start-up that judged a kernel wrong). None when nothing was timed (the CPU, torch kernels)."""
+    picked: dict[str, int] = {}
+    left_out: dict[str, int] = {}
+    for layer in module.modules():
+        for choice in getattr(layer, "_choices", {}).values():
+            picked[choice] = picked.get(choice, 0) + 1
+        for name in getattr(layer, "_losers", ()):
+            left_out[name] = left_out.get(name, 0) + 1
+    if not picked:
+        return None
+    line = f"{sum(picked.values())} shapes timed: " + ", ".join(f"{n} {c}" for n, c in sorted(picked.items()))
+    if left_out:
+        line += "; cut short (20x slower) and left out of a layer's other shapes: " + ", ".join(
+            f"{n} in {c} layer{'s' if c > 1 else ''}" for n, c in sorted(left_out.items()))
+    return line
 
 
 def _time_ms(fn, reps: int = 3, give_up_ms: float | None = None) -> float:
     """fn's GPU time as it runs in the engine, in a CUDA graph: the best of `reps` replays of a graph captured
     for this once (eager timing would charge the products' extra launches, which a graph does not pay). On the
     current stream (a lane's, with its SM partition), or a side stream when that is the default stream (which
-    cannot capture). `give_up_ms`: when the first, eager call already takes longer, its time is returned as is."""
+    cannot capture). `give_up_ms`: when an eager call after the first (which pays lazy initialisation) already
+    takes longer, its time is returned as is (`_eager_past`)."""
     current = torch.cuda.current_stream()
     stream = torch.cuda.Stream() if current == torch.cuda.default_stream() else current
     stream.wait_stream(current)
     best = float("inf")
     with torch.cuda.stream(stream):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()  # lazy initialisation (cuBLAS handles, cuDNN plans) outside the capture
-        end.record()
-        end.synchronize()
-        if give_up_ms is not None and start.elapsed_time(end) > give_up_ms:
+        eager_ms = _eager_past(lambda: _eager_call_ms(fn), give_up_ms)
+        if eager_ms is not None:
             current.wait_stream(stream)
-            return start.elapsed_time(end)
+            return eager_ms
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream, capture_error_mode="relaxed"):
             fn()
@@ -305,6 +322,30 @@ def _time_ms(fn, reps: int = 3, give_up_ms: float | None = None) -> float:
     current.wait_stream(stream)
     del graph
     return best
+
+
+def _eager_past(call_ms, give_up_ms: float | None) -> float | None:
+    """The give-up judgement of `_time_ms`: a first call (`call_ms()` runs the candidate once and returns its ms)
+    pays the lazy initialisation outside the capture (cuBLAS handles, cuDNN's plan for a new shape, module loads),
+    so it is not what is judged; with `give_up_ms` a second call is, and its ms come back when past the bound
+    (the candidate is cut short), else None (time it in full). cuDNN's first call took 20-144 ms on an H100 at
+    shapes it then runs in under a millisecond, and judging that call cut cuDNN from whole layers of the codec
+    where it is 1.5-2x faster than products (bench/results/2026-12-07-h100-lm-idle)."""
+    call_ms()
+    if give_up_ms is None:
+        return None
+    ms = call_ms()
+    return ms if ms > give_up_ms else None
+
+
+def _eager_call_ms(fn) -> float:
+    """One eager call of fn on the current stream, in ms (CUDA events)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 class CausalTransConv(StatefulLayer):

@@ -143,6 +143,12 @@ class Qwen3TTSProgram(ModelProgram):
                  "the released weights)", impl, self.fused.num_extra_bytes / 1e6)
         return path
 
+    def warmup_note(self) -> str | None:
+        from voxrt.models.qwen3_tts.codec_layers import timed_choices  # noqa: PLC0415
+
+        line = timed_choices(self.codec) if isinstance(self.codec, torch.nn.Module) else None
+        return f"codec convs, {line}" if line else None
+
     def _role_ids(self) -> tuple[int, ...]:
         ids = tuple(self.tokenizer(ROLE_TEXT, add_special_tokens=False)["input_ids"])
         expected_first = self.cfg.im_start_token_id

@@ -628,6 +628,50 @@ def test_the_codec_defaults_by_implementation(codec, monkeypatch):
         codec.set_kernel_impl("torch")
 
 
+def test_the_give_up_judges_a_call_after_the_first():
+    """A first eager call pays lazy initialisation (cuDNN built its plan for a new shape in 20-144 ms on an H100,
+    for kernels that then ran in under a millisecond): the give-up judges the second call, so one slow first call
+    no longer cuts a fast kernel; a kernel slow on every call is still cut short, on its second call."""
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    def calls(*ms):
+        made = []
+        times = iter(ms)
+
+        def call_ms():
+            made.append(1)
+            return next(times)
+        return call_ms, made
+
+    call_ms, made = calls(46.0, 0.9)  # a plan built on the first call, then the kernel itself
+    assert codec_layers._eager_past(call_ms, give_up_ms=20.0) is None and len(made) == 2  # timed in full
+    call_ms, made = calls(1100.0, 1080.0)  # slow on every call
+    assert codec_layers._eager_past(call_ms, give_up_ms=20.0) == 1080.0 and len(made) == 2
+    call_ms, made = calls(46.0)  # the first candidate has no bound: one warm-up call, then the graph
+    assert codec_layers._eager_past(call_ms, give_up_ms=None) is None and len(made) == 1
+
+
+def test_the_engine_log_line_says_what_the_timed_choices_picked_and_left_out():
+    """After the graphs are captured the engine logs the program's `warmup_note`: for Qwen3-TTS what the codec's
+    timed choices picked per shape and which layers cut a candidate short. A start-up that judged cuDNN by its
+    first call (its plan built then) left it out of whole layers; this line shows it without debug logging."""
+    from tiny_talker import cached_checkpoint, load_program  # noqa: PLC0415
+
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    program = load_program(cached_checkpoint(seed=0).directory)  # its own codec: the choices set here stay here
+    assert program.warmup_note() is None  # nothing timed (the CPU)
+    convs = [m for m in program.codec.modules() if isinstance(m, codec_layers.CausalConv)]
+    assert len(convs) >= 3
+    for conv, picked, left_out in zip(convs, ({("a",): "cudnn", ("b",): "products"}, {("a",): "products"},
+                                              {("c",): "cudnn"}), (set(), {"cudnn"}, {"cudnn", "tap-kernel"})):
+        conv._choices, conv._losers = picked, left_out  # as set_products leaves them after timing
+    assert program.warmup_note() == ("codec convs, 4 shapes timed: cudnn 2, products 2; cut short (20x slower) "
+                                     "and left out of a layer's other shapes: cudnn in 2 layers, tap-kernel in "
+                                     "1 layer")
+    assert codec_layers.timed_choices(torch.nn.Linear(2, 2)) is None
+
+
 def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(monkeypatch):
     """The fallback (cuDNN) is timed last, told to give up past 20x the best so far (and 20 ms); one that lost
     by 20x at a shape of a layer is not timed at the layer's other shapes (cuDNN's 1.1 s channels-last kernel for

@@ -190,6 +190,11 @@ class ModelProgram(nn.Module, abc.ABC):
     def code0_vocab_size(self) -> int:
         raise NotImplementedError
 
+    def warmup_note(self) -> str | None:
+        """A line for the engine's log once its graphs are captured: what the program chose while they were
+        (e.g. timed kernel choices); None: nothing to say."""
+        return None
+
     # ---- execution path ------------------------------------------------------------------------------------
 
     def use_frame_path(self, path: str, device: torch.device) -> str:

@@ -349,6 +349,9 @@ class ModelRunner:
         finally:
             self.lanes.set_mode(active)
         self.synchronize()
+        note = self.program.warmup_note()
+        if note:
+            log.info("%s: %s", self.program.name, note)
 
     def _capture_prefill(self, stream) -> None:
         """The prefill graphs of the active SM mode. A bucket whose capture fails (an attention library that
