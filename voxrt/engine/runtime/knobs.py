@@ -48,7 +48,9 @@ torch (the gateway: tests/gateway/test_gc_settle.py). Each parser raises ValueEr
   batch 256 it held more past the knee (86.1 against 76.3% at 160 req/s) and less below it (92.9 against 98.4% at
   152, 3-4x the stalls): the same capacity, so `partition` stays (bench/results/2026-12-07-h200-lm-lane/). `idle`:
   step by step, the whole GPU for a step that starts while the background codec lane idles (nothing in flight,
-  nothing planned), the partition otherwise (sched/sm_modes.py, CodecIdleLmMode); not yet measured on a GPU.
+  nothing planned), the partition otherwise (sched/sm_modes.py, CodecIdleLmMode). On an H100 under load the codec
+  lane was idle at 4% of step starts: 57.1 / 48.0% against 56.8 / 43.4% at 160 / 168 req/s, next to nothing, so it
+  stays off (bench/results/2026-12-07-h100-lm-idle/).
 """
 
 from __future__ import annotations
