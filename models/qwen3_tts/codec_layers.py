@@ -244,10 +244,11 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return first
     # The fallback is timed last, and a candidate whose eager run (the second: the first pays lazy initialisation,
-    # `_eager_past`) is already GIVE_UP_FACTOR times the best so far is not captured and replayed: cuDNN's channels-last kernel for the 384-channel dilation-9 conv took
-    # 1.1 s a call on an H100 against 1.4 ms as products (bench/results/2026-12-06-h100-codec-cl), and timing it
-    # fully at every shape cost the start-up tens of seconds. One that lost by that factor at one shape of this
-    # layer is not timed again at its other shapes (`_losers`).
+    # `_eager_past`) is already GIVE_UP_FACTOR times the best so far is not captured and replayed: cuDNN's
+    # channels-last kernel for the 384-channel dilation-9 conv took 1.1 s a call on an H100 against 1.4 ms as
+    # products (bench/results/2026-12-06-h100-codec-cl), and timing it fully at every shape cost the start-up tens
+    # of seconds. One that lost by that factor at one shape of this layer is not timed again at its other shapes
+    # (`_losers`).
     losers = layer._losers  # set beside `_choices` by set_products / set_tap_kernel / set_fused
     ms = {}
     for name in [n for n in candidates if n != first] + [first]:
@@ -288,7 +289,7 @@ def timed_choices(module: nn.Module) -> str | None:
         return None
     line = f"{sum(picked.values())} shapes timed: " + ", ".join(f"{n} {c}" for n, c in sorted(picked.items()))
     if left_out:
-        line += "; cut short (20x slower) and left out of a layer's other shapes: " + ", ".join(
+        line += f"; cut short ({GIVE_UP_FACTOR}x slower) and left out of a layer's other shapes: " + ", ".join(
             f"{n} in {c} layer{'s' if c > 1 else ''}" for n, c in sorted(left_out.items()))
     return line
 
