@@ -139,7 +139,7 @@ class CausalConv(StatefulLayer):
         on = on if self.context > 0 and self.conv.groups == 1 else False
         self.products = on
         self._choices: dict[tuple, str] = {}
-        self._losers: set[str] = set()
+        self._losers: set[tuple[str, int]] = set()
         if on:
             self._make_taps()
 
@@ -247,12 +247,15 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     # `_eager_past`) is already GIVE_UP_FACTOR times the best so far is not captured and replayed: cuDNN's
     # channels-last kernel for the 384-channel dilation-9 conv took 1.1 s a call on an H100 against 1.4 ms as
     # products (bench/results/2026-12-06-h100-codec-cl), and timing it fully at every shape cost the start-up tens
-    # of seconds. One that lost by that factor at one shape of this layer is not timed again at its other shapes
-    # (`_losers`).
+    # of seconds. One that lost by that factor at one shape of this layer is not timed again at the layer's other
+    # batch sizes of that length (`_losers`: (name, length)); at another length it is: cuDNN took 44 ms a call at
+    # the 192-channel dilation-3 conv's 1-frame length on an H100 and 0.87 ms at 25 frames, where products took
+    # 1.71 (bench/results/2026-12-07-h100-codecfix), and leaving it out of the whole layer ran the slower one there.
     losers = layer._losers  # set beside `_choices` by set_products / set_tap_kernel / set_fused
+    length = x.shape[-1]
     ms = {}
     for name in [n for n in candidates if n != first] + [first]:
-        if name in losers:
+        if (name, length) in losers:
             continue
         best = min(ms.values(), default=None)
         try:  # a candidate that fails here (a kernel that does not compile for this GPU) is left out, said once
@@ -264,7 +267,7 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
             log.warning("codec %s %s: %s failed (%s: %s); choosing among the others", type(layer).__name__,
                         list(x.shape), name, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
     choice = layer._choices[key] = min(ms, key=ms.get) if ms else first  # (every other one failed or lost)
-    losers.update(name for name, t in ms.items() if choice in ms and t >= GIVE_UP_FACTOR * ms[choice])
+    losers.update((name, length) for name, t in ms.items() if choice in ms and t >= GIVE_UP_FACTOR * ms[choice])
     log.debug("codec %s %s: %s (%s)", type(layer).__name__, list(x.shape), choice,
               ", ".join(f"{name} {t:.3f} ms" for name, t in ms.items()))
     return choice
@@ -276,21 +279,27 @@ GIVE_UP_MS = 20.0  # ... nor below this many ms (an eager call pays the launches
 
 def timed_choices(module: nn.Module) -> str | None:
     """What the timed choices of `module`'s layers picked, in one line for the engine's log: shapes per
-    formulation, and the layers where a candidate was cut short and left out of the layer's other shapes (the
-    line that shows a start-up that judged a kernel wrong). None when nothing was timed (the CPU, torch kernels)."""
+    formulation, and the layers where a candidate was cut short and left out of the layer's other batch sizes at
+    that length (the line that shows a start-up that judged a kernel wrong). None when nothing was timed (the CPU,
+    torch kernels)."""
     picked: dict[str, int] = {}
-    left_out: dict[str, int] = {}
+    layers: dict[str, int] = {}
+    lengths: dict[str, int] = {}
     for layer in module.modules():
         for choice in getattr(layer, "_choices", {}).values():
             picked[choice] = picked.get(choice, 0) + 1
-        for name in getattr(layer, "_losers", ()):
-            left_out[name] = left_out.get(name, 0) + 1
+        cut = getattr(layer, "_losers", set())
+        for name in {name for name, _ in cut}:
+            layers[name] = layers.get(name, 0) + 1
+        for name, _ in cut:
+            lengths[name] = lengths.get(name, 0) + 1
     if not picked:
         return None
     line = f"{sum(picked.values())} shapes timed: " + ", ".join(f"{n} {c}" for n, c in sorted(picked.items()))
-    if left_out:
-        line += f"; cut short ({GIVE_UP_FACTOR}x slower) and left out of a layer's other shapes: " + ", ".join(
-            f"{n} in {c} layer{'s' if c > 1 else ''}" for n, c in sorted(left_out.items()))
+    if layers:
+        line += (f"; cut short ({GIVE_UP_FACTOR}x slower) and left out of a layer's other batch sizes at that "
+                 "length: " + ", ".join(f"{n} in {c} layer{'s' if c > 1 else ''} ({lengths[n]} "
+                                        f"length{'s' if lengths[n] > 1 else ''})" for n, c in sorted(layers.items())))
     return line
 
 
@@ -329,9 +338,9 @@ def _eager_past(call_ms, give_up_ms: float | None) -> float | None:
     """The give-up judgement of `_time_ms`: a first call (`call_ms()` runs the candidate once and returns its ms)
     pays the lazy initialisation outside the capture (cuBLAS handles, cuDNN's plan for a new shape, module loads),
     so it is not what is judged; with `give_up_ms` a second call is, and its ms come back when past the bound
-    (the candidate is cut short), else None (time it in full). cuDNN's first call took 20-144 ms on an H100 at
-    shapes it then runs in under a millisecond, and judging that call cut cuDNN from whole layers of the codec
-    where it is 1.5-2x faster than products (bench/results/2026-12-07-h100-lm-idle)."""
+    (the candidate is cut short), else None (time it in full). cuDNN's first call at the 192-channel dilation-1
+    conv's `[2, 192, 646]` took 20.1 ms on an H100 where its next ones take 0.016 ms, and judging that call cut
+    cuDNN from the layer, 2x faster than products at 25 frames (bench/results/2026-12-07-h100-lm-idle, -codecfix)."""
     call_ms()
     if give_up_ms is None:
         return None
@@ -404,7 +413,7 @@ class CausalTransConv(StatefulLayer):
         kernel = self.conv.kernel_size[0]
         self.products = on if kernel % self.stride == 0 else False
         self._choices: dict[tuple, str] = {}
-        self._losers: set[str] = set()
+        self._losers: set[tuple[str, int]] = set()
         if self.products:
             with torch.no_grad():  # [C_out * K, C_in], rows (c_out, tap), moving with the module
                 self.register_buffer("taps", self.conv.weight.detach().permute(1, 2, 0).reshape(
@@ -566,7 +575,7 @@ class ResidualUnit(nn.Module):
         usable = self.folded and channels <= FUSED_MAX_CHANNELS and self.act2.impl != "torch"
         self.fused = mode if usable else "off"
         self._choices: dict[tuple, str] = {}
-        self._losers: set[str] = set()
+        self._losers: set[tuple[str, int]] = set()
         if self.fused != "off":
             self.conv1._make_taps()
             with torch.no_grad():  # conv2's weight and its bias columns (w_out's) as the kernel reads them

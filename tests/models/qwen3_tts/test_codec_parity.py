@@ -363,11 +363,11 @@ def test_tap_kernel_codec_equals_reference_offline_and_streaming(ref, codec, mon
     assert all(m.tap_kernel == "off" for m in codec.modules() if type(m).__name__ == "CausalConv")
 
 
-def _fake_cuda_input(time: int):
-    """What `_timed_choice` reads of its input, as if a [2, 8, time] bf16 tensor on CUDA (plain layout)."""
+def _fake_cuda_input(time: int, batch: int = 2):
+    """What `_timed_choice` reads of its input, as if a [batch, 8, time] bf16 tensor on CUDA (plain layout)."""
     from types import SimpleNamespace  # noqa: PLC0415
 
-    return SimpleNamespace(shape=(2, 8, time), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"),
+    return SimpleNamespace(shape=(batch, 8, time), dtype=torch.bfloat16, device=SimpleNamespace(type="cuda"),
                            dim=lambda: 3, stride=lambda i: (8 * time, time, 1)[i])
 
 
@@ -664,18 +664,21 @@ def test_the_engine_log_line_says_what_the_timed_choices_picked_and_left_out():
     convs = [m for m in program.codec.modules() if isinstance(m, codec_layers.CausalConv)]
     assert len(convs) >= 3
     for conv, picked, left_out in zip(convs, ({("a",): "cudnn", ("b",): "products"}, {("a",): "products"},
-                                              {("c",): "cudnn"}), (set(), {"cudnn"}, {"cudnn", "tap-kernel"})):
+                                              {("c",): "cudnn"}),
+                                   (set(), {("cudnn", 658), ("cudnn", 694)}, {("cudnn", 658), ("tap-kernel", 646)})):
         conv._choices, conv._losers = picked, left_out  # as set_products leaves them after timing
     assert program.warmup_note() == ("codec convs, 4 shapes timed: cudnn 2, products 2; cut short (20x slower) "
-                                     "and left out of a layer's other shapes: cudnn in 2 layers, tap-kernel in "
-                                     "1 layer")
+                                     "and left out of a layer's other batch sizes at that length: cudnn in 2 "
+                                     "layers (3 lengths), tap-kernel in 1 layer (1 length)")
     assert codec_layers.timed_choices(torch.nn.Linear(2, 2)) is None
 
 
 def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(monkeypatch):
     """The fallback (cuDNN) is timed last, told to give up past 20x the best so far (and 20 ms); one that lost
-    by 20x at a shape of a layer is not timed at the layer's other shapes (cuDNN's 1.1 s channels-last kernel for
-    one released conv cost the start-up tens of seconds); a re-set layer times everything again."""
+    by 20x at a shape of a layer is not timed at the layer's other batch sizes of that length (cuDNN's 1.1 s
+    channels-last kernel for one released conv cost the start-up tens of seconds) but is at another length
+    (cuDNN took 44 ms a call at one length of a 192-channel conv and won at another); a re-set layer times
+    everything again."""
     from types import SimpleNamespace  # noqa: PLC0415
 
     from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
@@ -695,11 +698,16 @@ def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(m
                   "tap-kernel": lambda: ("tap-kernel", 1.2)}
     assert codec_layers._timed_choice(layer, x(29), False, candidates) == "tap-kernel"
     assert timed == [("products", None), ("tap-kernel", 28.0), ("cudnn", 24.0)]  # max(20 x best, 20 ms)
-    assert layer._losers == {"cudnn"}
+    assert layer._losers == {("cudnn", 29)}
     timed.clear()
-    assert codec_layers._timed_choice(layer, x(31), False, candidates) == "tap-kernel"
-    assert [name for name, _ in timed] == ["products", "tap-kernel"]  # the loser is not timed again
+    assert codec_layers._timed_choice(layer, x(29, batch=1), False, candidates) == "tap-kernel"
+    assert [name for name, _ in timed] == ["products", "tap-kernel"]  # not timed again at this length
+    timed.clear()
+    candidates["cudnn"] = lambda: ("cudnn", 0.9)  # at another length it wins
+    assert codec_layers._timed_choice(layer, x(31), False, candidates) == "cudnn"
+    assert [name for name, _ in timed] == ["products", "tap-kernel", "cudnn"]
+    assert layer._losers == {("cudnn", 29)}
     layer._losers = set()  # what set_products / set_tap_kernel / set_fused do
     timed.clear()
-    codec_layers._timed_choice(layer, x(33), False, candidates)
+    codec_layers._timed_choice(layer, x(29, batch=4), False, candidates)
     assert [name for name, _ in timed] == ["products", "tap-kernel", "cudnn"]
