@@ -249,13 +249,15 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
     # products (bench/results/2026-12-06-h100-codec-cl), and timing it fully at every shape cost the start-up tens
     # of seconds. One that lost by that factor at one shape of this layer is not timed again at the layer's other
     # batch sizes of that length (`_losers`: (name, length)); at another length it is: cuDNN took 44 ms a call at
-    # the 192-channel dilation-3 conv's 1-frame length on an H100 and 0.87 ms at 25 frames, where products took
-    # 1.71 (bench/results/2026-12-07-h100-codecfix), and leaving it out of the whole layer ran the slower one there.
+    # the 192-channel dilation-3 conv's 1-frame length on an H100 and 1.58 ms at 25 frames, where products took
+    # 1.74 (bench/results/2026-12-07-h100-codecfix). One whose call took over LAYER_GIVE_UP_MS is left out of every
+    # length of the layer (`(name, None)`): there (the 384-channel dilation-9 conv: 355, 710, 1,110 ms a call at
+    # 2, 4 and 25 frames) each length's two eager calls cost the start-up seconds for a kernel that never won.
     losers = layer._losers  # set beside `_choices` by set_products / set_tap_kernel / set_fused
     length = x.shape[-1]
     ms = {}
     for name in [n for n in candidates if n != first] + [first]:
-        if (name, length) in losers:
+        if (name, length) in losers or (name, None) in losers:
             continue
         best = min(ms.values(), default=None)
         try:  # a candidate that fails here (a kernel that does not compile for this GPU) is left out, said once
@@ -267,7 +269,8 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
             log.warning("codec %s %s: %s failed (%s: %s); choosing among the others", type(layer).__name__,
                         list(x.shape), name, type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
     choice = layer._choices[key] = min(ms, key=ms.get) if ms else first  # (every other one failed or lost)
-    losers.update((name, length) for name, t in ms.items() if choice in ms and t >= GIVE_UP_FACTOR * ms[choice])
+    losers.update((name, None if t > LAYER_GIVE_UP_MS else length) for name, t in ms.items()
+                  if choice in ms and t >= GIVE_UP_FACTOR * ms[choice])
     log.debug("codec %s %s: %s (%s)", type(layer).__name__, list(x.shape), choice,
               ", ".join(f"{name} {t:.3f} ms" for name, t in ms.items()))
     return choice
@@ -275,6 +278,7 @@ def _timed_choice(layer: nn.Module, x: torch.Tensor, flag: bool, candidates: dic
 
 GIVE_UP_FACTOR = 20  # a candidate this many times slower than the best so far is not timed further
 GIVE_UP_MS = 20.0  # ... nor below this many ms (an eager call pays the launches a graph does not)
+LAYER_GIVE_UP_MS = 250.0  # one cut short past this many ms is left out of every length of its layer
 
 
 def timed_choices(module: nn.Module) -> str | None:
@@ -285,21 +289,28 @@ def timed_choices(module: nn.Module) -> str | None:
     picked: dict[str, int] = {}
     layers: dict[str, int] = {}
     lengths: dict[str, int] = {}
+    whole: dict[str, int] = {}
     for layer in module.modules():
         for choice in getattr(layer, "_choices", {}).values():
             picked[choice] = picked.get(choice, 0) + 1
         cut = getattr(layer, "_losers", set())
         for name in {name for name, _ in cut}:
             layers[name] = layers.get(name, 0) + 1
-        for name, _ in cut:
-            lengths[name] = lengths.get(name, 0) + 1
+        for name, length in cut:
+            counts = lengths if length is not None else whole
+            counts[name] = counts.get(name, 0) + 1
     if not picked:
         return None
+
+    def where(name: str) -> str:
+        parts = [f"{n} length{'s' if n > 1 else ''}" for n in [lengths.get(name, 0)] if n]
+        parts += [f"every length in {n}" for n in [whole.get(name, 0)] if n]
+        return ", ".join(parts)
     line = f"{sum(picked.values())} shapes timed: " + ", ".join(f"{n} {c}" for n, c in sorted(picked.items()))
     if layers:
         line += (f"; cut short ({GIVE_UP_FACTOR}x slower) and left out of a layer's other batch sizes at that "
-                 "length: " + ", ".join(f"{n} in {c} layer{'s' if c > 1 else ''} ({lengths[n]} "
-                                        f"length{'s' if lengths[n] > 1 else ''})" for n, c in sorted(layers.items())))
+                 "length: " + ", ".join(f"{n} in {c} layer{'s' if c > 1 else ''} ({where(n)})"
+                                        for n, c in sorted(layers.items())))
     return line
 
 

@@ -665,11 +665,12 @@ def test_the_engine_log_line_says_what_the_timed_choices_picked_and_left_out():
     assert len(convs) >= 3
     for conv, picked, left_out in zip(convs, ({("a",): "cudnn", ("b",): "products"}, {("a",): "products"},
                                               {("c",): "cudnn"}),
-                                   (set(), {("cudnn", 658), ("cudnn", 694)}, {("cudnn", 658), ("tap-kernel", 646)})):
+                                   (set(), {("cudnn", 658), ("cudnn", 694)},
+                                    {("cudnn", None), ("tap-kernel", 646)})):
         conv._choices, conv._losers = picked, left_out  # as set_products leaves them after timing
     assert program.warmup_note() == ("codec convs, 4 shapes timed: cudnn 2, products 2; cut short (20x slower) "
                                      "and left out of a layer's other batch sizes at that length: cudnn in 2 "
-                                     "layers (3 lengths), tap-kernel in 1 layer (1 length)")
+                                     "layers (2 lengths, every length in 1), tap-kernel in 1 layer (1 length)")
     assert codec_layers.timed_choices(torch.nn.Linear(2, 2)) is None
 
 
@@ -677,8 +678,8 @@ def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(m
     """The fallback (cuDNN) is timed last, told to give up past 20x the best so far (and 20 ms); one that lost
     by 20x at a shape of a layer is not timed at the layer's other batch sizes of that length (cuDNN's 1.1 s
     channels-last kernel for one released conv cost the start-up tens of seconds) but is at another length
-    (cuDNN took 44 ms a call at one length of a 192-channel conv and won at another); a re-set layer times
-    everything again."""
+    (cuDNN took 44 ms a call at one length of a 192-channel conv and won at another), unless its call took over
+    250 ms; a re-set layer times everything again."""
     from types import SimpleNamespace  # noqa: PLC0415
 
     from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
@@ -711,3 +712,14 @@ def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(m
     timed.clear()
     codec_layers._timed_choice(layer, x(29, batch=4), False, candidates)
     assert [name for name, _ in timed] == ["products", "tap-kernel", "cudnn"]
+
+    # a call past LAYER_GIVE_UP_MS (250 ms) leaves the candidate out of every length of the layer: seconds of
+    # start-up a length for a kernel that never won (cuDNN's 355-1,110 ms calls at the 384-channel dilation-9 conv)
+    layer = SimpleNamespace(_choices={}, _losers=set())
+    slow = {"cudnn": lambda: ("cudnn", 1100.0), "products": lambda: ("products", 14.0)}
+    assert codec_layers._timed_choice(layer, x(40), False, slow) == "products"
+    assert layer._losers == {("cudnn", None)}  # its call: min(1100, 280 + 1) = 281 ms
+    timed.clear()
+    slow["cudnn"] = lambda: ("cudnn", 0.5)
+    assert codec_layers._timed_choice(layer, x(50), False, slow) == "products"
+    assert [name for name, _ in timed] == ["products"]
