@@ -139,7 +139,7 @@ class CausalConv(StatefulLayer):
         on = on if self.context > 0 and self.conv.groups == 1 else False
         self.products = on
         self._choices: dict[tuple, str] = {}
-        self._losers: set[tuple[str, int]] = set()
+        self._losers: set[tuple[str, int | None]] = set()
         if on:
             self._make_taps()
 
@@ -424,7 +424,7 @@ class CausalTransConv(StatefulLayer):
         kernel = self.conv.kernel_size[0]
         self.products = on if kernel % self.stride == 0 else False
         self._choices: dict[tuple, str] = {}
-        self._losers: set[tuple[str, int]] = set()
+        self._losers: set[tuple[str, int | None]] = set()
         if self.products:
             with torch.no_grad():  # [C_out * K, C_in], rows (c_out, tap), moving with the module
                 self.register_buffer("taps", self.conv.weight.detach().permute(1, 2, 0).reshape(
@@ -586,7 +586,7 @@ class ResidualUnit(nn.Module):
         usable = self.folded and channels <= FUSED_MAX_CHANNELS and self.act2.impl != "torch"
         self.fused = mode if usable else "off"
         self._choices: dict[tuple, str] = {}
-        self._losers: set[tuple[str, int]] = set()
+        self._losers: set[tuple[str, int | None]] = set()
         if self.fused != "off":
             self.conv1._make_taps()
             with torch.no_grad():  # conv2's weight and its bias columns (w_out's) as the kernel reads them
