@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from graph_timing import graph_ms  # bench/ is on sys.path when this runs as a script
 
 # From the 2026-12-08 H100 start-up log: cut short (44-89 ms a call) and, beside them, shapes where cuDNN won.
 DEFAULT_SHAPES = ["32,192,16018,3", "2,192,16018,3", "32,192,658,3", "2,192,658,3", "32,192,1298,3",
@@ -64,21 +64,9 @@ def time_shape(batch: int, channels: int, length: int, dilation: int, eager_call
             end.record()
             end.synchronize()
             eager.append({"host_ms": (time.perf_counter() - t0) * 1e3, "events_ms": start.elapsed_time(end)})
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            call()
-        times = []
-        for i in range(replays + 1):  # the first replay uploads the graph
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            if i:
-                times.append(start.elapsed_time(end))
     torch.cuda.current_stream().wait_stream(stream)
     return {"shape": [batch, channels, length], "dilation": dilation, "kernel": KERNEL, "eager": eager,
-            "graph_median_ms": statistics.median(times), "graph_min_ms": min(times)}
+            "graph_median_ms": graph_ms(call, iters=replays, warmup=0)}  # warmed by the eager calls
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("gpu_cudnn_calls", ROOT / "bench" / "gpu_cudnn_calls.py")
 gpu_cudnn_calls = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_cudnn_calls)
+sys.path.insert(0, str(ROOT / "bench"))  # as when it runs as a script: its graph_timing import
+try:
+    spec.loader.exec_module(gpu_cudnn_calls)
+finally:
+    sys.path.remove(str(ROOT / "bench"))
 
 
 def test_a_shape_is_four_integers_with_room_for_the_kernel():
