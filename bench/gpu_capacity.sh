@@ -14,26 +14,35 @@
 # From the repository root on the GPU machine:
 #
 #   source .gpu/prelude.sh; export PYTHONPATH=$PWD:$PYTHONPATH
-#   JOBS="libritts:a libritts:b" OUT=$OUT bash bench/gpu_capacity.sh
+#   CALL=1 OUT=$OUT bash bench/gpu_capacity.sh       # or JOBS="libritts:a libritts:b" ...
 #
 # A job of 60 s points costs ~75 s a point (arrivals, then the drain) plus ~40 s for the engine's start; STOP
-# (0.8) ends a sweep after its first point below it. The calls of the whole run (~9 minutes each on one GPU):
-#   1. JOBS="libritts:a libritts:b"   2. JOBS="libritts:c libritts:trace"   3. JOBS="seedtts:a seedtts:b"
-#   4. JOBS="seedtts:c seedtts:trace"   5. JOBS="libritts:ws"   6. JOBS="seedtts:ws"
-# and, to check the split on the GPU of the run: JOBS="libritts:split" (the default lanes beside two levers a call,
+# (0.8) ends a sweep after its first point below it. The whole run in six calls (~9 minutes each on one GPU), CALL=N
+# (or JOBS=... for any other set), (c) and (a) in one call so that their ratio comes from one machine:
+#   CALL=1: JOBS="libritts:c libritts:a"   2: "libritts:b libritts:trace"   3: "libritts:ws"
+#   CALL=4: JOBS="seedtts:c seedtts:a"     5: "seedtts:b seedtts:trace"     6: "seedtts:ws"
+# Run them back to back on one warm machine where the device allows (machines of one kind have differed by points
+# at the knee). A job the budget cuts short (its log says which rates ran) goes on in a later call with its
+# remaining rates, e.g. JOBS="libritts:a" GRID_libritts_a=96: bench/capacity_report.py merges a config's points by rate.
+# A 4-point job took ~290 s on an H100 (2026-12-06-h100-capacity-run), the trace ~60 s. To check the split on the GPU
+# of the run: JOBS="libritts:split" (the default lanes beside two levers a call,
 # SPLIT_VARIANTS below; the same arrivals, 30 s points at SPLIT_RATES, every rate run: no early stop).
-# Knobs: JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), GRID_<dataset>_<job>
-# (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate; unset: the (c) job's 90%
-# capacity when that job ran earlier in the same call, else 160 / 192), SPLIT_RATES (120,128),
+# The grids depend on the GPU (KIND: h200 when nvidia-smi names an H200, else h100; tiny for MODEL=tiny), set
+# around the knees measured there with max batch 256 (below); each starts where the lower capacity (99%) needs it.
+# Knobs: CALL, JOBS, BUDGET_S (570: every job's limit is cut to what is left), DURATION (60), STOP (0.8), KIND,
+# GRID_<dataset>_<job> (a job's rates, e.g. GRID_libritts_c=104,112,120), KNEE_<dataset> (the traced rate; unset: the
+# (c) job's 90% capacity when that job ran earlier in the same call, else the kind's default), SPLIT_RATES (120,128),
 # SPLIT_VARIANTS (the split job's levers: NAME=flags;..., VAR=value words among the flags set the engine's
 # environment, e.g. "skinny=VOXRT_SKINNY=1"), MODEL=tiny (a CPU dry run: a, b, c and ws only).
-# Every config runs with `voxrt loadgen`'s / `voxrt serve`'s default overload bound (`--max-admission-wait-ms auto`:
-# 100 ms on a GPU, refusals counted as misses; results before bench/results/2026-12-06-h100-capacity-bound ran without it).
-# From bench/results/2026-12-06-h100-hold-codec-batch on, also with 32 chunks a codec launch (was 16) and, for (c),
-# the late-chunk hold (`--deadline-late-chunk-hold-ms auto`: 100 ms on a GPU): the defaults since that run.
 set -uo pipefail
 OUT=${OUT:-out/capacity}
-JOBS=${JOBS:-libritts:a}
+CALL=${CALL:-}
+case "$CALL" in
+  1) JOBS=${JOBS:-libritts:c libritts:a} ;;  2) JOBS=${JOBS:-libritts:b libritts:trace} ;;  3) JOBS=${JOBS:-libritts:ws} ;;
+  4) JOBS=${JOBS:-seedtts:c seedtts:a} ;;    5) JOBS=${JOBS:-seedtts:b seedtts:trace} ;;    6) JOBS=${JOBS:-seedtts:ws} ;;
+  "") JOBS=${JOBS:-libritts:a} ;;
+  *) echo "CALL is 1-6 (the header's calls), not $CALL" >&2; exit 2 ;;
+esac
 BUDGET_S=${BUDGET_S:-570}
 DURATION=${DURATION:-60}
 STOP=${STOP:-0.8}
@@ -45,24 +54,38 @@ SPLIT_RATES=${SPLIT_RATES:-120,128}
 # 120 / 128 where 72 held 60.6 / 48.2% and 56 69.8 / 61.2% (bench/results/2026-12-06-h100-split)
 SPLIT_VARIANTS=${SPLIT_VARIANTS:-s56=--sm-modes 56;s72=--sm-modes 72}
 
-# Each dataset's grid per job, around the knees measured with max batch 256 (the default since 2026-12-07 on GPUs of
-# 64 GiB or more): LibriTTS on an H100 (a) >= 88 at 90% and 80 at 99%, (c) 160 / >= 144
-# (bench/results/2026-12-07-h100-batch256/), on an H200 (a) >= 96 / 88, (c) 152 / 144
-# (bench/results/2026-12-07-h200-lm-lane/); Seed-TTS (rows ~60% as long), (c) 184 with max batch 128 on an H100
-# (2026-12-06-h100-hold-codec-batch; its grid goes past it). A sweep climbs its grid and stops after a point below
-# STOP, so each grid starts one step under the lower of the knees measured: every point costs ~75 s.
-GRID_libritts_a=${GRID_libritts_a:-80,88,96,104,112}
-GRID_libritts_b=${GRID_libritts_b:-104,112,120,128,136}
-GRID_libritts_c=${GRID_libritts_c:-144,152,160,168}
-GRID_libritts_ws=${GRID_libritts_ws:-128,136,144,152,160}
+# Each dataset's grid per job and GPU kind, around the knees measured with max batch 256 (the default since
+# 2026-12-07 on GPUs of 64 GiB or more). LibriTTS: on an H200 (a) >= 96 at 90% and 88 at 99%, (c) 152 / 144
+# (bench/results/2026-12-07-h200-lm-lane/); on an H100 (a) >= 88 / 80, (c) 160 / >= 144 (2026-12-07-h100-batch256/;
+# other H100s 152-160 at 90%), over the WebSocket with tokens 152 (2026-12-07-host-loop/); (b) not measured at 256
+# (112, as (c), with max batch 128 on an H100: 2026-12-06-h100-capacity-run/). Seed-TTS (rows ~60% as long): (c) 184
+# with max batch 128 on an H100 (2026-12-06-h100-hold-codec-batch; its grid goes past it). A sweep climbs its grid
+# and stops after a point below STOP, so each grid starts one step under the lower of the knees measured: every
+# point costs ~75 s.
+gpu_kind() {  # h200, h100 (any other GPU: the H100's grids), or tiny for the CPU dry run
+  if [ "$MODEL" != qwen3-tts ]; then echo tiny; return; fi
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H200*) echo h200 ;;
+    *) echo h100 ;;
+  esac
+}
+KIND=${KIND:-$(gpu_kind)}
+case $KIND in
+  h200) d_lt_a=88,96,104;    d_lt_c=144,152,160,168; d_lt_ws=136,144,152,160; d_lt_knee=152 ;;
+  *)    d_lt_a=80,88,96,104; d_lt_c=144,152,160,168; d_lt_ws=136,144,152,160; d_lt_knee=160 ;;
+esac
+GRID_libritts_a=${GRID_libritts_a:-$d_lt_a}
+GRID_libritts_b=${GRID_libritts_b:-112,120,128,136,144,152}
+GRID_libritts_c=${GRID_libritts_c:-$d_lt_c}
+GRID_libritts_ws=${GRID_libritts_ws:-$d_lt_ws}
 GIVEN_KNEE_libritts=${KNEE_libritts:-}; GIVEN_KNEE_seedtts=${KNEE_seedtts:-}  # the trace job's rate, when given
-KNEE_libritts=${KNEE_libritts:-160}
+KNEE_libritts=${KNEE_libritts:-$d_lt_knee}
 GRID_seedtts_a=${GRID_seedtts_a:-88,104,120,136}
 GRID_seedtts_b=${GRID_seedtts_b:-120,136,152,168}
 GRID_seedtts_c=${GRID_seedtts_c:-168,184,200,216,232}
 GRID_seedtts_ws=${GRID_seedtts_ws:-152,168,184,200,216}
 KNEE_seedtts=${KNEE_seedtts:-192}
-if [ "$MODEL" != qwen3-tts ]; then  # the CPU dry run: rates a tiny model on two cores holds
+if [ "$KIND" = tiny ]; then  # the CPU dry run: rates a tiny model on two cores holds
   for v in GRID_libritts_a GRID_libritts_b GRID_libritts_c GRID_libritts_ws GRID_seedtts_a GRID_seedtts_b \
            GRID_seedtts_c GRID_seedtts_ws; do printf -v "$v" 1,2; done
 fi
@@ -85,7 +108,8 @@ knee_of() {  # knee_of DATASET: the trace job's rate: KNEE_<dataset> when given,
   fi
   echo "${found:-${!fallback}}"
 }
-note "tree $(tree_hash); jobs: $JOBS; budget ${BUDGET_S} s"
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+note "tree $(tree_hash); jobs: $JOBS; budget ${BUDGET_S} s; grids for $KIND${gpu_name:+ ($gpu_name)}"
 for job in $JOBS; do
   dataset=${job%%:*}; what=${job#*:}
   case $dataset in

@@ -203,3 +203,29 @@ def test_the_trace_job_takes_the_knee_the_c_job_found(tmp_path):
                                   b"capacity at 99% attainment: 120 req/s\n"))
     assert knee({}) == "128"
     assert knee({"given": "104"}) == "104"  # given: that rate, not (c)'s
+
+
+def test_the_calls_and_grids_of_the_gpu_script():
+    """bench/gpu_capacity.sh's CALL=N runs the header's call N (its (c) and (a) jobs in one call), its grids follow
+    the GPU kind (an H200's (a) grid starts higher than an H100's), a grid given stays, and a CALL outside 1-6 is
+    refused with a message."""
+    import subprocess
+
+    script = (ROOT / "bench" / "gpu_capacity.sh").read_text()
+    body = script[script.index("CALL=${CALL:-}"):script.index("SECONDS=0")]
+
+    def run(**env: str) -> subprocess.CompletedProcess:
+        prelude = "MODEL=qwen3-tts\n" + "".join(f"{k}={v}\n" for k, v in env.items())
+        return subprocess.run(["bash", "-c", prelude + body + 'echo "$JOBS|$GRID_libritts_a|$GRID_libritts_c|$KNEE_libritts"'],
+                              capture_output=True, text=True)
+
+    assert run(CALL="1", KIND="h200").stdout.strip() == "libritts:c libritts:a|88,96,104|144,152,160,168|152"
+    assert run(CALL="4", KIND="h100").stdout.strip() == "seedtts:c seedtts:a|80,88,96,104|144,152,160,168|160"
+    assert run(CALL="2", KIND="h200", GRID_libritts_a="96").stdout.strip().split("|")[:2] == [
+        "libritts:b libritts:trace", "96"]
+    assert run(KIND="h100", JOBS="libritts:ws").stdout.strip().startswith("libritts:ws|")
+    assert run(CALL="1", KIND="h200", JOBS="libritts:b").stdout.startswith("libritts:b|")  # JOBS wins over CALL
+    refused = run(CALL="7", KIND="h200")
+    assert refused.returncode == 2 and "CALL is 1-6" in refused.stderr
+    tiny = run(CALL="1", KIND="tiny").stdout.strip().split("|")
+    assert tiny[1:3] == ["1,2", "1,2"]
