@@ -70,6 +70,16 @@ def gpu_of(root: Path) -> str:
     return "unknown"
 
 
+def host_of(root: Path) -> str:
+    """The host line of the job's gpu.txt (bench/host_probe.sh: name, CPU, cores, the planner's ms a step), without
+    its `host: ` and the command in parentheses, or '-' (calls before the probe)."""
+    for path in sorted(root.rglob("gpu.txt")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("host: "):
+                return re.sub(r"\s*\(.*\)\s*$", "", line[len("host: "):]).strip()
+    return "-"
+
+
 def capacity_cell(summary: dict, threshold: str) -> tuple[str, float | None]:
     """The grid capacity as text (with >= / < where the grid does not bracket it) and as a number."""
     points = summary.get("points") or []
@@ -93,7 +103,7 @@ def load_calls(call_dirs: list[Path], work: Path) -> tuple[dict, list[dict]]:
             raise ValueError(f"{call}: not a directory")
         text = (call / "jobs.txt").read_text(encoding="utf-8") if (call / "jobs.txt").is_file() else ""
         tree = re.search(r"tree (\w+)", text)
-        found, gpus = [], set()
+        found, gpus, hosts = [], set(), set()
         for job_dir in sorted(p for p in call.iterdir() if p.is_dir()):
             m = re.fullmatch(r"(libritts|seedtts)-(a|b|c|ws|trace|split)", job_dir.name)
             if not m:
@@ -103,7 +113,9 @@ def load_calls(call_dirs: list[Path], work: Path) -> tuple[dict, list[dict]]:
             found_jobs.setdefault((m[1], m[2]), []).append(entry)
             found.append(job_dir.name)
             gpus.add(entry["gpu"])
-        calls.append({"call": str(call), "tree": tree[1] if tree else "unknown", "jobs": found, "gpus": sorted(gpus)})
+            hosts.add(host_of(root))
+        calls.append({"call": str(call), "tree": tree[1] if tree else "unknown", "jobs": found, "gpus": sorted(gpus),
+                      "hosts": sorted(hosts - {"-"}) or ["-"]})
     jobs = {}
     for (dataset, job), entries in found_jobs.items():
         last = dict(entries[-1])
@@ -173,8 +185,14 @@ def trace_row(root: Path) -> dict | None:
 
 def report(jobs: dict, calls: list[dict], out: Path) -> str:
     lines = ["# Issue 15: SLO capacity, one run", ""]
-    lines += ["## Calls", "", "| call | tree | GPU | jobs |", "|---|---|---|---|"]
-    lines += [f"| {c['call']} | {c['tree']} | {', '.join(c['gpus']) or '-'} | {' '.join(c['jobs'])} |" for c in calls]
+    lines += ["## Calls", "", "| call | tree | GPU | host (bench/host_probe.sh) | jobs |", "|---|---|---|---|---|"]
+    lines += [f"| {c['call']} | {c['tree']} | {', '.join(c['gpus']) or '-'} | {'; '.join(c['hosts'])} | "
+              f"{' '.join(c['jobs'])} |" for c in calls]
+    hosts = sorted({h.split(",")[0] for c in calls if c["jobs"] for h in c["hosts"] if h != "-"})
+    if len(hosts) > 1:
+        lines.append("")
+        lines.append(f"The calls ran on {len(hosts)} hosts ({', '.join(hosts)}): machines of one GPU kind have held "
+                     "the same arrivals points apart; set a config's figures beside its host's.")
     gpus = sorted({g for j in jobs.values() for g in j["gpus"]})
     trees = sorted({c["tree"] for c in calls if c["jobs"]})
     lines.append("")

@@ -86,6 +86,7 @@ MODEL_ARGS=(--model "$MODEL")
 ENGINE_ARGS=(--scheduler-type deadline)
 if [ "$MODEL" = qwen3-tts ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt" 2>&1
+  source bench/host_probe.sh; host_probe "$R/gpu.txt"  # the host's CPU and its planner's speed
   source bench/gpu_tokenizer.sh  # the stand-in tokenizer, unpacked
   if [ ! -f $CKPT/config.json ]; then
     log "making the full-size random checkpoint"

@@ -229,3 +229,24 @@ def test_the_calls_and_grids_of_the_gpu_script():
     assert refused.returncode == 2 and "CALL is 1-6" in refused.stderr
     tiny = run(CALL="1", KIND="tiny").stdout.strip().split("|")
     assert tiny[1:3] == ["1,2", "1,2"]
+
+
+def test_the_calls_table_names_each_calls_host_and_says_when_they_differ(tmp_path):
+    """gpu.txt's `host:` line (bench/host_probe.sh) goes into the calls table without its command; calls on two
+    hosts are said so; a call from before the probe reads '-'."""
+    calls = [tmp_path / n for n in ("c1", "c2", "c3")]
+    host = "host: {name}, Intel Xeon, 16 cores, plan_step {ms} ms (bench/host_plan.py --crowd --batch 256)\n"
+    for call, name, ms in ((calls[0], "gpu-a", "1.21"), (calls[1], "gpu-b", "1.83")):
+        _archive(call / "libritts-c", "deadline.tgz", {
+            "runs/deadline-lanes/summary.json": json.dumps({"points": [_point(144, 1.0), _point(152, 0.95)]}),
+            "runs/gpu.txt": f"{H200}\ntorch 2.11.0\n" + host.format(name=name, ms=ms)})
+        (call / "jobs.txt").write_text("tree abc; jobs: libritts:c\n")
+    _config(calls[2], "libritts-a", "base-sync", [_point(88, 1.0), _point(96, 0.9)])
+    (calls[2] / "jobs.txt").write_text("tree abc; jobs: libritts:a\n")
+    jobs, table = capacity_report.load_calls(calls, tmp_path / "u")
+    text = capacity_report.report(jobs, table, tmp_path / "r")
+    assert f"| {calls[0]} | abc | {H200} | gpu-a, Intel Xeon, 16 cores, plan_step 1.21 ms | libritts-c |" in text
+    assert f"| {calls[2]} | abc | {H200} | - | libritts-a |" in text
+    assert "The calls ran on 2 hosts (gpu-a, gpu-b)" in text
+    one = capacity_report.report(*capacity_report.load_calls(calls[:1] + calls[2:], tmp_path / "v"), tmp_path / "s")
+    assert "The calls ran on" not in one
