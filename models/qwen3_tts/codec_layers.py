@@ -20,6 +20,7 @@ carries, per request:
 
 from __future__ import annotations
 
+import json
 import logging
 
 import torch
@@ -312,6 +313,53 @@ def timed_choices(module: nn.Module) -> str | None:
                  "length: " + ", ".join(f"{n} in {c} layer{'s' if c > 1 else ''} ({where(n)})"
                                         for n, c in sorted(layers.items())))
     return line
+
+
+def choice_names(layer: nn.Module) -> frozenset[str]:
+    """The formulations `_timed_choice` may pick for `layer` as it is set now; empty when it does not time."""
+    if isinstance(layer, ResidualUnit):
+        return frozenset({"unfused", "fused"}) if layer.fused == "timed" else frozenset()
+    if isinstance(layer, (CausalConv, CausalTransConv)) and layer.products == "timed":
+        tap = isinstance(layer, CausalConv) and layer.tap_kernel == "timed"
+        return frozenset({"cudnn", "products"} | ({"tap-kernel"} if tap else set()))
+    return frozenset()
+
+
+def saved_choices(module: nn.Module) -> dict[str, list]:
+    """The timed choices of `module`'s layers as JSON values: {layer name: [[shape, dtype, flag, channels last,
+    choice], ...]}, for `restore_choices` at a later start (runtime/tuning_cache.py)."""
+    out = {}
+    for name, layer in module.named_modules():
+        entries = [[list(shape), str(dtype).removeprefix("torch."), flag, cl, choice]
+                   for (shape, dtype, flag, cl), choice in getattr(layer, "_choices", {}).items()]
+        if entries:
+            out[name] = sorted(entries, key=json.dumps)
+    return out
+
+
+def restore_choices(module: nn.Module, saved: dict) -> int:
+    """`saved_choices`'s entries back into the layers' choices, so that those shapes are not timed again; only
+    where the layer is there, times now (`choice_names`) and the choice is one of its formulations: anything else
+    is left out (its shape is timed as before). How many were restored."""
+    if not isinstance(saved, dict):
+        return 0
+    layers = dict(module.named_modules())
+    restored = 0
+    for name, entries in saved.items():
+        layer = layers.get(name)
+        names = choice_names(layer) if layer is not None else frozenset()
+        if not names or not isinstance(entries, list):
+            continue
+        for entry in entries:
+            try:
+                shape, dtype_name, flag, cl, choice = entry
+                key = (tuple(int(n) for n in shape), getattr(torch, dtype_name), bool(flag), bool(cl))
+            except (TypeError, ValueError, AttributeError):
+                continue
+            if choice in names and isinstance(key[1], torch.dtype) and key not in layer._choices:
+                layer._choices[key] = choice
+                restored += 1
+    return restored
 
 
 def _time_ms(fn, reps: int = 3, give_up_ms: float | None = None) -> float:

@@ -149,6 +149,36 @@ class Qwen3TTSProgram(ModelProgram):
         line = timed_choices(self.codec) if isinstance(self.codec, torch.nn.Module) else None
         return f"codec convs, {line}" if line else None
 
+    def tuning_key(self) -> dict | None:
+        """The codec's timed conv choices depend on its code (codec_layers.py and the kernels it times) and on the
+        `VOXRT_CODEC_*` settings that pick its candidates; None when it times nothing (a stand-in codec)."""
+        if not isinstance(self.codec, torch.nn.Module):
+            return None
+        import hashlib  # noqa: PLC0415
+        import os  # noqa: PLC0415
+        from pathlib import Path  # noqa: PLC0415
+
+        from voxrt.engine.runtime import kernels  # noqa: PLC0415
+        from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+        files = [Path(codec_layers.__file__), *sorted(Path(kernels.__file__).parent.glob("*.py"))]
+        code = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+        settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VOXRT_CODEC_")}
+        return {"name": self.name, "codec_code": code, "settings": settings}
+
+    def tuning_state(self) -> dict:
+        from voxrt.models.qwen3_tts.codec_layers import saved_choices  # noqa: PLC0415
+
+        choices = saved_choices(self.codec) if isinstance(self.codec, torch.nn.Module) else {}
+        return {"codec": choices} if choices else {}
+
+    def restore_tuning(self, state: dict) -> int:
+        from voxrt.models.qwen3_tts.codec_layers import restore_choices  # noqa: PLC0415
+
+        if not isinstance(self.codec, torch.nn.Module) or not isinstance(state, dict):
+            return 0
+        return restore_choices(self.codec, state.get("codec") or {})
+
     def _role_ids(self) -> tuple[int, ...]:
         ids = tuple(self.tokenizer(ROLE_TEXT, add_special_tokens=False)["input_ids"])
         expected_first = self.cfg.im_start_token_id

@@ -9,6 +9,7 @@ blocks) with a window of 8 frames so streams cross it several times.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -723,3 +724,94 @@ def test_a_candidate_far_slower_than_the_best_is_cut_short_and_not_timed_again(m
     slow["cudnn"] = lambda: ("cudnn", 0.5)
     assert codec_layers._timed_choice(layer, x(50), False, slow) == "products"
     assert [name for name, _ in timed] == ["products"]
+
+
+def test_timed_choices_saved_and_restored_route_a_later_codec_the_same_way(codec, monkeypatch):
+    """What the timed convs chose (`saved_choices`, as JSON) goes back into a codec whose choices were reset
+    (`restore_choices`, runtime/tuning_cache.py's restore at the next start): those shapes follow it without timing,
+    and the audio is the reference's. Entries for a missing layer, another formulation, a bad dtype or a malformed
+    row are left out; a layer that does not time takes none."""
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    layers = [m for m in codec.modules() if isinstance(m, (codec_layers.CausalConv, codec_layers.CausalTransConv))]
+    codes = _codes(1, 12, seed=11)
+    reference = codec.decode_offline(codes)
+
+    def picks_products(layer, x, flag, candidates):  # a GPU's timing that found products fastest at every shape
+        key = (tuple(x.shape), x.dtype, flag, codec_layers.channels_last(x))
+        return layer._choices.setdefault(key, "products")
+
+    try:
+        for m in layers:
+            m.set_products("timed")
+        timed = [m for m in layers if m.products == "timed"]
+        assert timed
+        with monkeypatch.context() as patch:
+            patch.setattr(codec_layers, "_timed_choice", picks_products)
+            with torch.no_grad():
+                _stream(codec, codes, (2, 10), 0, codec.new_state(1, "cpu", torch.float32))
+        saved = json.loads(json.dumps(codec_layers.saved_choices(codec)))
+        total = sum(len(m._choices) for m in timed)
+        assert total > 0 and sum(len(v) for v in saved.values()) == total
+        for m in layers:
+            m.set_products("timed")  # a new start: nothing chosen
+        assert codec_layers.saved_choices(codec) == {}
+        name, entries = next(iter(saved.items()))
+        noisy = dict(saved, **{"no.such.layer": entries,
+                               name: entries + [[[1, 2, 3], "float32", False, False, "tap-kernel"],
+                                                [[1, 2, 3], "not_a_dtype", False, False, "products"],
+                                                [[1, 2, 3], "nn", False, False, "products"], ["short"], "junk"]})
+        assert codec_layers.restore_choices(codec, noisy) == total
+        assert codec_layers.restore_choices(codec, saved) == 0  # already there: nothing taken twice
+        assert codec_layers.restore_choices(codec, "junk") == 0
+        assert codec_layers.saved_choices(codec) == saved
+        products = []
+        for cls in (codec_layers.CausalConv, codec_layers.CausalTransConv):
+            real = cls._products
+            monkeypatch.setattr(cls, "_products", lambda self, *a, real=real: products.append(1) or real(self, *a))
+        with torch.no_grad():
+            out = _stream(codec, codes, (2, 10), 0, codec.new_state(1, "cpu", torch.float32))
+        assert len(products) == total  # every restored shape ran its choice, as the timing had it
+        torch.testing.assert_close(out, reference, atol=ATOL, rtol=0)
+        for m in layers:
+            m.set_products(False)
+        assert codec_layers.restore_choices(codec, saved) == 0  # layers that do not time take no choice
+    finally:
+        codec.set_kernel_impl("torch")
+
+
+def test_the_program_keys_saves_and_restores_its_codec_choices(monkeypatch, tmp_path):
+    """Qwen3-TTS's tuning hooks (runtime/tuning_cache.py): its key names the codec's code and the VOXRT_CODEC_*
+    settings (another setting: another file), its state is the codec's timed choices, and a second program takes
+    them back through the cache file as the runner does around its graph capture."""
+    from tiny_talker import cached_checkpoint, load_program  # noqa: PLC0415
+
+    from voxrt.engine.runtime.tuning_cache import TuningCache  # noqa: PLC0415
+    from voxrt.models.qwen3_tts import codec_layers  # noqa: PLC0415
+
+    for name in [k for k in os.environ if k.startswith("VOXRT_CODEC_")]:
+        monkeypatch.delenv(name)
+    directory = cached_checkpoint(seed=0).directory
+    first, second = load_program(directory), load_program(directory)
+    key = first.tuning_key()
+    assert key["name"] == "qwen3-tts" and len(key["codec_code"]) == 16 and key["settings"] == {}
+    monkeypatch.setenv("VOXRT_CODEC_CONV", "timed")
+    assert first.tuning_key()["settings"] == {"VOXRT_CODEC_CONV": "timed"}
+    monkeypatch.delenv("VOXRT_CODEC_CONV")
+    assert first.tuning_state() == {}  # nothing timed (the CPU)
+    conv = next(m for m in first.codec.modules() if isinstance(m, codec_layers.CausalConv) and m.context > 0)
+    name = next(n for n, m in first.codec.named_modules() if m is conv)
+    for program in (first, second):
+        for m in program.codec.modules():
+            if isinstance(m, (codec_layers.CausalConv, codec_layers.CausalTransConv)):
+                m.set_products("timed")
+    conv._choices[((2, conv.conv.in_channels, 40), torch.float32, False, False)] = "products"  # as a GPU's timing
+    env = {"VOXRT_TUNING_CACHE": str(tmp_path)}
+    assert TuningCache.for_program(first, torch.device("cpu"), "lanes off", environ=env).save() is not None
+    cache = TuningCache.for_program(second, torch.device("cpu"), "lanes off", environ=env)
+    assert cache.restore() == 1
+    twin = dict(second.codec.named_modules())[name]
+    assert twin._choices == {((2, conv.conv.in_channels, 40), torch.float32, False, False): "products"}
+    assert second.tuning_state() == first.tuning_state() == {"codec": {name: [[[2, conv.conv.in_channels, 40],
+                                                                                "float32", False, False, "products"]]}}
+    assert second.restore_tuning("junk") == 0

@@ -195,6 +195,22 @@ class ModelProgram(nn.Module, abc.ABC):
         (e.g. timed kernel choices); None: nothing to say."""
         return None
 
+    # ---- tuning kept between starts (runtime/tuning_cache.py) -----------------------------------------------
+
+    def tuning_key(self) -> dict | None:
+        """What this program's timed choices depend on beyond the GPU, the libraries and the lanes (its code, its
+        settings), as JSON values; None: it times nothing, no tuning file."""
+        return None
+
+    def tuning_state(self) -> dict:
+        """What it chose by timing, as JSON values, for `restore_tuning` at the next start; {} when nothing."""
+        return {}
+
+    def restore_tuning(self, state: dict) -> int:
+        """Take back `tuning_state`'s choices from an earlier start (before the graphs are captured, so those
+        shapes are not timed again); how many it took. Anything it does not recognise it leaves out."""
+        return 0
+
     # ---- execution path ------------------------------------------------------------------------------------
 
     def use_frame_path(self, path: str, device: torch.device) -> str:

@@ -32,6 +32,7 @@ from voxrt.engine.runtime.lanes import LM, Lanes
 from voxrt.engine.runtime.program import ModelProgram
 from voxrt.engine.runtime.sampling import SamplingTensors, SlotSampling
 from voxrt.engine.runtime.transfer import upload, upload_into
+from voxrt.engine.runtime.tuning_cache import TuningCache
 from voxrt.engine.sched.plan import BACKGROUND, URGENT, CodecJob, DecodeItem, StepPlan, codec_sizes
 
 log = logging.getLogger("voxrt.engine.runner")
@@ -324,6 +325,10 @@ class ModelRunner:
     def capture_graphs(self) -> None:
         if not self.use_graphs:
             return
+        # what the program timed at an earlier start on this GPU, libraries and split (its codec's conv choices)
+        tuning = TuningCache.for_program(self.program, self.cfg.device, self.lanes.describe())
+        if tuning is not None:
+            tuning.restore()
         active = self.lanes.active
         try:
             for mode in range(self.lanes.num_sm_modes):
@@ -351,7 +356,10 @@ class ModelRunner:
         self.synchronize()
         note = self.program.warmup_note()
         if note:
-            log.info("%s: %s", self.program.name, note)
+            restored = f" ({tuning.num_restored} restored from the tuning cache)" if tuning and tuning.num_restored else ""
+            log.info("%s: %s%s", self.program.name, note, restored)
+        if tuning is not None:
+            tuning.save()
 
     def _capture_prefill(self, stream) -> None:
         """The prefill graphs of the active SM mode. A bucket whose capture fails (an attention library that
