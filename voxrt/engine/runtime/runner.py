@@ -244,6 +244,7 @@ class ModelRunner:
         self._zero_sub = torch.zeros(max(cfg.max_batch_size, PREFILL_BATCH), dtype=torch.int64, device=cfg.device)
         use_graphs = cfg.use_cuda_graphs and cfg.device.type == "cuda"
         self.use_graphs = use_graphs
+        self.tuning: TuningCache | None = None  # the program's tuning file, once the graphs are captured
         self._workspace = self._workspace2 = None
         self._eager_ctx: dict[tuple[str, bool], AttentionContext] = {}
         if cfg.attention_backend == "flashinfer":
@@ -326,7 +327,7 @@ class ModelRunner:
         if not self.use_graphs:
             return
         # what the program timed at an earlier start on this GPU, libraries and split (its codec's conv choices)
-        tuning = TuningCache.for_program(self.program, self.cfg.device, self.lanes.describe())
+        tuning = self.tuning = TuningCache.for_program(self.program, self.cfg.device, self.lanes.describe())
         if tuning is not None:
             tuning.restore()
         active = self.lanes.active
