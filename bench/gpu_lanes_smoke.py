@@ -50,6 +50,13 @@ def run(core: EngineCore, frames: int) -> tuple[dict, float, float]:
     return audio, wall, float(np.median(list(first.values())))
 
 
+def compare_audio(audio: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict:
+    """Whether every request's audio is as long as `ref`'s, and the largest sample difference where it is."""
+    return {"same_lengths": all(len(audio[k]) == len(ref[k]) for k in ref),
+            "max_abs_audio_diff": float(max((np.abs(audio[k] - ref[k]).max() for k in ref
+                                             if len(audio[k]) == len(ref[k])), default=0.0))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-tts")
@@ -91,9 +98,7 @@ def main() -> None:
         if ref is None:
             ref = audio
         else:
-            row["same_lengths"] = all(len(audio[k]) == len(ref[k]) for k in ref)
-            row["max_abs_audio_diff"] = float(max(np.abs(audio[k] - ref[k]).max() for k in ref
-                                                  if len(audio[k]) == len(ref[k])))
+            row.update(compare_audio(audio, ref))
         rows.append(row)
         print(json.dumps(row), flush=True)
         core.close()

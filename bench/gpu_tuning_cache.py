@@ -22,31 +22,13 @@ import os
 import tempfile
 import time
 
-import numpy as np
 import torch
 
-from voxrt.engine.messages import AudioChunk, EngineConfig, RequestFailed, SubmitRequest
-from voxrt.engine.params import SamplingParams
+from gpu_lanes_smoke import compare_audio, run  # bench/ is on sys.path when this runs as a script
+from voxrt.engine.messages import EngineConfig
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.tuning_cache import ENV
 from voxrt.models.registry import build_program
-
-TEXTS = ["The quick brown fox jumps over the lazy dog.", "A second request, a little longer than the first.",
-         "Short one.", "Numbers like three point five and ten thirty are read aloud."] * 2
-
-
-def run(core: EngineCore, frames: int) -> dict[str, np.ndarray]:
-    for i, text in enumerate(TEXTS):
-        core.submit(SubmitRequest(f"r{i}", core.info.default_voice, SamplingParams(greedy=True, num_frames=frames),
-                                  text, True))
-    out: dict[str, list] = {}
-    while core.has_work():
-        for e in core.step():
-            if isinstance(e, AudioChunk):
-                out.setdefault(e.request_id, []).append(np.frombuffer(e.pcm, dtype="<f4"))
-            elif isinstance(e, RequestFailed):
-                raise RuntimeError(f"{e.request_id} failed: {e.code} {e.message}")
-    return {rid: np.concatenate(parts) for rid, parts in out.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,16 +56,14 @@ def main(argv: list[str] | None = None) -> int:
             core.warmup()
             setup_s = time.monotonic() - t0
             tuning = core.runner.tuning
-            audio = run(core, args.frames)
+            audio, _, _ = run(core, args.frames)
             row = dict(run=label, setup_s=round(setup_s, 2), restored=tuning.num_restored if tuning else 0,
                        file=str(tuning.path) if tuning else None, files=sorted(os.listdir(folder)),
                        requests=len(audio), note=core.program.warmup_note())
             if ref is None:
                 ref = audio
             else:
-                row["same_lengths"] = all(len(audio[k]) == len(ref[k]) for k in ref)
-                row["max_abs_audio_diff"] = float(max((np.abs(audio[k] - ref[k]).max() for k in ref
-                                                       if len(audio[k]) == len(ref[k])), default=0.0))
+                row.update(compare_audio(audio, ref))
             rows.append(row)
             print(json.dumps(row), flush=True)
             core.close()

@@ -19,7 +19,7 @@ def test_three_starts_are_reported_with_the_same_audio(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = json.loads((tmp_path / "tuning_cache.json").read_text())
     assert [r["run"] for r in rows] == ["cold", "warm", "off"]
-    assert all(r["requests"] == 8 and r["restored"] == 0 and r["files"] == [] for r in rows)  # the CPU times nothing
+    assert all(r["requests"] == 16 and r["restored"] == 0 and r["files"] == [] for r in rows)  # the CPU times nothing
     assert all(r["same_lengths"] and r["max_abs_audio_diff"] == 0.0 for r in rows[1:])
     assert "run   setup_s  restored" in done.stdout
     assert not (tmp_path / "kept").exists()  # the caller's folder is neither used nor made
