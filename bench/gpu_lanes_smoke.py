@@ -57,6 +57,14 @@ def compare_audio(audio: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> d
                                              if len(audio[k]) == len(ref[k])), default=0.0))}
 
 
+def release(core: EngineCore) -> None:
+    """Close an engine and hand its GPU memory back before the next one starts."""
+    core.close()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-tts")
@@ -101,11 +109,8 @@ def main() -> None:
             row.update(compare_audio(audio, ref))
         rows.append(row)
         print(json.dumps(row), flush=True)
-        core.close()
+        release(core)
         del core
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "lanes_smoke.json"), "w") as f:
         json.dump(rows, f, indent=2)

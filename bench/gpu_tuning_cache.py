@@ -22,9 +22,7 @@ import os
 import tempfile
 import time
 
-import torch
-
-from gpu_lanes_smoke import compare_audio, run  # bench/ is on sys.path when this runs as a script
+from gpu_lanes_smoke import compare_audio, release, run  # bench/ is on sys.path when this runs as a script
 from voxrt.engine.messages import EngineConfig
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.tuning_cache import ENV
@@ -66,11 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(compare_audio(audio, ref))
             rows.append(row)
             print(json.dumps(row), flush=True)
-            core.close()
+            release(core)
             del core
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
     finally:
         if before is None:
             os.environ.pop(ENV, None)
