@@ -121,3 +121,13 @@ def test_a_folder_that_cannot_be_written_leaves_the_start_alone(tmp_path, caplog
 def test_the_device_key_names_the_libraries():
     key = tuning_cache.device_key(CPU)
     assert key == {"device": "cpu", "torch": torch.__version__}
+
+
+def test_a_program_whose_key_fails_gets_no_cache_and_the_start_goes_on(tmp_path, caplog):
+    class Broken(Program):
+        def tuning_key(self):
+            raise OSError("source file gone")
+
+    with caplog.at_level(logging.WARNING, logger="voxrt.engine.tuning"):
+        assert _cache(Broken(), tmp_path) is None
+    assert "no key for fake/prog (OSError: source file gone)" in caplog.text

@@ -357,7 +357,8 @@ class ModelRunner:
         self.synchronize()
         note = self.program.warmup_note()
         if note:
-            restored = f" ({tuning.num_restored} restored from the tuning cache)" if tuning and tuning.num_restored else ""
+            restored = (f" ({tuning.num_restored} restored from the tuning cache)"
+                        if tuning is not None and tuning.num_restored else "")
             log.info("%s: %s%s", self.program.name, note, restored)
         if tuning is not None:
             tuning.save()

@@ -76,11 +76,18 @@ class TuningCache:
         """The cache of `program` on `device` with the lanes `lanes` (their description: the SM split), or None:
         the cache is off, or the program has nothing it tunes (`ModelProgram.tuning_key` None)."""
         directory = cache_dir(environ)
-        program_key = program.tuning_key()
-        if directory is None or program_key is None:
+        if directory is None:
             return None
-        return cls(program, {"format": FORMAT, **device_key(device), "lanes": lanes, "program": program_key},
-                   directory)
+        try:
+            program_key = program.tuning_key()
+            if program_key is None:
+                return None
+            return cls(program, {"format": FORMAT, **device_key(device), "lanes": lanes, "program": program_key},
+                       directory)
+        except Exception as exc:  # noqa: BLE001 (the cache never stops a start)
+            log.warning("tuning cache: no key for %s (%s: %s); timing as without it", getattr(program, "name", "?"),
+                        type(exc).__name__, exc)
+            return None
 
     def restore(self) -> int:
         """Put the saved choices back into the program (`ModelProgram.restore_tuning`); how many it took. A file
