@@ -99,12 +99,12 @@ def test_an_unreadable_file_is_said_and_timing_goes_on(tmp_path, caplog, text):
 def test_a_state_the_program_rejects_is_said_and_timing_goes_on(tmp_path, caplog):
     class Picky(Program):
         def restore_tuning(self, state):
-            raise TypeError("not a list")
+            raise AttributeError("not a list")
 
     _cache(Program(state={"codec": {"a": [1]}}), tmp_path).save()
     with caplog.at_level(logging.WARNING, logger="voxrt.engine.tuning"):
         assert _cache(Picky(), tmp_path).restore() == 0
-    assert "unreadable (TypeError: not a list)" in caplog.text
+    assert "unreadable (AttributeError: not a list)" in caplog.text
 
 
 def test_a_folder_that_cannot_be_written_leaves_the_start_alone(tmp_path, caplog):
@@ -131,3 +131,14 @@ def test_a_program_whose_key_fails_gets_no_cache_and_the_start_goes_on(tmp_path,
     with caplog.at_level(logging.WARNING, logger="voxrt.engine.tuning"):
         assert _cache(Broken(), tmp_path) is None
     assert "no key for fake/prog (OSError: source file gone)" in caplog.text
+
+
+def test_a_state_that_cannot_be_made_or_written_is_said_and_not_saved(tmp_path, caplog):
+    class Failing(Program):
+        def tuning_state(self):
+            raise RuntimeError("layer gone")
+
+    cache = _cache(Failing(), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="voxrt.engine.tuning"):
+        assert cache.save() is None
+    assert "nothing saved (RuntimeError: layer gone)" in caplog.text and not list(tmp_path.iterdir())

@@ -108,7 +108,7 @@ class TuningCache:
             state = saved.get("state") or {}
             self.num_restored = int(self.program.restore_tuning(state))
             self._restored_state = json.loads(json.dumps(state))  # a copy: the program may keep and change it
-        except (ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # noqa: BLE001 (bad JSON, a state the program rejects: the start goes on)
             log.warning("tuning cache %s: unreadable (%s: %s); timing as without it", self.path,
                         type(exc).__name__, exc)
             return 0
@@ -120,10 +120,14 @@ class TuningCache:
         """Write what the program chose (`ModelProgram.tuning_state`), replacing the file at once (a temporary
         file renamed over it: a reader never sees half a file); the path, or None when there was nothing to save
         or nothing new, or the folder could not be written (said in the log)."""
-        state = self.program.tuning_state()
-        if not state:
+        try:
+            state = self.program.tuning_state()
+            if not state:
+                return None
+            data = json.dumps({"key": self.key, "state": state}, sort_keys=True, default=str)
+        except Exception as exc:  # noqa: BLE001 (the cache never stops a start)
+            log.warning("tuning cache %s: nothing saved (%s: %s)", self.path, type(exc).__name__, exc)
             return None
-        data = json.dumps({"key": self.key, "state": state}, sort_keys=True, default=str)
         if self._restored_state is not None and json.loads(data)["state"] == self._restored_state:
             return None  # every choice came from the file: nothing new to write
         try:
