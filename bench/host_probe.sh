@@ -7,9 +7,10 @@
 #   host: NAME, CPU MODEL, N cores, plan_step X ms (...)
 host_probe() {
   local plan cpu
+  # (a failure only leaves a field "?": sourced under `set -e` too, the probe never stops a script)
   plan=$(timeout 120 python bench/host_plan.py --crowd --batch 256 --rates 200 --duration 10 --repeats 2 2>/dev/null \
-    | sed -n 's/.*plan_step \([0-9.]*\) ms\/step.*/\1/p' | head -1)
-  cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//')
-  echo "host: $(hostname), ${cpu:-unknown CPU}, $(nproc) cores, plan_step ${plan:-?} ms" \
+    | sed -n 's/.*plan_step \([0-9.]*\) ms\/step.*/\1/p' | head -1) || plan=""
+  cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//') || cpu=""
+  echo "host: $(hostname 2>/dev/null || echo unknown), ${cpu:-unknown CPU}, $(nproc) cores, plan_step ${plan:-?} ms" \
     "(bench/host_plan.py --crowd --batch 256 --rates 200 --duration 10)" >> "$1"
 }

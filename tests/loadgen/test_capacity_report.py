@@ -250,3 +250,33 @@ def test_the_calls_table_names_each_calls_host_and_says_when_they_differ(tmp_pat
     assert "The calls ran on 2 hosts (gpu-a, gpu-b)" in text
     one = capacity_report.report(*capacity_report.load_calls(calls[:1] + calls[2:], tmp_path / "v"), tmp_path / "s")
     assert "The calls ran on" not in one
+
+
+def test_the_host_probe_writes_one_line_and_never_stops_a_script(tmp_path):
+    """bench/host_probe.sh (sourced by the GPU scripts, some under `set -e`): one `host:` line with the planner's ms a
+    step when bench/host_plan.py runs, "?" in its place when it fails; the script goes on either way, and the
+    report reads the line back."""
+    import subprocess
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, body in (("ok", 'echo "rate   200: 852 steps, live p50 598, plan_step 1.234 ms/step (admit 0.1)"'),
+                       ("fails", "exit 3")):
+        (fake / name).mkdir()
+        (fake / name / "python").write_text(f"#!/bin/sh\n{body}\n")
+        (fake / name / "python").chmod(0o755)
+    lines = []
+    for name in ("ok", "fails"):
+        out = tmp_path / f"{name}.txt"
+        done = subprocess.run(["bash", "-c", f'set -euo pipefail; PATH={fake / name}:$PATH; source bench/host_probe.sh; '
+                                             f'host_probe {out}; echo went-on'],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "went-on", done.stderr
+        [line] = out.read_text().splitlines()
+        lines.append(line)
+    assert lines[0].startswith("host: ") and ", plan_step 1.234 ms (bench/host_plan.py --crowd" in lines[0]
+    assert ", plan_step ? ms (" in lines[1]
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "gpu.txt").write_text(f"{H200}\n{lines[0]}\n")
+    assert capacity_report.host_of(job).endswith("cores, plan_step 1.234 ms")
