@@ -19,8 +19,10 @@
 # A job of 60 s points costs ~75 s a point (arrivals, then the drain) plus ~40 s for the engine's start; STOP
 # (0.8) ends a sweep after its first point below it. The whole run in six calls (~9 minutes each on one GPU), CALL=N
 # (or JOBS=... for any other set), (c) and (a) in one call so that their ratio comes from one machine:
-#   CALL=1: JOBS="libritts:c libritts:a"   2: "libritts:b libritts:trace"   3: "libritts:ws"
-#   CALL=4: JOBS="seedtts:c seedtts:a"     5: "seedtts:b seedtts:trace"     6: "seedtts:ws"
+#   CALL=1: JOBS="libritts:c libritts:a"   2: "libritts:trace libritts:b"   3: "libritts:ws"
+#   CALL=4: JOBS="seedtts:c seedtts:a"     5: "seedtts:trace seedtts:b"     6: "seedtts:ws"
+# Give calls 2 and 5 the knee call 1 / 4 found: CALL=2 KNEE_libritts=<(c)'s 90% capacity> (the trace goes first, so
+# that (b)'s sweep, of unknown length, takes what is left of the call rather than the trace).
 # Run them back to back on one warm machine where the device allows (machines of one kind have differed by points
 # at the knee). A job the budget cuts short (its log says which rates ran) goes on in a later call with its
 # remaining rates, e.g. JOBS="libritts:a" GRID_libritts_a=96: bench/capacity_report.py merges a config's points by rate.
@@ -38,8 +40,8 @@ set -uo pipefail
 OUT=${OUT:-out/capacity}
 CALL=${CALL:-}
 case "$CALL" in
-  1) JOBS=${JOBS:-libritts:c libritts:a} ;;  2) JOBS=${JOBS:-libritts:b libritts:trace} ;;  3) JOBS=${JOBS:-libritts:ws} ;;
-  4) JOBS=${JOBS:-seedtts:c seedtts:a} ;;    5) JOBS=${JOBS:-seedtts:b seedtts:trace} ;;    6) JOBS=${JOBS:-seedtts:ws} ;;
+  1) JOBS=${JOBS:-libritts:c libritts:a} ;;  2) JOBS=${JOBS:-libritts:trace libritts:b} ;;  3) JOBS=${JOBS:-libritts:ws} ;;
+  4) JOBS=${JOBS:-seedtts:c seedtts:a} ;;    5) JOBS=${JOBS:-seedtts:trace seedtts:b} ;;    6) JOBS=${JOBS:-seedtts:ws} ;;
   "") JOBS=${JOBS:-libritts:a} ;;
   *) echo "CALL is 1-6 (the header's calls), not $CALL" >&2; exit 2 ;;
 esac

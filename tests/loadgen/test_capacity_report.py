@@ -222,7 +222,7 @@ def test_the_calls_and_grids_of_the_gpu_script():
     assert run(CALL="1", KIND="h200").stdout.strip() == "libritts:c libritts:a|88,96,104|144,152,160,168|152"
     assert run(CALL="4", KIND="h100").stdout.strip() == "seedtts:c seedtts:a|80,88,96,104|144,152,160,168|160"
     assert run(CALL="2", KIND="h200", GRID_libritts_a="96").stdout.strip().split("|")[:2] == [
-        "libritts:b libritts:trace", "96"]
+        "libritts:trace libritts:b", "96"]
     assert run(KIND="h100", JOBS="libritts:ws").stdout.strip().startswith("libritts:ws|")
     assert run(CALL="1", KIND="h200", JOBS="libritts:b").stdout.startswith("libritts:b|")  # JOBS wins over CALL
     refused = run(CALL="7", KIND="h200")
