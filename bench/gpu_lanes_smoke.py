@@ -57,6 +57,17 @@ def compare_audio(audio: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> d
                                              if len(audio[k]) == len(ref[k])), default=0.0))}
 
 
+def add_row(rows: list[dict], row: dict, audio: dict[str, np.ndarray], ref: dict | None) -> dict:
+    """Keep and print a run's row, its audio compared with the first run's (`compare_audio`); the reference."""
+    if ref is None:
+        ref = audio
+    else:
+        row.update(compare_audio(audio, ref))
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    return ref
+
+
 def release(core: EngineCore) -> None:
     """Close an engine and hand its GPU memory back before the next one starts."""
     core.close()
@@ -103,12 +114,7 @@ def main() -> None:
                    sm_mode_switches=core.stats().sm_mode_switches,
                    setup_s=round(setup_s, 1), wall_s=round(wall, 3), median_first_chunk_s=round(ttfa, 4),
                    requests=len(audio), costs=str(core.scheduler.costs))
-        if ref is None:
-            ref = audio
-        else:
-            row.update(compare_audio(audio, ref))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        ref = add_row(rows, row, audio, ref)
         release(core)
         del core
     os.makedirs(args.out, exist_ok=True)

@@ -22,7 +22,7 @@ import os
 import tempfile
 import time
 
-from gpu_lanes_smoke import compare_audio, release, run  # bench/ is on sys.path when this runs as a script
+from gpu_lanes_smoke import add_row, release, run  # bench/ is on sys.path when this runs as a script
 from voxrt.engine.messages import EngineConfig
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.tuning_cache import ENV
@@ -58,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             row = dict(run=label, setup_s=round(setup_s, 2), restored=tuning.num_restored if tuning else 0,
                        file=str(tuning.path) if tuning else None, files=sorted(os.listdir(folder)),
                        requests=len(audio), note=core.program.warmup_note())
-            if ref is None:
-                ref = audio
-            else:
-                row.update(compare_audio(audio, ref))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            ref = add_row(rows, row, audio, ref)
             release(core)
             del core
     finally:
