@@ -85,6 +85,24 @@ def test_deployment_probes_drain_and_command(deployment):
     assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
 
 
+@pytest.mark.parametrize("deployment", of_kind("Deployment"), ids=lambda d: d["metadata"]["name"])
+def test_the_tuning_cache_has_a_writable_volume_where_the_image_keeps_it(deployment):
+    """The engine keeps its timed kernel choices in ~/.cache/voxrt/tuning (runtime/tuning_cache.py); the image's
+    user is voxrt with home /home/voxrt (docker/Dockerfile.gpu). A volume there, writable, outlives a container
+    restart in the pod, so the restart skips the codec's timing."""
+    from voxrt.engine.runtime.tuning_cache import cache_dir  # noqa: PLC0415
+
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    dockerfile = (ROOT / "docker" / "Dockerfile.gpu").read_text()
+    assert "useradd --create-home --uid 10001 voxrt" in dockerfile and "WORKDIR /home/voxrt" in dockerfile
+    folder = cache_dir({"HOME": "/home/voxrt"})
+    mounts = [m for m in container["volumeMounts"] if str(folder).startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(mounts) == 1 and not mounts[0].get("readOnly", False)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts[0]["name"]]
+
+
 def test_autoscalers_scale_every_pool_on_a_metric_the_gateway_exports():
     exported = {m.name for m in GatewayMetrics().registry.collect()}
     deployments = {d["metadata"]["name"] for d in of_kind("Deployment")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,6 +48,7 @@ def test_the_folder_follows_the_environment(tmp_path):
     assert cache_dir({"VOXRT_TUNING_CACHE": str(tmp_path / "t")}) == tmp_path / "t"
     assert cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "voxrt" / "tuning"
     assert cache_dir({}).parts[-3:] == (".cache", "voxrt", "tuning")
+    assert cache_dir({"HOME": "/home/voxrt"}) == Path("/home/voxrt/.cache/voxrt/tuning")
     assert TuningCache.for_program(Program(), CPU, "x", environ={"VOXRT_TUNING_CACHE": "off"}) is None
     program = Program()
     program.key = None  # a program that times nothing has no file

@@ -38,7 +38,7 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path | None:
         return None
     if value:
         return Path(value).expanduser()
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
     return Path(base) / "voxrt" / "tuning"
 
 
