@@ -68,6 +68,13 @@ def add_row(rows: list[dict], row: dict, audio: dict[str, np.ndarray], ref: dict
     return ref
 
 
+def write_rows(out_dir: str, name: str, rows: list[dict]) -> None:
+    """Every run's row as JSON in out_dir/name, before the table is printed."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name), "w") as f:
+        json.dump(rows, f, indent=2)
+
+
 def release(core: EngineCore) -> None:
     """Close an engine and hand its GPU memory back before the next one starts."""
     core.close()
@@ -117,9 +124,7 @@ def main() -> None:
         ref = add_row(rows, row, audio, ref)
         release(core)
         del core
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "lanes_smoke.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+    write_rows(args.out, "lanes_smoke.json", rows)
     print("\nlanes    policy    mode     wall_s  first_chunk_s  same_len  max_diff")
     for r in rows:
         print(f"{r['lanes']:8} {r['policy']:9} {r.get('mode', 'ERROR'):8} {r.get('wall_s', '-')!s:7} "

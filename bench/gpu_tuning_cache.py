@@ -16,13 +16,12 @@ a restored choice picks the same formulation the timing picked, so the kernels a
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
 import time
 
-from gpu_lanes_smoke import add_row, release, run  # bench/ is on sys.path when this runs as a script
+from gpu_lanes_smoke import add_row, release, run, write_rows  # bench/ is on sys.path when this runs as a script
 from voxrt.engine.messages import EngineConfig
 from voxrt.engine.runtime.core import EngineCore
 from voxrt.engine.runtime.tuning_cache import ENV
@@ -66,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.pop(ENV, None)
         else:
             os.environ[ENV] = before
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "tuning_cache.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+    write_rows(args.out, "tuning_cache.json", rows)
     print("\nrun   setup_s  restored  same_len  max_diff")
     for r in rows:
         print(f"{r['run']:5} {r['setup_s']:7} {r['restored']:9} {r.get('same_lengths', '-')!s:9} "
